@@ -1,0 +1,156 @@
+"""The hosts.toml schema: a strict pydantic model of the user's cluster description.
+
+Loading and error reporting live in `orchestrator.config_load`; this module is the schema only, so the
+plan, the CLI and the tests share one definition of every key.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+Role = Literal["ps", "worker", "chief"]
+Mode = Literal["between-graph", "in-graph"]
+HostKeyPolicy = Literal["yes", "accept-new", "no"]
+Port = Annotated[int, Field(ge=1, le=65535)]
+
+
+class Strict(BaseModel):
+    """Every section rejects unknown keys: a typo must never be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSection(Strict):
+    name: str = "tfcluster"
+    mode: Mode = "between-graph"
+    base_port: Annotated[int, Field(ge=1024, le=65535)] = 23000
+    # TF's gRPC server binds every interface; warn when the cluster addresses are not private/loopback.
+    allow_public: bool = False
+
+
+class SSHOptions(Strict):
+    """SSH settings; `[ssh]` gives defaults, `[hosts.ssh]` overrides them per host. None = not set here."""
+
+    user: str | None = None
+    port: Port | None = None
+    identity_file: str | None = None
+    strict_host_key_checking: HostKeyPolicy | None = None
+    known_hosts: str | None = None
+    connect_timeout: Annotated[float, Field(gt=0, le=600)] | None = None
+    keepalive: Annotated[int, Field(ge=0, le=3600)] | None = None
+    proxy_jump: str | None = None
+    use_agent: bool | None = None
+    config_file: str | None = None  # ~/.ssh/config by default; "none" disables it
+
+
+class RemoteSection(Strict):
+    python: str = "python3"
+    workdir: str = "~/.tfcluster"
+
+
+class HostConfig(Strict):
+    name: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
+    address: Annotated[str, Field(min_length=1)]
+    roles: Annotated[list[Role], Field(min_length=1)]
+    gpus: list[Annotated[int, Field(ge=0, le=63)]] | None = None
+    workers: Annotated[int, Field(ge=1, le=64)] | None = None
+    transport: Literal["ssh", "local"] = "ssh"
+    ssh: SSHOptions | None = None
+    # Per-host overrides of [remote]: loopback "machines" share one filesystem and need their own workdir.
+    python: str | None = None
+    workdir: str | None = None
+
+    @field_validator("roles")
+    @classmethod
+    def _roles_unique(cls, roles: list[Role]) -> list[Role]:
+        if len(set(roles)) != len(roles):
+            raise ValueError("a role is listed twice")
+        return roles
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus_unique(cls, gpus: list[int] | None) -> list[int] | None:
+        if gpus is not None:
+            seen: set[int] = set()
+            for g in gpus:
+                if g in seen:
+                    raise ValueError(f"GPU index {g} is given twice")
+                seen.add(g)
+        return gpus
+
+    @model_validator(mode="after")
+    def _gpus_xor_workers(self) -> HostConfig:
+        if self.gpus and self.workers is not None:
+            raise ValueError("give either `gpus` (one worker per GPU) or `workers` (CPU workers), not both")
+        return self
+
+
+class TrainingSection(Strict):
+    model: str = "mlp"  # a built-in model name, or "package.module:build" for the user's own
+    model_args: dict[str, int | float | str | bool] = Field(default_factory=dict)
+    command: str | None = None  # the user's own program, run once per task with placeholders filled
+    sync: list[str] = Field(default_factory=list)  # files/dirs shipped with the user's program
+    batch_size: Annotated[int, Field(ge=1, le=1 << 20)] = 128
+    steps: Annotated[int, Field(ge=1)] = 1000
+    learning_rate: Annotated[float, Field(gt=0)] = 0.05
+    optimizer: Literal["sgd", "adam", "adagrad", "momentum"] = "sgd"
+    sync_replicas: bool = False  # between-graph: SyncReplicasOptimizer instead of async updates
+    replicas_to_aggregate: Annotated[int, Field(ge=1)] | None = None
+    backup_workers: Annotated[int, Field(ge=0)] = 0
+    input: Literal["client", "worker"] = "client"  # in-graph: who produces each tower's data
+    checkpoint_dir: str = "checkpoints"  # relative to the run dir on the chief, or a shared absolute path
+    shared_checkpoint_dir: bool = False  # true: every PS writes its shard there (needs a shared filesystem)
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
+    checkpoint_every_secs: Annotated[float, Field(gt=0)] | None = 60.0
+    summary_every_steps: Annotated[int, Field(ge=1)] = 100
+    progress_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
+    slowdown: dict[str, Annotated[float, Field(ge=1.0, le=1000.0)]] = Field(default_factory=dict)
+    restart: Literal["never", "on-failure"] = "on-failure"
+    max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
+    seed: int = 0
+
+    @field_validator("slowdown")
+    @classmethod
+    def _slowdown_keys(cls, slowdown: dict[str, float]) -> dict[str, float]:
+        for key in slowdown:
+            job, _, index = key.partition(":")
+            if job not in ("worker", "chief") or not index.isdigit():
+                raise ValueError(f'slowdown key "{key}" must look like "worker:1" or "chief:0"')
+        return slowdown
+
+
+class Config(Strict):
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
+    ssh: SSHOptions = Field(default_factory=SSHOptions)
+    remote: RemoteSection = Field(default_factory=RemoteSection)
+    hosts: Annotated[list[HostConfig], Field(min_length=1)]
+    training: TrainingSection = Field(default_factory=TrainingSection)
+
+
+SSH_DEFAULTS = SSHOptions(
+    port=22,
+    strict_host_key_checking="yes",
+    connect_timeout=10.0,
+    keepalive=15,
+    use_agent=True,
+)
+
+
+def explicit_ssh(config: Config, host: HostConfig) -> SSHOptions:
+    """What hosts.toml says for this host: [ssh] < [hosts.ssh]. Still-unset keys are filled from
+    ~/.ssh/config and then SSH_DEFAULTS by the transport, as OpenSSH does with command-line options."""
+    merged: dict[str, object] = {}
+    for layer in (config.ssh, host.ssh):
+        if layer is not None:
+            merged.update({k: v for k, v in layer.model_dump().items() if v is not None})
+    return SSHOptions(**merged)
+
+
+def host_python(config: Config, host: HostConfig) -> str:
+    return host.python or config.remote.python
+
+
+def host_workdir(config: Config, host: HostConfig) -> str:
+    return host.workdir or config.remote.workdir

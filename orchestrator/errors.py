@@ -1,0 +1,56 @@
+"""The project's own errors. Each renders as one line that names the file/key or the host.
+
+The CLI turns any `TfclusterError` into that line on stderr and its `exit_code`, never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class TfclusterError(Exception):
+    exit_code = 1
+
+    def one_line(self) -> str:
+        return str(self)
+
+
+class ConfigError(TfclusterError):
+    """Bad input in hosts.toml: names the file, the line when known, the key path, and a suggestion."""
+
+    exit_code = 2
+
+    def __init__(
+        self, source: str, key: str | None, message: str, *, line: int | None = None, suggestion: str | None = None
+    ) -> None:
+        self.source = source
+        self.key = key
+        self.message = message
+        self.line = line
+        self.suggestion = suggestion
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        key = f" {self.key}:" if self.key else ""
+        hint = f" (did you mean `{self.suggestion}`?)" if self.suggestion else ""
+        return f"{where}:{key} {self.message}{hint}"
+
+
+class UsageError(TfclusterError):
+    """Bad command-line input (unknown run, unknown task...)."""
+
+    exit_code = 2
+
+
+class HostError(TfclusterError):
+    """A fault on one host: unreachable, auth failed, host key unknown/changed, command failed."""
+
+    exit_code = 1
+
+    def __init__(self, host: str, reason: str, detail: str = "") -> None:
+        self.host = host
+        self.reason = reason  # short machine-readable word: refused, timeout, auth, hostkey-unknown, ...
+        self.detail = detail
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        return f"host {self.host}: {self.reason}" + (f": {self.detail}" if self.detail else "")

@@ -1,0 +1,249 @@
+"""Config -> ClusterPlan: what runs where, with which ports, devices, environment and command. Pure.
+
+Rules (DESIGN.md "Plan rules"):
+- one `ps` task per host with role ps, on CPU (`CUDA_VISIBLE_DEVICES=""`);
+- `worker` tasks: one per listed GPU (that GPU only), else `workers = N` CPU tasks (default 1);
+- between-graph: a `chief` job when a host has that role (it takes that host's first GPU, the host's
+  workers the remaining ones), else worker 0 acts as chief;
+- in-graph: the single client runs as the `chief` task (CPU: it aggregates) on the chief host, or on
+  the first worker host when no host has the chief role; workers only run a server;
+- ports are allocated from `base_port`, unique across the whole cluster (TF binds every interface).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import string
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orchestrator.config import Config, HostConfig, SSHOptions, explicit_ssh, host_python, host_workdir
+from orchestrator.errors import ConfigError
+
+JOB_ORDER = ("chief", "ps", "worker")  # TF_CONFIG lists jobs in this order; tasks are numbered per job
+COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    job: str  # "ps" | "worker" | "chief"
+    index: int
+    host: str  # host name from hosts.toml
+    address: str  # the address other tasks use to reach it
+    port: int
+    gpu: int | None  # physical GPU index on the host, None = CPU
+    device: str  # where this task's compute is placed, e.g. /job:worker/task:1/device:GPU:0
+    cuda_visible_devices: str
+    tf_config: dict[str, Any]
+    command: list[str]  # argv run by the host's supervisor (cwd = the run's code/ dir)
+    env: dict[str, str]
+    is_chief: bool  # initialises, checkpoints, writes summaries
+    in_cluster: bool = True  # False only for a task that runs no TF server
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}-{self.index}"
+
+    @property
+    def target(self) -> str:
+        return f"{self.address}:{self.port}"
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    address: str
+    transport: str  # "ssh" | "local"
+    python: str
+    workdir: str
+    ssh: SSHOptions
+    roles: tuple[str, ...]
+    tasks: tuple[str, ...]  # task names ("worker-0") on this host
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    cluster_name: str
+    mode: str
+    cluster_spec: dict[str, list[str]]
+    hosts: tuple[HostPlan, ...]
+    tasks: tuple[TaskPlan, ...]
+    training: dict[str, Any]  # the [training] section as plain data, shipped to every host in run.json
+    uses_user_command: bool
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def task(self, job: str, index: int) -> TaskPlan:
+        for t in self.tasks:
+            if t.job == job and t.index == index:
+                return t
+        raise KeyError(f"{job}:{index}")
+
+    def tasks_on(self, host: str) -> list[TaskPlan]:
+        return [t for t in self.tasks if t.host == host]
+
+    def host(self, name: str) -> HostPlan:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    @property
+    def chief(self) -> TaskPlan:
+        return next(t for t in self.tasks if t.is_chief)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hosts"] = [{**asdict(h), "ssh": h.ssh.model_dump(exclude_none=True)} for h in self.hosts]
+        return data
+
+
+def _host_address(host: HostConfig) -> str:
+    """The address TF tasks use for each other: the SSH address (an alias from ~/.ssh/config is
+    resolved to its HostName by the transport, not here: the plan stays pure)."""
+    return host.address
+
+
+def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
+    """Turn a validated Config into the ClusterPlan. Raises ConfigError for plans that cannot run."""
+    mode = config.cluster.mode
+    hosts_with = {r: [h for h in config.hosts if r in h.roles] for r in ("ps", "worker", "chief")}
+    if len(hosts_with["chief"]) > 1:
+        names = ", ".join(h.name for h in hosts_with["chief"])
+        raise ConfigError(source, "hosts.roles", f"only one host may have role `chief` (found: {names})")
+    if mode == "between-graph" and not hosts_with["ps"]:
+        raise ConfigError(source, "hosts.roles", "between-graph mode needs at least one host with role `ps`")
+
+    # (job, host, gpu) in allocation order
+    slots: dict[str, list[tuple[HostConfig, int | None]]] = {"chief": [], "ps": [], "worker": []}
+    for h in hosts_with["ps"]:
+        slots["ps"].append((h, None))
+    chief_host = hosts_with["chief"][0] if hosts_with["chief"] else None
+    for h in config.hosts:
+        if "worker" not in h.roles and not (h is chief_host and mode == "between-graph"):
+            continue
+        gpus = list(h.gpus or [])
+        if h is chief_host and mode == "between-graph":
+            slots["chief"].append((h, gpus.pop(0) if gpus else None))
+            if "worker" not in h.roles:
+                continue
+            if not gpus and h.gpus:
+                continue  # its only GPU went to the chief
+        if gpus:
+            slots["worker"].extend((h, g) for g in gpus)
+        else:
+            slots["worker"].extend((h, None) for _ in range(h.workers or 1))
+    if not slots["worker"]:
+        raise ConfigError(source, "hosts.roles", "no worker: at least one host needs role `worker`")
+    if mode == "in-graph":
+        client_host = chief_host or hosts_with["worker"][0]
+        slots["chief"].append((client_host, None))
+
+    ports: dict[tuple[str, int], int] = {}
+    next_port = config.cluster.base_port
+    for job in JOB_ORDER:
+        for i in range(len(slots[job])):
+            if next_port > 65535:
+                raise ConfigError(
+                    source, "cluster.base_port", f"base_port {config.cluster.base_port} leaves no room "
+                    f"for every task's port (ports would exceed 65535)"
+                )
+            ports[(job, i)] = next_port
+            next_port += 1
+
+    cluster_spec = {
+        job: [f"{_host_address(h)}:{ports[(job, i)]}" for i, (h, _) in enumerate(slots[job])]
+        for job in JOB_ORDER
+        if slots[job]
+    }
+    has_chief_job = bool(slots["chief"])
+
+    tasks: list[TaskPlan] = []
+    for job in JOB_ORDER:
+        for i, (h, gpu) in enumerate(slots[job]):
+            is_chief = (job == "chief") or (job == "worker" and i == 0 and not has_chief_job)
+            kind = "GPU" if gpu is not None else "CPU"
+            device = f"/job:{job}/task:{i}/device:{kind}:0"
+            cuda = "" if gpu is None else str(gpu)
+            tf_config = {"cluster": cluster_spec, "task": {"type": job, "index": i}}
+            env = {
+                "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
+                "CUDA_VISIBLE_DEVICES": cuda,
+                "TFCLUSTER_JOB": job,
+                "TFCLUSTER_TASK": str(i),
+                "TFCLUSTER_HOST": h.name,
+                "TFCLUSTER_MODE": mode,
+                "PYTHONUNBUFFERED": "1",
+                "TF_CPP_MIN_LOG_LEVEL": "1",
+            }
+            command = _task_command(config, h, job, i, cluster_spec, source)
+            tasks.append(
+                TaskPlan(
+                    job=job, index=i, host=h.name, address=_host_address(h), port=ports[(job, i)],
+                    gpu=gpu, device=device, cuda_visible_devices=cuda, tf_config=tf_config,
+                    command=command, env=env, is_chief=is_chief,
+                )
+            )
+
+    host_plans = tuple(
+        HostPlan(
+            name=h.name, address=h.address, transport=h.transport, python=host_python(config, h),
+            workdir=host_workdir(config, h), ssh=explicit_ssh(config, h), roles=tuple(h.roles),
+            tasks=tuple(t.name for t in tasks if t.host == h.name),
+        )
+        for h in config.hosts
+    )
+    return ClusterPlan(
+        cluster_name=config.cluster.name,
+        mode=mode,
+        cluster_spec=cluster_spec,
+        hosts=host_plans,
+        tasks=tuple(tasks),
+        training=config.training.model_dump(),
+        uses_user_command=config.training.command is not None,
+        warnings=tuple(_warnings(config)),
+    )
+
+
+def _task_command(
+    config: Config, host: HostConfig, job: str, index: int, spec: dict[str, list[str]], source: str
+) -> list[str]:
+    python = host_python(config, host)
+    user_command = config.training.command
+    if user_command is None:
+        return [python, "-m", "training.task"]
+    values = {
+        "job": job,
+        "task": str(index),
+        "ps_hosts": ",".join(spec.get("ps", [])),
+        "worker_hosts": ",".join(spec.get("worker", [])),
+        "chief_host": ",".join(spec.get("chief", [])),
+        "python": python,
+        "host": host.name,
+    }
+    for _, name, _, _ in string.Formatter().parse(user_command):
+        if name is not None and name not in values:
+            raise ConfigError(
+                source, "training.command",
+                f"unknown placeholder {{{name}}}; known: " + ", ".join("{%s}" % p for p in COMMAND_PLACEHOLDERS),
+            )
+    # Every value is shell-quoted: the string runs under `sh -c` on the host.
+    filled = user_command.format(**{k: shlex.quote(v) for k, v in values.items()})
+    return ["/bin/sh", "-c", filled]
+
+
+def _warnings(config: Config) -> list[str]:
+    import ipaddress
+
+    out = []
+    for h in config.hosts:
+        try:
+            ip = ipaddress.ip_address(h.address)
+        except ValueError:
+            continue  # a DNS name or alias: `check` resolves and warns
+        if ip.is_global and not config.cluster.allow_public:
+            out.append(
+                f"host {h.name}: {h.address} is a public address and TensorFlow's gRPC server listens "
+                "unauthenticated on every interface; firewall the task ports or set cluster.allow_public"
+            )
+    return out

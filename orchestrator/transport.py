@@ -1,0 +1,75 @@
+"""The Transport contract: run a command on one host, move files, stream lines. One result type.
+
+Implementations: `orchestrator.ssh_transport.SSHTransport` (Paramiko) and
+`orchestrator.local_transport.LocalTransport` (subprocess, for hosts with transport = "local").
+Commands are given as argv lists and shell-quoted exactly once, by `shell_command`.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
+    """The one place an argv becomes a remote shell string: every value is quoted.
+
+    A leading `~/` in cwd is expanded by the remote shell ("$HOME"/...), the rest stays quoted."""
+    parts: list[str] = []
+    if cwd is not None:
+        parts.append(f"cd {remote_path(cwd)} &&")
+    if env:
+        parts.append("env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()))
+    parts.append(shlex.join(argv))
+    return " ".join(parts)
+
+
+def remote_path(path: str) -> str:
+    """Quote a remote path for the shell, letting a leading ~ mean the remote user's home."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+class LineStream(Protocol):
+    """A long-running remote command whose stdout is read line by line (agent, `logs -f`)."""
+
+    def lines(self) -> Iterator[str]: ...
+
+    def close(self) -> None: ...
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+
+class Transport(Protocol):
+    host: str  # the host's name from hosts.toml, used in every error
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None,
+    ) -> CommandResult: ...
+
+    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None: ...
+
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> LineStream: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+"""tfcluster: the command-line interface (Typer) on top of `orchestrator/` and `tui/`."""

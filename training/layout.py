@@ -1,0 +1,64 @@
+"""The run directory on every host: `<workdir>/runs/<run-id>/`. Stdlib only (shipped to the hosts).
+
+Shared by the orchestrator (which creates and reads it over the transport) and by the supervisor,
+agent and task programs (which write it), so both sides agree on every path.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+RUN_FILE = "run.json"  # {"run_id", "created", "plan": ClusterPlan.to_json()}
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    root: str  # <workdir>/runs/<run-id>
+
+    @classmethod
+    def for_run(cls, workdir: str, run_id: str) -> RunLayout:
+        return cls(os.path.join(workdir, "runs", run_id))
+
+    @property
+    def code(self) -> str:
+        return os.path.join(self.root, "code")
+
+    @property
+    def events(self) -> str:
+        return os.path.join(self.root, "events")
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.root, "logs")
+
+    @property
+    def state(self) -> str:
+        return os.path.join(self.root, "state")
+
+    @property
+    def run_file(self) -> str:
+        return os.path.join(self.root, RUN_FILE)
+
+    def checkpoints(self, checkpoint_dir: str) -> str:
+        """Relative checkpoint dirs live in the run dir of the chief's host; absolute ones are shared."""
+        return checkpoint_dir if os.path.isabs(checkpoint_dir) else os.path.join(self.root, checkpoint_dir)
+
+    def events_file(self, job: str, task: int) -> str:
+        return os.path.join(self.events, f"{job}-{task}.jsonl")
+
+    def log_file(self, job: str, task: int) -> str:
+        return os.path.join(self.logs, f"{job}-{task}.log")
+
+    def task_state_file(self, job: str, task: int) -> str:
+        return os.path.join(self.state, f"{job}-{task}.json")
+
+    def supervisor_state_file(self, host: str) -> str:
+        return os.path.join(self.state, f"supervisor-{host}.json")
+
+    def supervisor_events_file(self, host: str) -> str:
+        """task_state events written by the host's supervisor."""
+        return os.path.join(self.events, f"supervisor-{host}.jsonl")
+
+    def dirs(self) -> list[str]:
+        return [self.root, self.code, self.events, self.logs, self.state]

@@ -1,0 +1,1 @@
+"""Built-in models and the user's own (`module.path:build`). Graph-mode TensorFlow (tf.compat.v1)."""

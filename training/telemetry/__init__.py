@@ -1,0 +1,1 @@
+"""Telemetry written by the processes on cluster machines. Stdlib only."""

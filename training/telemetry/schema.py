@@ -1,0 +1,35 @@
+"""The telemetry event contract (DESIGN.md "Telemetry events"). Stdlib only.
+
+Every event: `v` (schema version), `t` (unix seconds), `host`, `kind`; task events add `job`, `task`.
+Consumers ignore unknown kinds and fields and count malformed lines instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+KIND_TASK_STATE = "task_state"  # state, pid, exit_code, restarts
+KIND_PROGRESS = "progress"  # local_step, global_step, examples, loss, interval_s, ps_bytes
+KIND_HOST_SAMPLE = "host_sample"  # cpu_pct, mem_pct, gpus, ps_tcp
+KIND_HEARTBEAT = "heartbeat"
+
+TASK_STATES = ("starting", "running", "exited", "restarting")
+
+
+def make_event(kind: str, host: str, *, job: str | None = None, task: int | None = None,
+               t: float | None = None, **fields: Any) -> dict[str, Any]:
+    event: dict[str, Any] = {"v": SCHEMA_VERSION, "t": time.time() if t is None else t, "host": host, "kind": kind}
+    if job is not None:
+        event["job"] = job
+        event["task"] = task
+    event.update(fields)
+    return event
+
+
+def dumps(event: dict[str, Any]) -> str:
+    """One JSON line, no embedded newlines, UTF-8 safe."""
+    return json.dumps(event, separators=(",", ":"), ensure_ascii=False)
