@@ -14,6 +14,13 @@ SCHEMA_VERSION = 1
 
 KIND_TASK_STATE = "task_state"  # state, pid, exit_code, restarts
 KIND_PROGRESS = "progress"  # local_step, global_step, examples, loss, interval_s, ps_bytes
+# progress field meanings (consumers rely on them): local_step and examples are cumulative counts for this
+# task process (examples/s = delta examples / delta t); interval_s = seconds since the previous progress event;
+# ps_bytes = {"ps-0": {"pulled": int, "pushed": int}, ...}: bytes this task read from / wrote to each PS task
+# during that interval (accounted from variable sizes and placement).
+# host_sample.ps_tcp = {"ps-0": {"port": int, "bytes_in": int, "bytes_out": int, "peers": {ip: {"in": int,
+# "out": int}}}}: monotonic byte counters measured by the agent from the kernel (PS side of each connection).
+# heartbeat carries interval_s (the agent's sampling interval).
 KIND_HOST_SAMPLE = "host_sample"  # cpu_pct, mem_pct, gpus, ps_tcp
 KIND_HEARTBEAT = "heartbeat"
 
