@@ -1,0 +1,28 @@
+"""Integration fixtures: real sshd machines on loopback addresses (see tests/integration/sshd.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.integration import sshd
+from tests.integration.sshd import Machines
+
+
+@pytest.fixture(scope="session")
+def sshd_machines() -> Iterator[Callable[[int], Machines]]:
+    """Factory: `sshd_machines(n)` starts n fresh loopback machines (lazily: nothing runs until called).
+
+    Every sshd started through it is killed at the end of the session."""
+    missing = sshd.sshd_available()
+
+    def start(n: int) -> Machines:
+        if missing:
+            pytest.fail(missing)
+        return sshd.start_machines(n)
+
+    try:
+        yield start
+    finally:
+        sshd.stop_all()

@@ -1,0 +1,352 @@
+"""Real OpenSSH `sshd` processes on loopback addresses, one per simulated machine, for integration tests.
+
+API (use it from any integration test; the fixture lives in tests/integration/conftest.py):
+
+    def test_something(sshd_machines, tmp_path):
+        m = sshd_machines(3)            # 3 fresh machines: 127.0.0.2, 127.0.0.3, 127.0.0.4 (started now)
+        m.addresses                     # ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
+        m.port                          # the one sshd port, the same on every address
+        m.user                          # the user the tests log in as (the current user; root in CI)
+        m.identity_file                 # private key authorised on every machine
+        m.known_hosts                   # known_hosts listing every machine's host key
+        m.workdir(i)                    # a per-machine workdir (loopback machines share one filesystem)
+        m.stop(i); m.start(i)           # simulate a dead machine (sshd i killed / started again)
+        m.new_host_key(i)               # give machine i a fresh host key (restarts it): "key changed"
+        m.write_known_hosts(path, exclude=[i])   # a known_hosts without machine i: "key unknown"
+        path = m.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]])
+
+`hosts_toml` writes a valid hosts.toml for the machines: hosts named m0, m1, ..., `python` = this
+venv's interpreter, each host with its own workdir, and an `[ssh]` section that never touches the
+developer's ~/.ssh (`config_file = "none"`, explicit `identity_file` and `known_hosts`, no agent).
+Keyword arguments override the policy, timeouts, mode, base port and add `[training]` keys.
+
+Every machine set gets its own temporary directory and sshd processes; all are killed at the end of
+the test session (and at interpreter exit as a last resort). sshd is started only when a test asks
+for machines, so unit-only runs never pay for it. Works as root (CI) and as a normal user (sshd then
+only accepts logins as that user, which is the user the tests use).
+"""
+
+from __future__ import annotations
+
+import atexit
+import getpass
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+SSHD = os.environ.get("TFCLUSTER_TEST_SSHD", "/usr/sbin/sshd")
+SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+START_TIMEOUT_S = 10.0
+
+_LIVE: list[Machines] = []  # every machine set started in this process, for the exit-time safety net
+
+
+def sshd_available() -> str | None:
+    """None when sshd and ssh-keygen exist, else what is missing (the CI script installs them)."""
+    for tool in (SSHD, SSH_KEYGEN):
+        if not os.access(tool, os.X_OK):
+            return f"{tool} not found: install openssh-server (.ci/run does)"
+    return None
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(
+        [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+
+
+def _free_port(addresses: Sequence[str]) -> int:
+    """A port free on 0.0.0.0 (hence on every loopback address), from the high ephemeral range."""
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        ok = True
+        for addr in ("0.0.0.0", *addresses):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                try:
+                    s.bind((addr, port))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return port
+    raise RuntimeError("no free port for sshd")
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+class Machines:
+    """A set of loopback machines, each a real sshd process. Build with `start_machines(n)`."""
+
+    def __init__(self, n: int, root: Path, user_key: Path, first_address: int = 2, owns_root: bool = False) -> None:
+        self.root = root
+        self._owns_root = owns_root
+        self.addresses = [f"127.0.0.{first_address + i}" for i in range(n)]
+        self.port = _free_port(self.addresses)
+        self.user = getpass.getuser()
+        self.identity_file = str(user_key)
+        self.known_hosts = str(root / "known_hosts")
+        self._procs: list[subprocess.Popen[bytes] | None] = [None] * n
+        (root / "authorized_keys").write_text(Path(str(user_key) + ".pub").read_text())
+        for i in range(n):
+            self.workdir(i)
+            _keygen(self._host_key(i), f"tfcluster-test-host-{i}")
+            self._write_sshd_config(i)
+        self.write_known_hosts(self.known_hosts)
+
+    # --- paths -------------------------------------------------------------------------------------
+    def _host_key(self, i: int) -> Path:
+        return self.root / f"host{i}_ed25519"
+
+    def _sshd_config(self, i: int) -> Path:
+        return self.root / f"sshd{i}.conf"
+
+    def log_file(self, i: int) -> Path:
+        return self.root / f"sshd{i}.log"
+
+    def workdir(self, i: int) -> str:
+        path = self.root / f"work{i}"
+        path.mkdir(exist_ok=True)
+        return str(path)
+
+    def _write_sshd_config(self, i: int) -> None:
+        lines = [
+            f"Port {self.port}",
+            f"ListenAddress {self.addresses[i]}",
+            f"HostKey {self._host_key(i)}",
+            f"PidFile {self.root / f'sshd{i}.pid'}",
+            f"AuthorizedKeysFile {self.root / 'authorized_keys'}",
+            "PermitRootLogin prohibit-password",
+            "StrictModes no",
+            "UsePAM no",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no",
+            "AllowTcpForwarding yes",  # ProxyJump tests open direct-tcpip channels through a machine
+            "X11Forwarding no",
+            "PrintMotd no",
+            "UseDNS no",
+            "MaxStartups 200:30:400",  # benchmarks connect to many machines at once
+            "MaxSessions 64",
+            "LoginGraceTime 30",
+            "LogLevel VERBOSE",
+            "Subsystem sftp internal-sftp",
+        ]
+        self._sshd_config(i).write_text("\n".join(lines) + "\n")
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+    def start(self, i: int) -> None:
+        """Start machine i's sshd and wait until it accepts TCP connections."""
+        if self.is_running(i):
+            return
+        if os.geteuid() == 0:
+            Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+        proc = subprocess.Popen(
+            [SSHD, "-D", "-f", str(self._sshd_config(i)), "-E", str(self.log_file(i))],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            start_new_session=True,  # a Ctrl-C in the terminal reaches pytest, whose teardown kills us
+        )
+        self._procs[i] = proc
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+                log = self.log_file(i).read_text(errors="replace") if self.log_file(i).exists() else ""
+                self._procs[i] = None
+                raise RuntimeError(f"sshd for {self.addresses[i]} exited with {proc.returncode}: {err}{log}")
+            try:
+                with socket.create_connection((self.addresses[i], self.port), timeout=0.5):
+                    return
+            except OSError:
+                time.sleep(0.02)
+        self.stop(i)
+        raise RuntimeError(f"sshd for {self.addresses[i]}:{self.port} did not start in {START_TIMEOUT_S}s")
+
+    def start_all(self) -> None:
+        for i in range(len(self.addresses)):
+            self.start(i)
+
+    def stop(self, i: int) -> None:
+        """Kill machine i's sshd (and its session children: they share its process group)."""
+        proc = self._procs[i]
+        self._procs[i] = None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=5)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+    def is_running(self, i: int) -> bool:
+        proc = self._procs[i]
+        return proc is not None and proc.poll() is None
+
+    def close(self) -> None:
+        for i in range(len(self.addresses)):
+            self.stop(i)
+        if self in _LIVE:
+            _LIVE.remove(self)
+        if self._owns_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # --- keys --------------------------------------------------------------------------------------
+    def host_key_line(self, i: int) -> str:
+        """Machine i's known_hosts line, as OpenSSH writes it for a non-22 port."""
+        key_type, key_b64 = Path(str(self._host_key(i)) + ".pub").read_text().split()[:2]
+        return f"[{self.addresses[i]}]:{self.port} {key_type} {key_b64}"
+
+    def write_known_hosts(self, path: str | os.PathLike[str], exclude: Iterable[int] = ()) -> str:
+        skip = set(exclude)
+        lines = [self.host_key_line(i) for i in range(len(self.addresses)) if i not in skip]
+        Path(path).write_text("".join(line + "\n" for line in lines))
+        return str(path)
+
+    def new_host_key(self, i: int) -> None:
+        """Replace machine i's host key (the machine was 'reinstalled'); restarts it if it was running."""
+        was_running = self.is_running(i)
+        self.stop(i)
+        for suffix in ("", ".pub"):
+            Path(str(self._host_key(i)) + suffix).unlink()
+        _keygen(self._host_key(i), f"tfcluster-test-host-{i}-new")
+        if was_running:
+            self.start(i)
+
+    # --- hosts.toml --------------------------------------------------------------------------------
+    def hosts_toml(
+        self,
+        path: str | os.PathLike[str],
+        roles: Sequence[Sequence[str]] | None = None,
+        *,
+        mode: str = "between-graph",
+        base_port: int | None = None,
+        strict_host_key_checking: str = "yes",
+        known_hosts: str | None = None,
+        identity_file: str | None = None,
+        connect_timeout: float = 5.0,
+        cluster_name: str = "test",
+        host_extra: Mapping[int, Mapping[str, object]] | None = None,
+        training: Mapping[str, object] | None = None,
+    ) -> Path:
+        """Write a hosts.toml for these machines. Default roles: m0 = ps, the others chief/worker."""
+        n = len(self.addresses)
+        if roles is None:
+            roles = [["ps"]] + [["chief", "worker"] if i == 1 else ["worker"] for i in range(1, n)]
+        if base_port is None:
+            from tests.helpers.ports import free_port_block
+
+            base_port = free_port_block(4 * n)
+        out = [
+            "[cluster]",
+            f"name = {_toml_value(cluster_name)}",
+            f"mode = {_toml_value(mode)}",
+            f"base_port = {base_port}",
+            "",
+            "[ssh]",
+            f"user = {_toml_value(self.user)}",
+            f"port = {self.port}",
+            f"identity_file = {_toml_value(identity_file or self.identity_file)}",
+            f"known_hosts = {_toml_value(known_hosts or self.known_hosts)}",
+            f"strict_host_key_checking = {_toml_value(strict_host_key_checking)}",
+            f"connect_timeout = {_toml_value(float(connect_timeout))}",
+            'config_file = "none"',
+            "use_agent = false",
+            "",
+            "[remote]",
+            f"python = {_toml_value(sys.executable)}",
+            "",
+        ]
+        for i, host_roles in enumerate(roles):
+            out += [
+                "[[hosts]]",
+                f'name = "m{i}"',
+                f"address = {_toml_value(self.addresses[i])}",
+                f"roles = {_toml_value(list(host_roles))}",
+                f"workdir = {_toml_value(self.workdir(i))}",
+            ]
+            for key, value in (host_extra or {}).get(i, {}).items():
+                out.append(f"{key} = {_toml_value(value)}")
+            out.append("")
+        if training:
+            out.append("[training]")
+            out += [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+        Path(path).write_text("\n".join(out) + "\n")
+        return Path(path)
+
+
+_user_key_dir: Path | None = None
+
+
+def _user_key() -> Path:
+    """One user key per test process, shared by every machine set."""
+    global _user_key_dir
+    if _user_key_dir is None:
+        _user_key_dir = Path(tempfile.mkdtemp(prefix="tfcluster-sshkeys-"))
+        _keygen(_user_key_dir / "id_ed25519", "tfcluster-test-user")
+    return _user_key_dir / "id_ed25519"
+
+
+_next_address = 2
+
+
+def start_machines(n: int, root: Path | None = None) -> Machines:
+    """Start n fresh machines on loopback addresses no other live set in this process uses."""
+    global _next_address
+    missing = sshd_available()
+    if missing:
+        raise RuntimeError(missing)
+    if _next_address + n > 254:
+        _next_address = 2  # earlier sets are closed by then in practice; addresses are reused
+    first = _next_address
+    _next_address += n
+    owns_root = root is None
+    root = root or Path(tempfile.mkdtemp(prefix="tfcluster-sshd-"))
+    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root)
+    _LIVE.append(machines)
+    try:
+        machines.start_all()
+    except BaseException:
+        machines.close()
+        raise
+    return machines
+
+
+def stop_all() -> None:
+    for machines in list(_LIVE):
+        machines.close()
+    if _user_key_dir is not None:
+        shutil.rmtree(_user_key_dir, ignore_errors=True)
+
+
+atexit.register(stop_all)
