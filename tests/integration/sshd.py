@@ -29,6 +29,7 @@ only accepts logins as that user, which is the user the tests use).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import getpass
 import json
 import os
@@ -194,17 +195,13 @@ class Machines:
         self._procs[i] = None
         if proc is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
         try:
             proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             proc.wait(timeout=5)
         if proc.stderr is not None:
             proc.stderr.close()
