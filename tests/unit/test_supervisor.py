@@ -1,0 +1,183 @@
+"""The supervisor with trivial stdlib programs: restarts with backoff, max_restarts, SIGTERM, no orphans.
+
+Real processes, real files; the "tasks" are tiny `python -c` programs instead of TensorFlow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from training.layout import RunLayout
+from training.supervisor import RUN_DIR_ENV, probe, stop
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _task(job: str, index: int, code: str, host: str = "h1") -> dict[str, Any]:
+    return {"job": job, "index": index, "host": host, "command": [sys.executable, "-c", code],
+            "env": {"TFCLUSTER_JOB": job, "TFCLUSTER_TASK": str(index)}}
+
+
+def _make_run(tmp_path: Path, tasks: list[dict[str, Any]], restart: str = "on-failure",
+              max_restarts: int = 3, backoff: float = 0.2, grace: float = 2.0) -> RunLayout:
+    layout = RunLayout(str(tmp_path / "runs" / "r1"))
+    for d in layout.dirs():
+        os.makedirs(d, exist_ok=True)
+    run = {"run_id": "r1", "created": time.time(),
+           "plan": {"tasks": tasks, "training": {"restart": restart, "max_restarts": max_restarts}},
+           "supervisor": {"backoff_initial": backoff, "backoff_max": 5.0, "grace": grace, "poll": 0.02}}
+    Path(layout.run_file).write_text(json.dumps(run))
+    return layout
+
+
+def _start(layout: RunLayout, host: str = "h1") -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen([sys.executable, "-m", "training.supervisor", "--run-dir", layout.root,
+                             "--host", host], env=env, start_new_session=True)
+
+
+def _state(layout: RunLayout, job: str, index: int) -> dict[str, Any]:
+    try:
+        return json.loads(Path(layout.task_state_file(job, index)).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _events(layout: RunLayout, host: str = "h1") -> list[dict[str, Any]]:
+    path = Path(layout.supervisor_events_file(host))
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _wait(pred: Any, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not reached in time")
+
+
+def _marked(run_dir: str) -> list[int]:
+    """Independent process listing (psutil): every process carrying the run's marker."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get(RUN_DIR_ENV) == run_dir and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return found
+
+
+@pytest.fixture
+def cleanup() -> Any:
+    procs: list[subprocess.Popen[bytes]] = []
+    dirs: list[str] = []
+    yield procs, dirs
+    for d in dirs:
+        stop(d, grace=0.5)
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def test_tasks_that_exit_zero_finish_the_supervisor(tmp_path: Path, cleanup: Any) -> None:
+    layout = _make_run(tmp_path, [_task("ps", 0, "print('ps ok')"), _task("worker", 0, "print('w ok')"),
+                                  _task("worker", 1, "print('other host')", host="h2")])
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    assert sup.wait(timeout=20) == 0
+    for job in ("ps", "worker"):
+        st = _state(layout, job, 0)
+        assert st["state"] == "exited" and st["exit_code"] == 0 and st["restarts"] == 0 and st["final"]
+    assert not Path(layout.task_state_file("worker", 1)).exists()  # h2's task is not ours
+    assert "ps ok" in Path(layout.log_file("ps", 0)).read_text()
+    sup_state = json.loads(Path(layout.supervisor_state_file("h1")).read_text())
+    assert sup_state["state"] == "finished" and sup_state["pgid"] == sup_state["pid"] == sup.pid
+    states = [(e["job"], e["state"]) for e in _events(layout) if e["kind"] == "task_state"]
+    assert ("ps", "running") in states and ("ps", "exited") in states
+
+
+def test_failing_task_restarts_with_backoff_until_max_restarts(tmp_path: Path, cleanup: Any) -> None:
+    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(3)")], max_restarts=3, backoff=0.2)
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    assert sup.wait(timeout=20) == 1
+    st = _state(layout, "worker", 0)
+    assert st["state"] == "exited" and st["exit_code"] == 3 and st["restarts"] == 3 and st["final"]
+    starts = [e["t"] for e in _events(layout) if e["state"] == "running"]
+    assert len(starts) == 4
+    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    # Backoff doubles: 0.2, 0.4, 0.8 s (lower bounds only; a busy machine may be slower).
+    assert gaps[0] >= 0.2 and gaps[1] >= 0.4 and gaps[2] >= 0.8
+    assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "failed"
+
+
+def test_restart_never_policy(tmp_path: Path, cleanup: Any) -> None:
+    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(5)")], restart="never")
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    assert sup.wait(timeout=20) == 1
+    st = _state(layout, "worker", 0)
+    assert st["restarts"] == 0 and st["exit_code"] == 5
+
+
+def test_killed_task_is_restarted_then_finishes(tmp_path: Path, cleanup: Any) -> None:
+    # First attempt sleeps (to be killed), the restarted one exits 0.
+    code = ("import os, sys, time\n"
+            "if os.environ['TFCLUSTER_TASK_ID'].endswith('#0'): time.sleep(60)\n")
+    layout = _make_run(tmp_path, [_task("worker", 0, code)])
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    _wait(lambda: _state(layout, "worker", 0).get("state") == "running")
+    os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
+    assert sup.wait(timeout=20) == 0
+    st = _state(layout, "worker", 0)
+    assert st["restarts"] == 1 and st["exit_code"] == 0
+    assert st["history"][0]["signal"] == signal.SIGKILL
+
+
+def test_sigterm_stops_children_including_sh_grandchildren(tmp_path: Path, cleanup: Any) -> None:
+    ignores_term = ("import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); "
+                    "time.sleep(60)")
+    sh_task = {"job": "worker", "index": 1, "host": "h1", "env": {},
+               "command": ["/bin/sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)'; echo after"]}
+    layout = _make_run(tmp_path, [_task("ps", 0, ignores_term), sh_task], grace=0.5)
+    cleanup[1].append(layout.root)
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    _wait(lambda: len(_marked(layout.root)) >= 4)  # supervisor, ps, sh, its python
+    _wait(lambda: "ready" in Path(layout.log_file("ps", 0)).read_text())
+    os.kill(sup.pid, signal.SIGTERM)
+    assert sup.wait(timeout=10) == 0
+    _wait(lambda: not _marked(layout.root), timeout=3)
+    assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "stopped"
+    assert _state(layout, "ps", 0)["signal"] == signal.SIGKILL  # it ignored TERM, so the grace ran out
+
+
+def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, cleanup: Any) -> None:
+    layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)"),
+                                  _task("worker", 1, "import time; time.sleep(60)")])
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    _wait(lambda: len(_marked(layout.root)) >= 3)
+    os.kill(sup.pid, signal.SIGKILL)  # its tasks are orphaned but still marked
+    sup.wait()
+    assert len(_marked(layout.root)) == 2
+    seen = probe(layout.root)
+    assert not seen["supervisors"][0]["alive"] and len(seen["processes"]) == 2
+    result = stop(layout.root, grace=0.5)
+    assert result["remaining"] == [] and len(result["killed"]) == 2
+    assert _marked(layout.root) == []
+    assert stop(layout.root, grace=0.5)["remaining"] == []  # idempotent

@@ -1,0 +1,394 @@
+"""The per-host supervisor: starts this host's tasks, restarts them by policy, stops them on SIGTERM.
+
+Shipped to every host (stdlib only). Started detached by the orchestrator (`setsid`), so it leads its
+own session and process group and every task it spawns stays in that group: `stop` can always kill
+the whole group even when the supervisor itself is gone.
+
+    python -m training.supervisor --run-dir R --host NAME         # supervise (the normal mode)
+    python -m training.supervisor --probe --run-dir R              # print states + live processes (JSON)
+    python -m training.supervisor --stop --run-dir R [--grace S]   # stop the run on this host (JSON)
+
+Every process of a run carries `TFCLUSTER_RUN_DIR=<run dir>` in its environment; `--stop` and
+`--probe` find the run's processes by that marker in /proc, so orphans cannot hide.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from training.layout import RunLayout
+from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
+
+RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"
+TASK_ID_ENV = "TFCLUSTER_TASK_ID"  # "<job>-<index>#<attempt>": finds a task's leftover children
+DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1}
+
+
+def write_json_atomic(path: str, data: dict[str, Any]) -> None:
+    """Readers (probe, status) must never see a half-written file: write a temp file, then rename."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(json.dumps(data, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+
+
+# ---- /proc helpers (Linux) -------------------------------------------------------------------------
+
+def _proc_environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    env: dict[str, str] = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode(errors="replace")] = value.decode(errors="replace")
+    return env
+
+
+def _proc_pgid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: fields after the last ')' are: state ppid pgrp ...
+    fields = stat.rsplit(")", 1)[-1].split()
+    if len(fields) < 3 or fields[0] == "Z":
+        return None  # zombies hold no resources; their parent reaps them
+    return int(fields[2])
+
+
+def _proc_cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _all_pids() -> list[int]:
+    return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def run_processes(run_dir: str, exclude: set[int] | None = None) -> list[dict[str, Any]]:
+    """Every live process whose environment marks it as part of this run (the supervisor, its tasks,
+    and anything they spawned, even if reparented)."""
+    exclude = exclude or set()
+    me = os.getpid()
+    found = []
+    for pid in _all_pids():
+        if pid == me or pid in exclude:
+            continue
+        env = _proc_environ(pid)
+        if env.get(RUN_DIR_ENV) != run_dir:
+            continue
+        pgid = _proc_pgid(pid)
+        if pgid is None:
+            continue
+        found.append({"pid": pid, "pgid": pgid, "task": env.get(TASK_ID_ENV, ""), "args": _proc_cmdline(pid)})
+    return found
+
+
+def _signal_pids(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+# ---- supervising ------------------------------------------------------------------------------------
+
+@dataclass
+class Task:
+    job: str
+    index: int
+    command: list[str]
+    env: dict[str, str]
+    proc: subprocess.Popen[bytes] | None = None
+    state: str = "starting"
+    restarts: int = 0
+    exit_code: int | None = None
+    exit_signal: int | None = None
+    final: bool = False  # done (exit 0), or failed for good: never started again
+    next_start: float = 0.0
+    started_at: float | None = None
+    exited_at: float | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}-{self.index}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+
+class Supervisor:
+    def __init__(self, run_dir: str, host: str) -> None:
+        self.layout = RunLayout(run_dir)
+        self.host = host
+        with open(self.layout.run_file, encoding="utf-8") as f:
+            self.run = json.load(f)
+        plan = self.run["plan"]
+        training = plan.get("training", {})
+        self.restart_policy: str = training.get("restart", "on-failure")
+        self.max_restarts: int = int(training.get("max_restarts", 3))
+        opts = {**DEFAULTS, **self.run.get("supervisor", {})}
+        self.backoff_initial = float(opts["backoff_initial"])
+        self.backoff_max = float(opts["backoff_max"])
+        self.grace = float(opts["grace"])
+        self.poll = float(opts["poll"])
+        self.tasks = [
+            Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]))
+            for t in plan["tasks"]
+            if t["host"] == host
+        ]
+        self.state = "starting"
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.stop_requested = False
+        for d in self.layout.dirs():
+            os.makedirs(d, exist_ok=True)
+        self._events = open(self.layout.supervisor_events_file(host), "a", encoding="utf-8")  # noqa: SIM115
+
+    # -- records
+    def _write_self(self) -> None:
+        write_json_atomic(self.layout.supervisor_state_file(self.host), {
+            "kind": "supervisor", "host": self.host, "run_id": self.run.get("run_id"), "pid": os.getpid(),
+            "pgid": os.getpgid(0), "state": self.state, "started_at": self.started_at,
+            "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks], "updated_at": time.time(),
+        })
+
+    def _record(self, task: Task, state: str) -> None:
+        task.state = state
+        now = time.time()
+        self._events.write(dumps(make_event(
+            KIND_TASK_STATE, self.host, job=task.job, task=task.index, t=now, state=state, pid=task.pid,
+            exit_code=task.exit_code, restarts=task.restarts, signal=task.exit_signal, final=task.final,
+        )) + "\n")
+        self._events.flush()
+        write_json_atomic(self.layout.task_state_file(task.job, task.index), {
+            "kind": "task", "host": self.host, "job": task.job, "task": task.index, "state": state,
+            "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code,
+            "signal": task.exit_signal, "final": task.final, "started_at": task.started_at,
+            "exited_at": task.exited_at, "next_start": task.next_start if state == "restarting" else None,
+            "history": task.history[-20:], "updated_at": now,
+        })
+
+    # -- task control
+    def _spawn(self, task: Task) -> None:
+        env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root,
+               TASK_ID_ENV: f"{task.name}#{task.restarts}"}
+        self._record(task, "starting")
+        log = open(self.layout.log_file(task.job, task.index), "ab")  # noqa: SIM115
+        try:
+            log.write(f"--- tfcluster: starting {task.name} (attempt {task.restarts + 1}) at {time.ctime()}\n"
+                      .encode())
+            log.flush()
+            # Same process group as the supervisor (no new session): `stop` kills the group.
+            task.proc = subprocess.Popen(task.command, cwd=self.layout.code, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
+        except OSError as exc:
+            log.write(f"--- tfcluster: cannot start {task.name}: {exc}\n".encode())
+            task.proc = None
+            self._exited(task, 127, None)
+            return
+        finally:
+            log.close()
+        task.started_at = time.time()
+        task.exit_code = task.exit_signal = None
+        self._record(task, "running")
+
+    def _exited(self, task: Task, code: int | None, sig: int | None) -> None:
+        task.exit_code, task.exit_signal = code, sig
+        task.exited_at = time.time()
+        task.history.append({"pid": task.pid, "exit_code": code, "signal": sig, "at": task.exited_at})
+        self._kill_leftovers(task)
+        ok = code == 0
+        if ok or self.stop_requested or self.restart_policy == "never" or task.restarts >= self.max_restarts:
+            task.final = True
+            self._record(task, "exited")
+            return
+        delay = min(self.backoff_max, self.backoff_initial * (2 ** task.restarts))
+        task.restarts += 1
+        task.next_start = time.time() + delay
+        self._record(task, "restarting")
+
+    def _kill_leftovers(self, task: Task) -> None:
+        """A task run through `sh -c` may leave its real program behind (holding the TF port)."""
+        marker = f"{task.name}#{task.restarts}"
+        left = [p["pid"] for p in run_processes(self.layout.root) if p["task"] == marker]
+        _signal_pids(left, signal.SIGKILL)
+
+    def _reap(self) -> None:
+        for task in self.tasks:
+            if task.proc is None or task.state != "running":
+                continue
+            rc = task.proc.poll()
+            if rc is None:
+                continue
+            if rc < 0:
+                self._exited(task, None, -rc)
+            else:
+                self._exited(task, rc, None)
+
+    def _handle_term(self, signum: int, frame: object) -> None:
+        self.stop_requested = True
+
+    def _stop_tasks(self) -> None:
+        running = [t for t in self.tasks if t.state == "running" and t.proc is not None]
+        pids = [t.pid for t in running if t.pid is not None]
+        # TERM every process of the group but ourselves (catches `sh -c` grandchildren too).
+        group = [p["pid"] for p in run_processes(self.layout.root) if p["pgid"] == os.getpgid(0)]
+        _signal_pids(sorted(set(pids) | set(group)), signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
+            time.sleep(0.05)
+        survivors = [p["pid"] for p in run_processes(self.layout.root)]
+        _signal_pids(survivors, signal.SIGKILL)
+        for task in running:
+            assert task.proc is not None
+            rc = task.proc.wait()
+            task.exit_code, task.exit_signal = (None, -rc) if rc < 0 else (rc, None)
+            task.exited_at = time.time()
+            task.final = True
+            self._record(task, "exited")
+        for task in self.tasks:
+            if not task.final:
+                task.final = True
+                self._record(task, "exited")
+
+    def serve(self) -> int:
+        signal.signal(signal.SIGTERM, self._handle_term)
+        signal.signal(signal.SIGINT, self._handle_term)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away
+        self._write_self()
+        for task in self.tasks:
+            self._spawn(task)
+        self.state = "running"
+        self._write_self()
+        while not self.stop_requested:
+            self._reap()
+            now = time.time()
+            for task in self.tasks:
+                if task.state == "restarting" and now >= task.next_start:
+                    self._spawn(task)
+            if all(t.final for t in self.tasks):
+                break
+            time.sleep(self.poll)
+        if self.stop_requested:
+            self._stop_tasks()
+            self.state = "stopped"
+        else:
+            self.state = "finished" if all(t.exit_code == 0 for t in self.tasks) else "failed"
+        self.ended_at = time.time()
+        self._write_self()
+        self._events.close()
+        return 0 if self.state in ("finished", "stopped") else 1
+
+
+# ---- probe and stop (run by the orchestrator over the transport, one round trip each) ----------------
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def probe(run_dir: str) -> dict[str, Any]:
+    """This host's view of the run: supervisor and task state files, and which run processes live."""
+    layout = RunLayout(run_dir)
+    supervisors: list[dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
+    if os.path.isdir(layout.state):
+        for name in sorted(os.listdir(layout.state)):
+            if not name.endswith(".json"):
+                continue
+            data = _read_json(os.path.join(layout.state, name))
+            if data is None:
+                continue
+            if data.get("kind") == "supervisor":
+                pid = data.get("pid")
+                data["alive"] = isinstance(pid, int) and _proc_pgid(pid) is not None and \
+                    _proc_environ(pid).get(RUN_DIR_ENV) == run_dir
+                supervisors.append(data)
+            else:
+                tasks.append(data)
+    return {"run_dir": run_dir, "exists": os.path.isdir(run_dir), "supervisors": supervisors, "tasks": tasks,
+            "processes": run_processes(run_dir), "now": time.time()}
+
+
+def stop(run_dir: str, grace: float) -> dict[str, Any]:
+    """SIGTERM the supervisor(s), wait up to `grace`, then KILL their groups and any run process left."""
+    layout = RunLayout(run_dir)
+    sup_pids: list[int] = []
+    if os.path.isdir(layout.state):
+        for name in os.listdir(layout.state):
+            if name.startswith("supervisor-") and name.endswith(".json"):
+                data = _read_json(os.path.join(layout.state, name)) or {}
+                pid = data.get("pid")
+                if isinstance(pid, int) and _proc_environ(pid).get(RUN_DIR_ENV) == run_dir:
+                    sup_pids.append(pid)
+    _signal_pids(sup_pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_proc_pgid(p) is not None for p in sup_pids):
+        time.sleep(0.05)
+    killed: list[int] = []
+    for _ in range(20):  # KILL until nothing is left (a fork may race with the scan)
+        left = run_processes(run_dir)
+        if not left:
+            break
+        groups = {p["pgid"] for p in left}
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        pids = [p["pid"] for p in left]
+        _signal_pids(pids, signal.SIGKILL)
+        killed.extend(pids)
+        time.sleep(0.05)
+    return {"run_dir": run_dir, "terminated": sup_pids, "killed": sorted(set(killed)),
+            "remaining": run_processes(run_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.supervisor")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--host", default="")
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--stop", action="store_true")
+    parser.add_argument("--grace", type=float, default=DEFAULTS["grace"])
+    args = parser.parse_args(argv)
+    run_dir = os.path.abspath(args.run_dir)
+    if args.probe:
+        print(json.dumps(probe(run_dir)))
+        return 0
+    if args.stop:
+        print(json.dumps(stop(run_dir, args.grace)))
+        return 0
+    if not args.host:
+        parser.error("--host is required to supervise")
+    if os.environ.get(RUN_DIR_ENV) != run_dir:
+        # The marker must be in our own /proc/<pid>/environ (set at exec time), so `stop` finds us too.
+        env = {**os.environ, RUN_DIR_ENV: run_dir}
+        os.execve(sys.executable, [sys.executable, "-m", "training.supervisor", "--run-dir", run_dir,
+                                   "--host", args.host], env)
+    return Supervisor(run_dir, args.host).serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
