@@ -17,9 +17,10 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 
 
 class Strict(BaseModel):
-    """Every section rejects unknown keys: a typo must never be silently ignored."""
+    """Every section rejects unknown keys (a typo must never be silently ignored) and takes TOML's own
+    types as they are: `port = "22"` or `gpus = [true]` is an error, not a silent conversion."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ClusterSection(Strict):
@@ -65,8 +66,9 @@ class HostConfig(Strict):
     @field_validator("roles")
     @classmethod
     def _roles_unique(cls, roles: list[Role]) -> list[Role]:
-        if len(set(roles)) != len(roles):
-            raise ValueError("a role is listed twice")
+        for i, role in enumerate(roles):
+            if role in roles[:i]:
+                raise ValueError(f"role `{role}` is listed twice")
         return roles
 
     @field_validator("gpus")
@@ -145,7 +147,7 @@ def explicit_ssh(config: Config, host: HostConfig) -> SSHOptions:
     for layer in (config.ssh, host.ssh):
         if layer is not None:
             merged.update({k: v for k, v in layer.model_dump().items() if v is not None})
-    return SSHOptions(**merged)
+    return SSHOptions.model_validate(merged)
 
 
 def host_python(config: Config, host: HostConfig) -> str:

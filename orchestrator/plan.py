@@ -12,6 +12,8 @@ Rules (DESIGN.md "Plan rules"):
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import json
 import shlex
 import string
@@ -19,7 +21,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.config import Config, HostConfig, SSHOptions, explicit_ssh, host_python, host_workdir
+from orchestrator.config_rules import check_rules
 from orchestrator.errors import ConfigError
+from orchestrator.toml_lines import format_key_path
 
 JOB_ORDER = ("chief", "ps", "worker")  # TF_CONFIG lists jobs in this order; tasks are numbered per job
 COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
@@ -106,13 +110,9 @@ def _host_address(host: HostConfig) -> str:
 
 def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
     """Turn a validated Config into the ClusterPlan. Raises ConfigError for plans that cannot run."""
+    check_rules(config, source)
     mode = config.cluster.mode
     hosts_with = {r: [h for h in config.hosts if r in h.roles] for r in ("ps", "worker", "chief")}
-    if len(hosts_with["chief"]) > 1:
-        names = ", ".join(h.name for h in hosts_with["chief"])
-        raise ConfigError(source, "hosts.roles", f"only one host may have role `chief` (found: {names})")
-    if mode == "between-graph" and not hosts_with["ps"]:
-        raise ConfigError(source, "hosts.roles", "between-graph mode needs at least one host with role `ps`")
 
     # (job, host, gpu) in allocation order
     slots: dict[str, list[tuple[HostConfig, int | None]]] = {"chief": [], "ps": [], "worker": []}
@@ -134,20 +134,33 @@ def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
         else:
             slots["worker"].extend((h, None) for _ in range(h.workers or 1))
     if not slots["worker"]:
-        raise ConfigError(source, "hosts.roles", "no worker: at least one host needs role `worker`")
+        # check_rules saw a worker host, so the chief took its only GPU
+        i = next(i for i, h in enumerate(config.hosts) if "worker" in h.roles)
+        raise ConfigError(
+            source, f"hosts[{i}].gpus",
+            f"no worker task left: the chief takes the first GPU of `{config.hosts[i].name}` and it has no "
+            "other; list another GPU, or add a host with role `worker`",
+        )
     if mode == "in-graph":
         client_host = chief_host or hosts_with["worker"][0]
         slots["chief"].append((client_host, None))
+
+    if config.training.command is not None:
+        check_command_template(config.training.command, source)
+
+    task_count = sum(len(v) for v in slots.values())
+    last_port = config.cluster.base_port + task_count - 1
+    if last_port > 65535:
+        raise ConfigError(
+            source, "cluster.base_port",
+            f"base_port {config.cluster.base_port} leaves no room for the plan's {task_count} task ports "
+            f"(the last would be {last_port} > 65535); use base_port <= {65536 - task_count}",
+        )
 
     ports: dict[tuple[str, int], int] = {}
     next_port = config.cluster.base_port
     for job in JOB_ORDER:
         for i in range(len(slots[job])):
-            if next_port > 65535:
-                raise ConfigError(
-                    source, "cluster.base_port", f"base_port {config.cluster.base_port} leaves no room "
-                    f"for every task's port (ports would exceed 65535)"
-                )
             ports[(job, i)] = next_port
             next_port += 1
 
@@ -176,7 +189,7 @@ def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
                 "PYTHONUNBUFFERED": "1",
                 "TF_CPP_MIN_LOG_LEVEL": "1",
             }
-            command = _task_command(config, h, job, i, cluster_spec, source)
+            command = _task_command(config, h, job, i, cluster_spec)
             tasks.append(
                 TaskPlan(
                     job=job, index=i, host=h.name, address=_host_address(h), port=ports[(job, i)],
@@ -184,6 +197,8 @@ def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
                     command=command, env=env, is_chief=is_chief,
                 )
             )
+
+    _check_slowdown(config, tasks, source)
 
     host_plans = tuple(
         HostPlan(
@@ -205,9 +220,37 @@ def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
     )
 
 
-def _task_command(
-    config: Config, host: HostConfig, job: str, index: int, spec: dict[str, list[str]], source: str
-) -> list[str]:
+def _braced(name: str) -> str:
+    return "{" + name + "}"
+
+
+def check_command_template(template: str, source: str) -> None:
+    """The user's command may only use COMMAND_PLACEHOLDERS, each plainly (`{task}`, not `{task!r}`)."""
+    try:
+        fields = [(name, conversion) for _, name, _, conversion in string.Formatter().parse(template)]
+    except ValueError as exc:  # unbalanced braces
+        raise ConfigError(
+            source, "training.command", f"{exc}: write {{{{ and }}}} for a literal brace in the command"
+        ) from None
+    for name, conversion in fields:
+        if name is None:
+            continue
+        if name not in COMMAND_PLACEHOLDERS:
+            close = difflib.get_close_matches(name, COMMAND_PLACEHOLDERS, n=1, cutoff=0.5)
+            raise ConfigError(
+                source, "training.command",
+                f"unknown placeholder {{{name}}}; known: " + ", ".join(_braced(p) for p in COMMAND_PLACEHOLDERS),
+                suggestion=_braced(close[0]) if close else None,
+            )
+        if conversion is not None:
+            raise ConfigError(
+                source, "training.command",
+                f"placeholder {{{name}!{conversion}}}: conversions are not allowed, values are already shell-quoted",
+                suggestion=_braced(name),
+            )
+
+
+def _task_command(config: Config, host: HostConfig, job: str, index: int, spec: dict[str, list[str]]) -> list[str]:
     python = host_python(config, host)
     user_command = config.training.command
     if user_command is None:
@@ -221,22 +264,35 @@ def _task_command(
         "python": python,
         "host": host.name,
     }
-    for _, name, _, _ in string.Formatter().parse(user_command):
-        if name is not None and name not in values:
-            raise ConfigError(
-                source, "training.command",
-                f"unknown placeholder {{{name}}}; known: " + ", ".join("{%s}" % p for p in COMMAND_PLACEHOLDERS),
-            )
     # Every value is shell-quoted: the string runs under `sh -c` on the host.
     filled = user_command.format(**{k: shlex.quote(v) for k, v in values.items()})
     return ["/bin/sh", "-c", filled]
 
 
-def _warnings(config: Config) -> list[str]:
-    import ipaddress
+def _check_slowdown(config: Config, tasks: list[TaskPlan], source: str) -> None:
+    names = [f"{t.job}:{t.index}" for t in tasks if t.job in ("worker", "chief")]
+    for key in config.training.slowdown:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            raise ConfigError(
+                source, format_key_path(("training", "slowdown", key)),
+                f"the plan has no task {key} (its training tasks: {', '.join(names)})",
+                suggestion=close[0] if close else None,
+            )
 
+
+def _warnings(config: Config) -> list[str]:
     out = []
     for h in config.hosts:
+        if h.gpus and "worker" not in h.roles and not ("chief" in h.roles and config.cluster.mode == "between-graph"):
+            out.append(f"host {h.name}: `gpus` is ignored, only worker tasks (and a between-graph chief) use GPUs")
+        if h.workers is not None and "worker" not in h.roles:
+            out.append(f"host {h.name}: `workers` is ignored, the host has no `worker` role")
+        if explicit_ssh(config, h).strict_host_key_checking == "no" and h.transport == "ssh":
+            out.append(
+                f'host {h.name}: strict_host_key_checking = "no" accepts any host key, so a '
+                "man-in-the-middle would go unnoticed; use \"accept-new\" once, then \"yes\""
+            )
         try:
             ip = ipaddress.ip_address(h.address)
         except ValueError:
