@@ -1,0 +1,218 @@
+"""Typed telemetry events: JSON lines (training/telemetry/schema.py) become frozen dataclasses.
+
+Unknown kinds and fields are ignored; malformed lines are counted by `EventParser`, never raised.
+The collector adds two events of its own, `StreamUp` and `StreamDown`, for a host's agent stream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_PROGRESS, KIND_TASK_STATE
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStateEvent:
+    t: float
+    host: str
+    job: str
+    task: int
+    state: str  # starting | running | exited | restarting
+    pid: int | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PsBytes:
+    pulled: int  # read by the worker from the PS: the PS's outgoing traffic
+    pushed: int  # written by the worker to the PS: the PS's incoming traffic
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    t: float
+    host: str
+    job: str
+    task: int
+    local_step: int
+    global_step: int
+    examples: int
+    loss: float | None
+    interval_s: float | None
+    ps_bytes: dict[str, PsBytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSample:
+    index: int
+    util_pct: float | None
+    mem_used_mb: float | None
+    mem_total_mb: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PsTcp:
+    port: int
+    bytes_in: int  # monotonic counters, PS side of every connection to the port
+    bytes_out: int
+    peers: dict[str, tuple[int, int]] = field(default_factory=dict)  # peer ip -> (in, out)
+
+
+@dataclass(frozen=True, slots=True)
+class HostSampleEvent:
+    t: float
+    host: str
+    cpu_pct: float | None
+    mem_pct: float | None
+    gpus: tuple[GpuSample, ...] = ()
+    ps_tcp: dict[str, PsTcp] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatEvent:
+    t: float
+    host: str
+    interval_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUp:
+    """The collector (re)connected the host's agent stream."""
+
+    t: float
+    host: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDown:
+    """The host's agent stream ended or could not be opened."""
+
+    t: float
+    host: str
+    reason: str = ""
+
+
+Event = TaskStateEvent | ProgressEvent | HostSampleEvent | HeartbeatEvent | StreamUp | StreamDown
+
+
+class Malformed(ValueError):
+    pass
+
+
+def _num(d: dict[str, Any], key: str, default: float | None = None) -> float | None:
+    v = d.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise Malformed(f"{key} is not a number")
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
+    v = d.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise Malformed(f"{key} is not a number")
+    return int(v)
+
+
+def _ps_bytes(raw: Any) -> dict[str, PsBytes]:
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, PsBytes] = {}
+    for name, v in raw.items():
+        key = name if str(name).startswith("ps-") else f"ps-{name}"
+        if isinstance(v, dict):
+            out[key] = PsBytes(int(v.get("pulled", 0) or 0), int(v.get("pushed", 0) or 0))
+        elif isinstance(v, list | tuple) and len(v) == 2:
+            out[key] = PsBytes(int(v[0]), int(v[1]))
+    return out
+
+
+def _gpus(raw: Any) -> tuple[GpuSample, ...]:
+    if not isinstance(raw, list):
+        return ()
+    gpus = []
+    for i, g in enumerate(raw):
+        if isinstance(g, dict):
+            gpus.append(GpuSample(int(g.get("index", i)), _num(g, "util_pct"), _num(g, "mem_used_mb"),
+                                  _num(g, "mem_total_mb")))
+    return tuple(gpus)
+
+
+def _ps_tcp(raw: Any) -> dict[str, PsTcp]:
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, PsTcp] = {}
+    for name, v in raw.items():
+        if not isinstance(v, dict):
+            continue
+        peers: dict[str, tuple[int, int]] = {}
+        for ip, pv in (v.get("peers") or {}).items():
+            if isinstance(pv, dict):
+                peers[str(ip)] = (int(pv.get("in", 0)), int(pv.get("out", 0)))
+        out[str(name)] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)), peers)
+    return out
+
+
+def from_dict(d: dict[str, Any]) -> Event | None:
+    """A typed event, None for a kind this version does not know; Malformed for a broken known event."""
+    kind = d.get("kind")
+    t = _num(d, "t")
+    host = d.get("host")
+    if t is None or not isinstance(host, str) or not isinstance(kind, str):
+        raise Malformed("missing t/host/kind")
+    try:
+        if kind in (KIND_PROGRESS, KIND_TASK_STATE):
+            job, task = d.get("job"), _int(d, "task")
+            if not isinstance(job, str) or task is None:
+                raise Malformed("task event without job/task")
+            if kind == KIND_TASK_STATE:
+                state = d.get("state")
+                if not isinstance(state, str):
+                    raise Malformed("task_state without state")
+                return TaskStateEvent(t, host, job, task, state, _int(d, "pid"), _int(d, "exit_code"),
+                                      _int(d, "restarts", 0) or 0)
+            return ProgressEvent(t, host, job, task, _int(d, "local_step", 0) or 0, _int(d, "global_step", 0) or 0,
+                                 _int(d, "examples", 0) or 0, _num(d, "loss"), _num(d, "interval_s"),
+                                 _ps_bytes(d.get("ps_bytes")))
+        if kind == KIND_HOST_SAMPLE:
+            return HostSampleEvent(t, host, _num(d, "cpu_pct"), _num(d, "mem_pct"), _gpus(d.get("gpus")),
+                                   _ps_tcp(d.get("ps_tcp")))
+        if kind == KIND_HEARTBEAT:
+            return HeartbeatEvent(t, host, _num(d, "interval_s"))
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise Malformed(str(exc)) from exc
+    return None
+
+
+@dataclass
+class EventParser:
+    """Parses lines, counting the ones it cannot use. Never raises."""
+
+    malformed: int = 0
+    unknown: int = 0
+
+    def parse(self, line: str | bytes) -> Event | None:
+        if isinstance(line, bytes):
+            line = line.decode("utf-8", "replace")
+        line = line.strip()
+        if not line:
+            return None
+        try:
+            d = json.loads(line)
+            if not isinstance(d, dict):
+                raise Malformed("not an object")
+            ev = from_dict(d)
+        except (ValueError, RecursionError):  # json.JSONDecodeError and Malformed are ValueErrors
+            self.malformed += 1
+            return None
+        if ev is None:
+            self.unknown += 1
+        return ev

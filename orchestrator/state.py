@@ -1,0 +1,432 @@
+"""ClusterState: what the dashboard and `status --watch` show, built from typed events and a clock.
+
+`ClusterState.apply(event, now)` folds one event in (O(1), mutable for speed: 256 tasks at 1 Hz) and
+`ClusterState.tick(now)` recomputes liveness and totals. Liveness itself is the pure functions
+`host_reachable` and `task_liveness` of the recorded times and the clock (DESIGN.md "Liveness states").
+The state is only touched from one thread (the UI's or the CLI's); collector threads hand over events
+through a queue.
+
+Times: event `t` is the remote host's clock; it is mapped to the local clock with a per-host offset
+measured from the agent's heartbeats, so ages and rates never depend on clock skew between machines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.events import (
+    Event,
+    GpuSample,
+    HeartbeatEvent,
+    HostSampleEvent,
+    ProgressEvent,
+    StreamDown,
+    StreamUp,
+    TaskStateEvent,
+)
+
+STALE_INTERVALS = 3  # a value older than this many intervals no longer counts as current
+EMA_TAU_S = 3.0  # smoothing time constant for rates
+HISTORY_S = 60.0  # sparkline window
+LOG_LEN = 500
+
+LIVENESS_STATES = ("running", "stalled", "starting", "restarting", "exited", "unreachable")
+GLYPHS = {"running": "●", "stalled": "◐", "starting": "◌", "restarting": "↻", "exited": "✖", "unreachable": "?"}
+
+
+def ema(previous: float | None, value: float, dt: float, tau: float = EMA_TAU_S) -> float:
+    """Exponential moving average with a time constant, so uneven sample spacing smooths evenly."""
+    if previous is None:
+        return value
+    alpha = 1.0 - math.exp(-max(dt, 0.0) / tau)
+    return previous + alpha * (value - previous)
+
+
+@dataclass
+class HostView:
+    name: str
+    created: float  # local time the host became known (the baseline before it is first heard)
+    interval_s: float
+    cpu_pct: float | None = None
+    mem_pct: float | None = None
+    gpus: tuple[GpuSample, ...] = ()
+    t_sample: float | None = None  # local time of the last host_sample
+    t_heard: float | None = None  # local time of the last line from its stream
+    clock_offset: float = 0.0  # local - remote, from heartbeats
+    stream_up: bool = False
+    stream_reason: str = ""
+    reachable: bool = True  # as of the last tick
+
+    def local(self, remote_t: float) -> float:
+        return remote_t + self.clock_offset
+
+
+def host_reachable(host: HostView, now: float) -> bool:
+    """Heard from within STALE_INTERVALS intervals (never heard: counted from when it became known)."""
+    last = host.t_heard if host.t_heard is not None else host.created
+    return now - last <= STALE_INTERVALS * host.interval_s
+
+
+@dataclass
+class TaskView:
+    job: str
+    task: int
+    host: str
+    gpu: int | None = None
+    # from the supervisor's task_state
+    proc_state: str | None = None
+    pid: int | None = None
+    exit_code: int | None = None
+    restarts: int = 0
+    t_state: float | None = None
+    # from progress
+    local_step: int | None = None
+    global_step: int | None = None
+    examples: int | None = None
+    loss: float | None = None
+    t_progress: float | None = None
+    t_step_moved: float | None = None
+    steps_per_s: float | None = None
+    examples_per_s: float | None = None
+    history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))  # (t, steps/s)
+    loss_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))
+    _prev: tuple[float, int, int] | None = None  # remote t, local_step, examples of the last progress
+    # computed by tick
+    liveness: str = "starting"
+    age_s: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}-{self.task}"
+
+    @property
+    def expects_progress(self) -> bool:
+        return self.job != "ps"
+
+    @property
+    def last_data(self) -> float | None:
+        times = [t for t in (self.t_state, self.t_progress) if t is not None]
+        return max(times) if times else None
+
+
+def task_liveness(task: TaskView, host: HostView, now: float) -> str:
+    """running / stalled / starting / restarting / exited / unreachable, from recorded times and the clock."""
+    if not host_reachable(host, now):
+        return "unreachable"
+    window = STALE_INTERVALS * host.interval_s
+    if task.proc_state == "exited":
+        return "exited"
+    # A progress line newer than "starting"/"restarting" means the new process is already past it.
+    newer_progress = task.t_progress is not None and task.t_state is not None and task.t_progress > task.t_state
+    if task.proc_state in ("restarting", "starting") and not newer_progress:
+        return task.proc_state
+    if not task.expects_progress:
+        return "running" if task.proc_state in ("running", None) else task.proc_state
+    if task.t_progress is None or (task.t_state is not None and task.proc_state == "running"
+                                   and task.t_progress < task.t_state):
+        return "starting"  # alive, no progress from this process yet (TF still connecting)
+    if now - task.t_progress > window:
+        return "stalled"
+    if task.t_step_moved is None or now - task.t_step_moved > window:
+        return "stalled"
+    return "running"
+
+
+@dataclass
+class PsTraffic:
+    """Traffic of one PS task: measured by the host's kernel, and accounted by the workers."""
+
+    name: str
+    host: str
+    port: int | None = None
+    measured_in: float | None = None  # bytes/s, smoothed
+    measured_out: float | None = None
+    t_measured: float | None = None
+    peers: dict[str, tuple[float, float]] = field(default_factory=dict)  # ip -> (in, out) bytes/s
+    accounted_in: float | None = None  # sum over live workers (pushed to this PS)
+    accounted_out: float | None = None  # (pulled from this PS)
+    _prev: tuple[float, int, int] | None = None  # remote t, bytes_in, bytes_out
+    _prev_peers: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # worker name -> (local t, in rate, out rate) from that worker's last progress
+    _by_worker: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+    history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))  # (t, in+out)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    t: float
+    kind: str  # exit | restart | recover | stall | host-lost | host-back | info
+    text: str
+
+
+class ClusterState:
+    def __init__(self, run_id: str = "", mode: str = "", cluster_name: str = "", interval_s: float = 1.0,
+                 now: float | None = None) -> None:
+        self.run_id = run_id
+        self.mode = mode
+        self.cluster_name = cluster_name
+        self.interval_s = interval_s
+        self.now = time.time() if now is None else now
+        self.tasks: dict[str, TaskView] = {}
+        self.hosts: dict[str, HostView] = {}
+        self.ps: dict[str, PsTraffic] = {}
+        self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
+        self.malformed = 0  # lines the collector could not parse
+        self.version = 0  # bumped on every change, so a view can skip an unchanged frame
+        self.counts: dict[str, int] = dict.fromkeys(LIVENESS_STATES, 0)
+        self.global_step: int | None = None
+        self.loss: float | None = None
+        self.examples_per_s = 0.0
+        self.steps_per_s = 0.0
+
+    # -- construction ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_plan(cls, plan: Any, run_id: str = "", interval_s: float = 1.0, now: float | None = None) -> ClusterState:
+        """Every planned task and host is known (and shown) before its first event arrives."""
+        st = cls(run_id, plan.mode, plan.cluster_name, interval_s, now)
+        for h in plan.hosts:
+            st.host(h.name)
+        for t in plan.tasks:
+            st.add_task(t.job, t.index, t.host, t.gpu, port=t.port)
+        return st
+
+    def host(self, name: str) -> HostView:
+        h = self.hosts.get(name)
+        if h is None:
+            h = self.hosts[name] = HostView(name, self.now, self.interval_s)
+        return h
+
+    def add_task(self, job: str, index: int, host: str, gpu: int | None = None, port: int | None = None) -> TaskView:
+        name = f"{job}-{index}"
+        tv = self.tasks.get(name)
+        if tv is None:
+            self.host(host)
+            tv = self.tasks[name] = TaskView(job, index, host, gpu)
+            if job == "ps":
+                self.ps[name] = PsTraffic(name, host, port)
+        return tv
+
+    # -- events ---------------------------------------------------------------------------------------
+
+    def apply(self, ev: Event, now: float) -> None:
+        self.now = max(self.now, now)
+        self.version += 1
+        host = self.host(ev.host)
+        if not isinstance(ev, StreamUp | StreamDown):
+            host.t_heard = now
+        if isinstance(ev, ProgressEvent):
+            self._progress(ev, host)
+        elif isinstance(ev, TaskStateEvent):
+            self._task_state(ev, host)
+        elif isinstance(ev, HostSampleEvent):
+            self._host_sample(ev, host, now)
+        elif isinstance(ev, HeartbeatEvent):
+            host.clock_offset = now - ev.t
+            if ev.interval_s:
+                host.interval_s = ev.interval_s
+        elif isinstance(ev, StreamUp):
+            host.stream_up = True
+            host.stream_reason = ""
+        elif isinstance(ev, StreamDown):
+            host.stream_up = False
+            host.stream_reason = ev.reason
+
+    def _progress(self, ev: ProgressEvent, host: HostView) -> None:
+        tv = self.add_task(ev.job, ev.task, ev.host)
+        t = host.local(ev.t)
+        prev = tv._prev
+        if prev is not None and ev.local_step >= prev[1] and ev.t > prev[0]:
+            dt = ev.t - prev[0]
+            steps = (ev.local_step - prev[1]) / dt
+            examples = max(ev.examples - prev[2], 0) / dt
+            tv.steps_per_s = ema(tv.steps_per_s, steps, dt)
+            tv.examples_per_s = ema(tv.examples_per_s, examples, dt)
+            _append_window(tv.history, t, steps)
+        elif prev is not None and ev.local_step < prev[1]:
+            tv.steps_per_s = tv.examples_per_s = None  # a new process: its counters restarted
+        if tv.global_step is None or ev.global_step != tv.global_step or tv.t_step_moved is None:
+            tv.t_step_moved = t
+        tv._prev = (ev.t, ev.local_step, ev.examples)
+        tv.local_step, tv.global_step, tv.examples = ev.local_step, ev.global_step, ev.examples
+        if ev.loss is not None:
+            tv.loss = ev.loss
+            _append_window(tv.loss_history, t, ev.loss)
+        tv.t_progress = t
+        if ev.ps_bytes and ev.interval_s and ev.interval_s > 0:
+            for ps_name, b in ev.ps_bytes.items():
+                ps = self.ps.get(ps_name)
+                if ps is None:
+                    ps = self.ps[ps_name] = PsTraffic(ps_name, "")
+                ps._by_worker[tv.name] = (t, b.pushed / ev.interval_s, b.pulled / ev.interval_s)
+
+    def _task_state(self, ev: TaskStateEvent, host: HostView) -> None:
+        tv = self.add_task(ev.job, ev.task, ev.host)
+        t = host.local(ev.t)
+        if tv.t_state is not None and t < tv.t_state:
+            return  # an older line (files replayed out of order): the newer state stands
+        before = tv.proc_state
+        tv.proc_state, tv.t_state, tv.restarts = ev.state, t, max(ev.restarts, tv.restarts)
+        if ev.pid is not None:
+            tv.pid = ev.pid
+        if ev.state == "exited":
+            tv.exit_code = ev.exit_code
+            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {ev.exit_code})")
+        elif ev.state == "restarting":
+            self._log(t, "restart", f"{tv.name} on {tv.host} restarting (restart {ev.restarts})")
+        elif ev.state == "running":
+            tv.exit_code = None
+            tv._prev = None  # a new process starts its counters from zero
+            tv.t_step_moved = None
+            if before in ("exited", "restarting"):
+                self._log(t, "recover", f"{tv.name} on {tv.host} running again (pid {ev.pid})")
+
+    def _host_sample(self, ev: HostSampleEvent, host: HostView, now: float) -> None:
+        host.cpu_pct, host.mem_pct, host.gpus, host.t_sample = ev.cpu_pct, ev.mem_pct, ev.gpus, now
+        t = host.local(ev.t)
+        for name, m in ev.ps_tcp.items():
+            ps = self.ps.get(name)
+            if ps is None:
+                ps = self.ps[name] = PsTraffic(name, ev.host)
+            ps.host, ps.port = ev.host, m.port
+            prev = ps._prev
+            if prev is not None and ev.t > prev[0] and m.bytes_in >= prev[1] and m.bytes_out >= prev[2]:
+                dt = ev.t - prev[0]
+                rin, rout = (m.bytes_in - prev[1]) / dt, (m.bytes_out - prev[2]) / dt
+                ps.measured_in = ema(ps.measured_in, rin, dt)
+                ps.measured_out = ema(ps.measured_out, rout, dt)
+                ps.t_measured = t
+                _append_window(ps.history, t, rin + rout)
+                peers: dict[str, tuple[float, float]] = {}
+                for ip, (pin, pout) in m.peers.items():
+                    pp = ps._prev_peers.get(ip)
+                    if pp is not None and pin >= pp[0] and pout >= pp[1]:
+                        peers[ip] = ((pin - pp[0]) / dt, (pout - pp[1]) / dt)
+                ps.peers = peers
+            ps._prev = (ev.t, m.bytes_in, m.bytes_out)
+            ps._prev_peers = dict(m.peers)
+
+    def _log(self, t: float, kind: str, text: str) -> None:
+        self.log.append(LogEntry(t, kind, text))
+
+    # -- clock ----------------------------------------------------------------------------------------
+
+    def tick(self, now: float) -> None:
+        """Recompute liveness, ages and totals at `now`; logs hosts lost and back, tasks stalling."""
+        self.now = max(self.now, now)
+        now = self.now
+        for h in self.hosts.values():
+            ok = host_reachable(h, now)
+            if ok != h.reachable:
+                h.reachable = ok
+                if ok:
+                    self._log(now, "host-back", f"host {h.name} back")
+                else:
+                    why = f": {h.stream_reason}" if h.stream_reason else ""
+                    self._log(now, "host-lost", f"host {h.name} unreachable{why}")
+                self.version += 1
+        counts = dict.fromkeys(LIVENESS_STATES, 0)
+        steps = examples = 0.0
+        gstep: int | None = None
+        losses: list[float] = []
+        for tv in self.tasks.values():
+            h = self.hosts[tv.host]
+            live = task_liveness(tv, h, now)
+            if live != tv.liveness:
+                if live == "stalled" and tv.liveness == "running":
+                    self._log(now, "stall", f"{tv.name} on {tv.host} stalled")
+                tv.liveness = live
+                self.version += 1
+            counts[live] = counts.get(live, 0) + 1
+            last = h.t_heard if live == "unreachable" else tv.last_data
+            tv.age_s = None if last is None else max(now - last, 0.0)
+            if tv.global_step is not None:
+                gstep = tv.global_step if gstep is None else max(gstep, tv.global_step)
+            if live == "running":
+                steps += tv.steps_per_s or 0.0
+                examples += tv.examples_per_s or 0.0
+                if tv.loss is not None:
+                    losses.append(tv.loss)
+        self.counts = counts
+        self.steps_per_s, self.examples_per_s, self.global_step = steps, examples, gstep
+        if losses:
+            self.loss = sum(losses) / len(losses)
+        for ps in self.ps.values():
+            fresh = [(rin, rout) for (t, rin, rout) in ps._by_worker.values()
+                     if now - t <= STALE_INTERVALS * self.interval_s]
+            ps.accounted_in = sum(r[0] for r in fresh) if fresh else (0.0 if ps._by_worker else None)
+            ps.accounted_out = sum(r[1] for r in fresh) if fresh else (0.0 if ps._by_worker else None)
+            if ps.t_measured is not None and now - ps.t_measured > STALE_INTERVALS * self.interval_s * 2:
+                ps.measured_in = ps.measured_out = None  # no fresh sample: do not show an old rate as current
+
+    # -- views ----------------------------------------------------------------------------------------
+
+    def sparkline_values(self, tv: TaskView, buckets: int = 12, window_s: float = HISTORY_S) -> list[float]:
+        """Steps/s in `buckets` equal slices of the last `window_s` seconds (0 where nothing was seen)."""
+        return window_buckets(tv.history, self.now, buckets, window_s)
+
+    def to_json(self) -> dict[str, Any]:
+        def r(x: float | None, nd: int = 3) -> float | None:
+            return None if x is None else round(x, nd)
+
+        return {
+            "run_id": self.run_id, "mode": self.mode, "cluster": self.cluster_name, "now": self.now,
+            "interval_s": self.interval_s, "malformed_lines": self.malformed,
+            "totals": {"global_step": self.global_step, "loss": r(self.loss, 6), "steps_per_s": r(self.steps_per_s),
+                       "examples_per_s": r(self.examples_per_s), "counts": self.counts},
+            "tasks": [
+                {"name": tv.name, "job": tv.job, "task": tv.task, "host": tv.host, "state": tv.liveness,
+                 "stale": tv.liveness == "unreachable", "process_state": tv.proc_state, "pid": tv.pid,
+                 "exit_code": tv.exit_code, "restarts": tv.restarts, "local_step": tv.local_step,
+                 "global_step": tv.global_step, "loss": r(tv.loss, 6), "steps_per_s": r(tv.steps_per_s),
+                 "examples_per_s": r(tv.examples_per_s), "age_s": r(tv.age_s, 2)}
+                for tv in sorted(self.tasks.values(), key=task_sort_key)
+            ],
+            "hosts": [
+                {"name": h.name, "reachable": h.reachable, "stream_up": h.stream_up, "cpu_pct": r(h.cpu_pct, 1),
+                 "mem_pct": r(h.mem_pct, 1),
+                 "gpus": [{"index": g.index, "util_pct": g.util_pct, "mem_used_mb": g.mem_used_mb} for g in h.gpus],
+                 "age_s": None if h.t_heard is None else r(self.now - h.t_heard, 2)}
+                for h in sorted(self.hosts.values(), key=lambda h: h.name)
+            ],
+            "ps": [
+                {"name": p.name, "host": p.host, "port": p.port, "measured_in_Bps": r(p.measured_in, 1),
+                 "measured_out_Bps": r(p.measured_out, 1), "accounted_in_Bps": r(p.accounted_in, 1),
+                 "accounted_out_Bps": r(p.accounted_out, 1),
+                 "peers": {ip: {"in_Bps": round(a, 1), "out_Bps": round(b, 1)} for ip, (a, b) in p.peers.items()}}
+                for p in sorted(self.ps.values(), key=lambda p: p.name)
+            ],
+            "log": [{"t": e.t, "kind": e.kind, "text": e.text} for e in list(self.log)[-50:]],
+        }
+
+
+JOB_ORDER = {"chief": 0, "ps": 1, "worker": 2}
+
+
+def task_sort_key(tv: TaskView) -> tuple[str, int, str, int]:
+    return (tv.host, JOB_ORDER.get(tv.job, 9), tv.job, tv.task)
+
+
+def _append_window(dq: deque[tuple[float, float]], t: float, v: float) -> None:
+    dq.append((t, v))
+    while dq and dq[0][0] < t - HISTORY_S * 2:
+        dq.popleft()
+
+
+def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int, window_s: float) -> list[float]:
+    """Mean of the samples falling into each of `buckets` slices of [now - window_s, now]."""
+    sums = [0.0] * buckets
+    ns = [0] * buckets
+    start = now - window_s
+    width = window_s / buckets
+    for t, v in reversed(history):
+        if t < start:
+            break
+        i = min(int((t - start) / width), buckets - 1)
+        sums[i] += v
+        ns[i] += 1
+    return [s / n if n else 0.0 for s, n in zip(sums, ns, strict=True)]

@@ -1,0 +1,294 @@
+"""ClusterState reducer: liveness transitions, rates, PS traffic, totals, log. Synthetic events, fake clock."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from orchestrator.events import EventParser, HeartbeatEvent, StreamDown, StreamUp
+from orchestrator.state import ClusterState, ema, host_reachable, task_liveness, window_buckets
+from training.telemetry.schema import dumps, make_event
+
+T0 = 1_700_000_000.0
+
+
+def feed(st: ClusterState, ev: dict, now: float | None = None) -> None:
+    parsed = EventParser().parse(dumps(ev))
+    assert parsed is not None
+    st.apply(parsed, ev["t"] if now is None else now)
+
+
+def hb(host: str, t: float) -> dict:
+    return make_event("heartbeat", host, t=t, interval_s=1.0)
+
+
+def progress(t: float, step: int, gstep: int | None = None, job: str = "worker", task: int = 0, host: str = "a",
+             examples: int | None = None, loss: float = 1.0, **kw: object) -> dict:
+    return make_event("progress", host, job=job, task=task, t=t, local_step=step,
+                      global_step=step if gstep is None else gstep,
+                      examples=step * 10 if examples is None else examples, loss=loss, interval_s=1.0, **kw)
+
+
+def task_state(t: float, state: str, job: str = "worker", task: int = 0, host: str = "a", **kw: object) -> dict:
+    return make_event("task_state", host, job=job, task=task, t=t, state=state, **kw)
+
+
+def healthy(st: ClusterState, seconds: int, start: float = T0, step0: int = 0) -> float:
+    """One heartbeat and one progress a second; returns the last time."""
+    t = start
+    for i in range(seconds):
+        t = start + i
+        feed(st, hb("a", t))
+        feed(st, progress(t, step0 + 5 * i))
+    return t
+
+
+def test_ema_first_value_then_smooths_by_time_constant() -> None:
+    assert ema(None, 10.0, 1.0) == 10.0
+    assert ema(10.0, 20.0, 1.0, tau=3.0) == pytest.approx(10 + (1 - math.exp(-1 / 3)) * 10)
+    assert ema(10.0, 20.0, 0.0) == 10.0
+
+
+def test_steps_and_examples_rates_from_cumulative_counters() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 10)
+    st.tick(t)
+    tv = st.tasks["worker-0"]
+    assert tv.steps_per_s == pytest.approx(5.0)
+    assert tv.examples_per_s == pytest.approx(50.0)
+    assert tv.liveness == "running"
+    assert st.examples_per_s == pytest.approx(50.0)
+    assert st.global_step == 45
+
+
+def test_rate_is_smoothed_when_speed_changes() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)  # 5 steps/s, last local step 20
+    feed(st, hb("a", t + 1))
+    feed(st, progress(t + 1, 20 + 15))  # a 15 steps/s second
+    tv = st.tasks["worker-0"]
+    assert 5.0 < (tv.steps_per_s or 0) < 15.0
+    assert tv.history[-1][1] == pytest.approx(15.0)  # the sparkline keeps the raw value
+
+
+def test_restarted_process_counters_reset_rate() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)
+    feed(st, progress(t + 1, 3))  # local_step went backwards: a new process
+    assert st.tasks["worker-0"].steps_per_s is None
+    feed(st, progress(t + 2, 8))
+    assert st.tasks["worker-0"].steps_per_s == pytest.approx(5.0)
+
+
+def test_running_to_stalled_when_progress_stops() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)
+    st.tick(t + 3)
+    assert st.tasks["worker-0"].liveness == "running"  # exactly 3 intervals: still current
+    feed(st, hb("a", t + 3.5))
+    st.tick(t + 3.5)
+    assert st.tasks["worker-0"].liveness == "stalled"
+    assert st.tasks["worker-0"].age_s == pytest.approx(3.5)
+    assert any(e.kind == "stall" for e in st.log)
+
+
+def test_stalled_when_progress_arrives_but_global_step_does_not_move() -> None:
+    st = ClusterState(now=T0)
+    for i in range(8):
+        feed(st, hb("a", T0 + i))
+        feed(st, progress(T0 + i, 5 * i, gstep=100))
+    st.tick(T0 + 7)
+    assert st.tasks["worker-0"].liveness == "stalled"
+
+
+def test_stalled_back_to_running() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 3)
+    feed(st, hb("a", t + 5))
+    st.tick(t + 5)
+    assert st.tasks["worker-0"].liveness == "stalled"
+    feed(st, progress(t + 6, 100))
+    feed(st, hb("a", t + 6))
+    st.tick(t + 6)
+    assert st.tasks["worker-0"].liveness == "running"
+
+
+def test_exited_then_restarting_then_starting_then_running() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 3)
+    feed(st, task_state(t + 0.5, "exited", pid=11, exit_code=-9, restarts=0))
+    st.tick(t + 0.5)
+    tv = st.tasks["worker-0"]
+    assert (tv.liveness, tv.exit_code) == ("exited", -9)
+    feed(st, task_state(t + 1, "restarting", restarts=1))
+    st.tick(t + 1)
+    assert tv.liveness == "restarting" and tv.restarts == 1
+    feed(st, hb("a", t + 2))
+    feed(st, task_state(t + 2, "running", pid=12, restarts=1))
+    st.tick(t + 2)
+    assert tv.liveness == "starting"  # no progress from the new process yet
+    assert tv.exit_code is None and tv.pid == 12
+    feed(st, progress(t + 3, 0, gstep=20))
+    feed(st, progress(t + 4, 5, gstep=25))
+    feed(st, hb("a", t + 4))
+    st.tick(t + 4)
+    assert tv.liveness == "running"
+    kinds = [e.kind for e in st.log]
+    assert kinds == ["exit", "restart", "recover"]
+
+
+def test_progress_newer_than_restarting_means_running() -> None:
+    st = ClusterState(now=T0)
+    feed(st, hb("a", T0))
+    feed(st, task_state(T0, "restarting", restarts=2))
+    feed(st, progress(T0 + 1, 1))
+    feed(st, progress(T0 + 2, 6))
+    st.tick(T0 + 2)
+    assert st.tasks["worker-0"].liveness == "running"
+
+
+def test_exited_wins_over_older_progress_and_stale_task_state_is_ignored() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 3)
+    feed(st, task_state(t + 1, "exited", exit_code=0))
+    feed(st, task_state(t - 1, "running"))  # replayed older line
+    st.tick(t + 1)
+    assert st.tasks["worker-0"].liveness == "exited"
+
+
+def test_ps_task_is_running_on_supervisor_word_without_progress() -> None:
+    st = ClusterState(now=T0)
+    feed(st, hb("p", T0))
+    feed(st, task_state(T0, "running", job="ps", task=0, host="p", pid=5))
+    st.tick(T0 + 1)
+    assert st.tasks["ps-0"].liveness == "running"
+
+
+def test_host_unreachable_after_three_intervals_values_kept_then_back() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)
+    st.apply(StreamDown(t + 0.1, "a", "connection reset"), t + 0.1)
+    st.tick(t + 3)
+    assert st.tasks["worker-0"].liveness == "running"
+    st.tick(t + 3.01)
+    tv = st.tasks["worker-0"]
+    assert tv.liveness == "unreachable"
+    assert tv.steps_per_s == pytest.approx(5.0)  # last values stay visible
+    assert tv.age_s == pytest.approx(3.01)
+    assert st.counts["unreachable"] == 1
+    assert st.log[-1].kind == "host-lost" and "connection reset" in st.log[-1].text
+    st.apply(StreamUp(t + 5, "a"), t + 5)
+    feed(st, hb("a", t + 5))
+    feed(st, progress(t + 5, 100))
+    feed(st, progress(t + 6, 105))
+    st.tick(t + 6)
+    assert tv.liveness == "running"
+    assert st.log[-1].kind == "host-back"
+
+
+def test_never_heard_host_becomes_unreachable_from_when_it_was_known() -> None:
+    st = ClusterState(now=T0)
+    st.add_task("worker", 0, "silent")
+    st.tick(T0 + 2)
+    assert st.tasks["worker-0"].liveness == "starting"
+    st.tick(T0 + 4)
+    assert st.tasks["worker-0"].liveness == "unreachable"
+    assert st.tasks["worker-0"].age_s is None
+
+
+def test_pure_liveness_functions() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 4)
+    tv, h = st.tasks["worker-0"], st.hosts["a"]
+    assert host_reachable(h, t + 3) and not host_reachable(h, t + 3.5)
+    assert task_liveness(tv, h, t) == "running"
+    assert task_liveness(tv, h, t + 10) == "unreachable"
+    assert tv.liveness == "starting"  # the pure functions did not touch the state
+
+
+def test_clock_offset_maps_remote_times() -> None:
+    st = ClusterState(now=T0)
+    skew = 100.0  # the host's clock is 100 s behind
+    for i in range(4):
+        st.apply(HeartbeatEvent(T0 + i - skew, "a", 1.0), T0 + i)
+        feed(st, progress(T0 + i - skew, 5 * i), now=T0 + i)
+    st.tick(T0 + 3)
+    assert st.tasks["worker-0"].liveness == "running"
+    assert st.tasks["worker-0"].age_s == pytest.approx(0.0)
+
+
+def test_measured_ps_traffic_rates_and_peers() -> None:
+    st = ClusterState(now=T0)
+    for i in range(3):
+        t = T0 + i
+        feed(st, hb("p", t))
+        feed(st, make_event("host_sample", "p", t=t, cpu_pct=10.0, mem_pct=20.0, gpus=[], ps_tcp={
+            "ps-0": {"port": 2222, "bytes_in": 1000 * i, "bytes_out": 4000 * i,
+                     "peers": {"127.0.0.2": {"in": 1000 * i, "out": 4000 * i}}}}))
+    ps = st.ps["ps-0"]
+    assert (ps.measured_in, ps.measured_out) == (pytest.approx(1000.0), pytest.approx(4000.0))
+    assert ps.peers == {"127.0.0.2": (pytest.approx(1000.0), pytest.approx(4000.0))}
+    assert st.hosts["p"].cpu_pct == 10.0
+    # counters going backwards (agent restarted) do not produce a negative rate
+    feed(st, make_event("host_sample", "p", t=T0 + 3, cpu_pct=1.0, mem_pct=1.0,
+                        ps_tcp={"ps-0": {"port": 2222, "bytes_in": 5, "bytes_out": 5}}))
+    assert ps.measured_in == pytest.approx(1000.0)
+
+
+def test_accounted_ps_traffic_sums_fresh_workers() -> None:
+    st = ClusterState(now=T0)
+    for w in (0, 1):
+        feed(st, hb("a", T0))
+        feed(st, progress(T0, 10, task=w, ps_bytes={"ps-0": {"pulled": 800, "pushed": 200}}))
+    st.tick(T0)
+    ps = st.ps["ps-0"]
+    assert (ps.accounted_in, ps.accounted_out) == (400.0, 1600.0)
+    st.tick(T0 + 3.5)  # worker reports are older than 3 intervals
+    assert (ps.accounted_in, ps.accounted_out) == (0.0, 0.0)
+
+
+def test_totals_counts_and_loss() -> None:
+    st = ClusterState(now=T0)
+    for i in range(3):
+        t = T0 + i
+        feed(st, hb("a", t))
+        feed(st, progress(t, 2 * i, gstep=4 * i, task=0, loss=2.0))
+        feed(st, progress(t, 2 * i, gstep=4 * i + 1, task=1, loss=4.0))
+    feed(st, task_state(T0 + 2, "exited", task=2, exit_code=1))
+    st.tick(T0 + 2)
+    assert st.counts["running"] == 2 and st.counts["exited"] == 1
+    assert st.global_step == 9
+    assert st.loss == pytest.approx(3.0)
+    assert st.steps_per_s == pytest.approx(4.0)
+
+
+def test_window_buckets_for_sparklines() -> None:
+    from collections import deque
+    hist = deque([(T0 - 70, 9.0), (T0 - 55, 1.0), (T0 - 1, 3.0), (T0 - 0.5, 5.0)])
+    vals = window_buckets(hist, T0, 6, 60.0)
+    assert vals == [1.0, 0.0, 0.0, 0.0, 0.0, 4.0]
+
+
+def test_parser_counts_malformed_and_ignores_unknown() -> None:
+    p = EventParser()
+    assert p.parse("{not json") is None
+    assert p.parse("[1,2]") is None
+    assert p.parse(json.dumps({"kind": "progress", "t": 1, "host": "a"})) is None  # no job/task
+    assert p.parse(json.dumps({"kind": "progress", "t": "x", "host": "a"})) is None
+    assert p.malformed == 4
+    assert p.parse(json.dumps({"kind": "future_kind", "t": 1, "host": "a"})) is None
+    assert p.unknown == 1
+    ev = p.parse(json.dumps({"v": 1, "kind": "heartbeat", "t": 1, "host": "a", "extra": {"x": 1}}))
+    assert isinstance(ev, HeartbeatEvent) and ev.host == "a"
+    assert p.parse("") is None and p.malformed == 4
+
+
+def test_to_json_is_serialisable() -> None:
+    st = ClusterState(run_id="r1", now=T0)
+    healthy(st, 3)
+    st.tick(T0 + 2)
+    out = json.loads(json.dumps(st.to_json()))
+    assert out["tasks"][0]["name"] == "worker-0" and out["tasks"][0]["state"] == "running"
+    assert out["totals"]["counts"]["running"] == 1
