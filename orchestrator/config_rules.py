@@ -60,11 +60,17 @@ def check_rules(config: Config, source: str) -> None:
             source, "hosts",
             'no worker: give at least one host the role `worker` (roles = ["worker"])',
         )
-    if config.cluster.mode == "between-graph" and not any("ps" in h.roles for h in config.hosts):
+    needs_ps = config.cluster.mode == "between-graph" or config.training.command is None
+    if needs_ps and not any("ps" in h.roles for h in config.hosts):
+        key = "cluster.mode" if "mode" in config.cluster.model_fields_set else "hosts"
+        if config.cluster.mode == "between-graph":
+            raise ConfigError(
+                source, key,
+                'between-graph mode needs a parameter server: give a host the role `ps` (roles = ["ps"])',
+            )
+        # The built-in in-graph client keeps the variables on PS tasks too (training/in_graph.py).
         raise ConfigError(
-            source, "cluster.mode" if "mode" in config.cluster.model_fields_set else "hosts",
-            'between-graph mode needs a parameter server: give a host the role `ps` (roles = ["ps"]), '
-            'or set mode = "in-graph"',
+            source, key, 'in-graph mode keeps the variables on a parameter server: give a host the role `ps`',
         )
 
     training = config.training

@@ -1,0 +1,90 @@
+"""`tfcluster plan hosts.toml`: what would run where (tasks, ports, devices, commands), nothing started."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from orchestrator.config_load import load_config
+from orchestrator.plan import ClusterPlan, TaskPlan, build_plan
+from orchestrator.ps_load import PsLoadEstimate, estimate_ps_load
+
+MIN_WIDTH = 160  # a pipe or a test gets 80 columns by default: too narrow for the command column
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+
+
+def plan(
+    hosts_file: Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout, nothing else.")] = False,
+    steps_per_sec: Annotated[
+        float,
+        typer.Option(min=0.001, help="Assumed training steps per second per worker, for the PS load estimate."),
+    ] = 10.0,
+) -> None:
+    """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
+    config = load_config(hosts_file)
+    cluster = build_plan(config, str(hosts_file))
+    estimate = estimate_ps_load(cluster, steps_per_sec)
+    if as_json:
+        data = cluster.to_json()
+        data["ps_load_estimate"] = estimate.to_json() if estimate else None
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, MIN_WIDTH)
+    print_plan(console, cluster, estimate)
+
+
+def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate | None) -> None:
+    console.print(
+        Text.assemble(
+            ("cluster ", "bold"), (cluster.cluster_name, "bold cyan"),
+            f"  mode {cluster.mode}  ·  {len(cluster.tasks)} tasks on {len(cluster.hosts)} hosts",
+        )
+    )
+    table = Table(show_lines=False, header_style="bold")
+    for column in ("host", "address", "task", "port", "device", "CUDA_VISIBLE_DEVICES", "chief", "command"):
+        table.add_column(column, overflow="fold", no_wrap=column != "command")
+    for host in cluster.hosts:
+        tasks = cluster.tasks_on(host.name)
+        if not tasks:
+            table.add_row(host.name, host.address, Text("(no tasks)", style="dim"), "", "", "", "", "", end_section=True)
+            continue
+        for i, task in enumerate(tasks):
+            table.add_row(
+                host.name if i == 0 else "",
+                host.address if i == 0 else "",
+                f"{task.job}:{task.index}",
+                str(task.port),
+                task.device,
+                task.cuda_visible_devices if task.cuda_visible_devices else '""',
+                "chief" if task.is_chief else "",
+                Text(command_text(task)),
+                end_section=i == len(tasks) - 1,
+            )
+    console.print(table)
+    for warning in cluster.warnings:
+        console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)
+    if estimate is not None:
+        console.print(Text(estimate.one_line()), soft_wrap=True)
+    else:
+        console.print(Text("PS load estimate: model size unknown (the user's own program or model)", style="dim"))
+
+
+def command_text(task: TaskPlan) -> str:
+    """The command as the host's shell would see it; the user's `sh -c` script shown as written."""
+    if task.command[:2] == ["/bin/sh", "-c"]:
+        return task.command[2]
+    return shlex.join(task.command)
