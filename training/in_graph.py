@@ -1,0 +1,388 @@
+"""The in-graph client: ONE graph for the whole cluster, built and run by the single `chief` task.
+
+- variables and the global step live on the PS tasks (replica_device_setter, greedy by bytes);
+- one tower (the model's forward and backward pass) per worker task, on that worker's device from the
+  plan (`/job:worker/task:N/device:GPU:0` when the plan gives it a GPU, else its CPU); workers run
+  nothing but a TF server;
+- input "client": the client draws the big batch (batch_size x towers) and splits it on its own CPU,
+  so every tower's slice crosses the network each step (accounted as `input_bytes` in telemetry);
+  input "worker": each tower draws its own batch on its worker;
+- the loss and gradient averaging and the optimizer update are placed on the client's CPU
+  (`/job:chief/task:0/device:CPU:0`), so one step is one synchronous update by construction;
+- `slowdown` on a worker puts a sleep op on that worker's device, after its tower's gradients and
+  before they leave the worker: the whole synchronous step waits for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import tensorflow as tf
+
+from training.layout import RunLayout
+from training.models import get_model
+from training.models.base import Model
+from training.placement import GreedyByBytes
+from training.straggler import DelayPacer, sleep_op, slowdown_factor
+from training.telemetry.accounting import PlacedVariable, ps_bytes_per_step
+from training.telemetry.writer import ProgressReporter
+
+v1 = tf.compat.v1
+log = logging.getLogger("tfcluster.in_graph")
+
+CLIENT_DEVICE = "/job:chief/task:0/device:CPU:0"
+PsStrategy = Callable[[Any], int]
+
+
+@dataclass(frozen=True)
+class Tower:
+    index: int  # the worker task it runs on
+    device: str  # where its compute is placed (the plan's TaskPlan.device)
+    slowdown: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return f"worker:{self.index}"
+
+
+def towers_from_plan(plan: Mapping[str, Any]) -> list[Tower]:
+    """One tower per worker task of the plan (ClusterPlan.to_json()), in task order."""
+    slowdown = plan.get("training", {}).get("slowdown") or {}
+    workers = sorted((t for t in plan["tasks"] if t["job"] == "worker"), key=lambda t: int(t["index"]))
+    if not workers:
+        raise ValueError("in-graph plan has no worker task to place a tower on")
+    return [Tower(int(t["index"]), str(t["device"]), slowdown_factor(slowdown, "worker", int(t["index"])))
+            for t in workers]
+
+
+def ps_task_count(plan: Mapping[str, Any]) -> int:
+    return len(plan.get("cluster_spec", {}).get("ps", []))
+
+
+@dataclass
+class TowerOutputs:
+    tower: Tower
+    loss: tf.Tensor
+    started: tf.Tensor  # tf.timestamp() on the tower's device once its input has arrived
+    computed: tf.Tensor  # tf.timestamp() once its gradients are computed (before any straggler sleep)
+    delay_us: tf.Tensor | None  # fed by the client when the tower is a straggler
+    input_bytes: int  # bytes of its input slice that cross from the client per step (0 for input=worker)
+
+
+@dataclass
+class InGraph:
+    """Handles to everything the client runs, plus what was requested where (for logs and telemetry)."""
+
+    global_step: tf.Variable
+    train_op: tf.Operation
+    step_after: tf.Tensor  # the global step once this step's update is applied
+    loss: tf.Tensor
+    towers: list[TowerOutputs]
+    examples_per_step: int
+    variables: list[PlacedVariable]
+    summary_op: tf.Tensor | None
+    saver: v1.train.Saver
+    requested: dict[str, str] = field(default_factory=dict)  # op name -> requested device
+
+    def input_bytes_per_step(self) -> dict[str, int]:
+        return {t.tower.name: t.input_bytes for t in self.towers if t.input_bytes}
+
+
+def make_optimizer(name: str, learning_rate: float) -> v1.train.Optimizer:
+    if name == "sgd":
+        return v1.train.GradientDescentOptimizer(learning_rate)
+    if name == "adam":
+        return v1.train.AdamOptimizer(learning_rate)
+    if name == "adagrad":
+        return v1.train.AdagradOptimizer(learning_rate)
+    if name == "momentum":
+        return v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
+    raise ValueError(f'unknown optimizer "{name}"')
+
+
+def _static_nbytes(t: tf.Tensor) -> int:
+    shape = t.shape.as_list()
+    if any(d is None for d in shape):
+        return 0  # unknown statically: not accounted (the built-in models have static shapes)
+    return int(math.prod(shape)) * t.dtype.size
+
+
+def _tower_setter(device: str, n_ps: int, cluster: tf.train.ClusterSpec, strategy: PsStrategy | None) -> Any:
+    return v1.train.replica_device_setter(
+        ps_tasks=n_ps, ps_device="/job:ps", worker_device=device, cluster=cluster, ps_strategy=strategy
+    )
+
+
+def _gated(grad: Any, gate: tf.Tensor) -> Any:
+    """`grad` released only after `gate` ran (IndexedSlices keep their sparsity)."""
+    with tf.control_dependencies([gate]):
+        if isinstance(grad, tf.IndexedSlices):
+            return tf.IndexedSlices(tf.identity(grad.values), tf.identity(grad.indices), grad.dense_shape)
+        return tf.identity(grad)
+
+
+def _average(grads: Sequence[Any]) -> Any:
+    """Mean of the towers' gradients for one variable (placed by the caller, on the client)."""
+    if any(isinstance(g, tf.IndexedSlices) for g in grads):
+        slices = [g if isinstance(g, tf.IndexedSlices) else tf.IndexedSlices(
+            g, tf.range(tf.shape(g, out_type=tf.int64)[0]), tf.shape(g, out_type=tf.int64)) for g in grads]
+        values = tf.concat([s.values for s in slices], axis=0) / float(len(slices))
+        return tf.IndexedSlices(values, tf.concat([tf.cast(s.indices, tf.int64) for s in slices], 0),
+                                slices[0].dense_shape)
+    return tf.add_n(list(grads)) / float(len(grads))
+
+
+def build_in_graph(
+    plan: Mapping[str, Any],
+    model: Model,
+    *,
+    ps_strategy: PsStrategy | None = None,
+    optimizer: v1.train.Optimizer | None = None,
+) -> InGraph:
+    """Build the in-graph training graph into the current default graph (graph mode)."""
+    training = plan.get("training", {})
+    towers = towers_from_plan(plan)
+    n = len(towers)
+    batch_size = int(training.get("batch_size", 128))
+    seed = int(training.get("seed", 0))
+    input_mode = training.get("input", "client")
+    cluster = tf.train.ClusterSpec(plan["cluster_spec"])
+    n_ps = ps_task_count(plan)
+    if n_ps == 0:
+        raise ValueError("in-graph plan has no ps task for the variables")
+    opt = optimizer or make_optimizer(str(training.get("optimizer", "sgd")),
+                                      float(training.get("learning_rate", 0.05)))
+    strategy = ps_strategy if ps_strategy is not None else GreedyByBytes(n_ps)
+    requested: dict[str, str] = {}
+
+    with v1.device(_tower_setter(CLIENT_DEVICE, n_ps, cluster, strategy)):
+        global_step = v1.train.get_or_create_global_step()
+
+    slices: list[tuple[Any, Any]] = []
+    if input_mode == "client":
+        # The client owns the big batch; the split is pinned here so each slice is what crosses the wire.
+        with tf.device(CLIENT_DEVICE), tf.name_scope("client_input"):
+            features, labels = model.input_fn(batch_size * n, seed)
+            slices = list(zip(tf.split(features, n, axis=0), tf.split(labels, n, axis=0)))
+
+    outputs: list[TowerOutputs] = []
+    tower_grads: list[list[tuple[Any, Any]]] = []
+    for i, tower in enumerate(towers):
+        with v1.device(_tower_setter(tower.device, n_ps, cluster, strategy)), tf.name_scope(f"tower_{tower.index}"):
+            if input_mode == "client":
+                f, lab = slices[i]
+                f, lab = tf.identity(f, name="features"), tf.identity(lab, name="labels")  # the receive
+                input_bytes = _static_nbytes(f) + _static_nbytes(lab)
+            else:
+                f, lab = model.input_fn(batch_size, seed)
+                input_bytes = 0
+            with tf.control_dependencies([f, lab]):
+                started = tf.timestamp(name="started")
+            loss = model.loss(f, lab)
+            grads = opt.compute_gradients(loss, colocate_gradients_with_ops=True)
+            grads = [(g, var) for g, var in grads if g is not None]
+            with tf.control_dependencies([g.values if isinstance(g, tf.IndexedSlices) else g for g, _ in grads]):
+                computed = tf.timestamp(name="computed")
+            delay_us = None
+            if tower.slowdown > 1.0:
+                with tf.device(CLIENT_DEVICE):
+                    delay_us = v1.placeholder_with_default(tf.constant(0, tf.int64), [], name="straggler_delay_us")
+                with tf.control_dependencies([computed]):
+                    slept = sleep_op(delay_us)
+                grads = [(_gated(g, slept), var) for g, var in grads]
+            requested[f"tower_{tower.index}/loss"] = loss.device
+        outputs.append(TowerOutputs(tower, loss, started, computed, delay_us, input_bytes))
+        tower_grads.append(grads)
+
+    variables_by_name = {var.op.name: var for _, var in tower_grads[0]}
+    with tf.device(CLIENT_DEVICE), tf.name_scope("aggregate"):
+        loss = tf.add_n([o.loss for o in outputs]) / float(n)
+        averaged = []
+        for name, var in variables_by_name.items():
+            per_tower = [dict((v.op.name, g) for g, v in grads)[name] for grads in tower_grads]
+            averaged.append((_average(per_tower), var))
+        requested["aggregate/loss"] = loss.device
+    with v1.device(_tower_setter(CLIENT_DEVICE, n_ps, cluster, strategy)):
+        train_op = opt.apply_gradients(averaged, global_step=global_step)
+    with tf.device(CLIENT_DEVICE):
+        with tf.control_dependencies([train_op]):
+            step_after = tf.identity(global_step.read_value(), name="step_after")
+        summary_op = v1.summary.scalar("loss", loss)
+        # Non-sharded by default: one SaveV2 on the client writes the whole checkpoint on the client's machine.
+        saver = v1.train.Saver(sharded=bool(training.get("shared_checkpoint_dir", False)), max_to_keep=3)
+
+    trainable = {var.op.name for var in v1.trainable_variables()}
+    placed = [PlacedVariable(var.op.name, var.device, _static_nbytes(var), trainable=var.op.name in trainable)
+              for var in v1.global_variables()]
+    for var in placed:
+        requested[var.name] = var.device
+    return InGraph(
+        global_step=global_step, train_op=train_op, step_after=step_after, loss=loss, towers=outputs,
+        examples_per_step=batch_size * n, variables=placed, summary_op=summary_op, saver=saver,
+        requested=requested,
+    )
+
+
+_JOB_TASK = re.compile(r"/job:(\w+)/(?:replica:\d+/)?task:(\d+)")
+
+
+def task_of(device: str) -> str:
+    """'/job:worker/replica:0/task:1/device:CPU:0' -> 'worker:1' ('' when the device names no task)."""
+    m = _JOB_TASK.search(device or "")
+    return f"{m.group(1)}:{m.group(2)}" if m else ""
+
+
+# ---- telemetry ------------------------------------------------------------------------------------------
+
+class InGraphReporter(ProgressReporter):
+    """`progress` events of the in-graph client, with two extra fields (consumers ignore unknown ones):
+
+    - `input_bytes`: {"worker:0": n, ...} bytes of input the client sent each worker in the interval
+      (input = "client": the big batch's slices cross the network every step; absent for input = "worker");
+    - `towers`: {"worker:0": {"compute_s", "delay_s"}, ...}: the last step's tower compute time (timestamps
+      taken on the tower's own device: input arrived -> gradients computed) and the straggler delay
+      injected there;
+    - `step_s`: the client's wall time of that last step (every tower advances once per step).
+    """
+
+    def __init__(self, path: str, *, input_bytes_per_step: Mapping[str, int], **kwargs: Any) -> None:
+        super().__init__(path, **kwargs)
+        self.input_bytes_per_step = dict(input_bytes_per_step)
+        self.towers: dict[str, Any] = {}  # replaced (one assignment) by the loop each step
+        self.step_s: float | None = None
+
+    def _event(self, sample: tuple[int, int, int, float], now: float) -> dict[str, Any]:
+        event = super()._event(sample, now)
+        steps = int(event.get("steps", 0))
+        if self.input_bytes_per_step:
+            event["input_bytes"] = {k: v * steps for k, v in self.input_bytes_per_step.items()}
+        if self.towers:
+            event["towers"] = self.towers
+        if self.step_s is not None:
+            event["step_s"] = self.step_s
+        return event
+
+
+# ---- the client -----------------------------------------------------------------------------------------
+
+def _say(message: str) -> None:
+    print(f"[in-graph client] {message}", flush=True)
+
+
+def log_requested_placement(graph: InGraph) -> None:
+    for t in graph.towers:
+        _say(f"tower {t.tower.name} requested on {t.loss.device}"
+             + (f" (straggler x{t.tower.slowdown:g})" if t.tower.slowdown > 1.0 else ""))
+    _say(f"aggregation and update requested on {CLIENT_DEVICE}")
+    for var in graph.variables:
+        _say(f"variable {var.name} ({var.nbytes} bytes) requested on {var.device}")
+
+
+def log_actual_placement(graph: InGraph, run_metadata: Any) -> dict[str, str]:
+    """Where the runtime really put each tower and variable (soft placement may differ from the request)."""
+    assigned: dict[str, str] = {}
+    for partition in run_metadata.partition_graphs:
+        for node in partition.node:
+            assigned[node.name] = node.device
+    landed: dict[str, str] = {}
+    for t in graph.towers:
+        landed[t.tower.name] = assigned.get(t.loss.op.name, "?")
+        _say(f"tower {t.tower.name} landed on {landed[t.tower.name]}")
+    for var in graph.variables:
+        landed[var.name] = assigned.get(var.name, "?")
+        _say(f"variable {var.name} landed on {landed[var.name]}")
+    return landed
+
+
+def session_config() -> Any:
+    # Soft placement: a plan with GPUs still runs on a CPU-only machine (each tower then falls back to
+    # its worker's CPU, still on that worker).
+    return v1.ConfigProto(allow_soft_placement=True)
+
+
+def run_client(
+    plan: Mapping[str, Any],
+    run_dir: str,
+    *,
+    host: str = "",
+    stop_cluster: Callable[[], None] | None = None,
+) -> int:
+    """Run in-graph training to `training.steps` as the cluster's single client. Returns the exit code.
+
+    `stop_cluster` is called at the end (after the final checkpoint) to tell the ps and worker servers to
+    exit; by default it uses training.ps's done-queue contract.
+    """
+    import time
+
+    v1.disable_eager_execution()
+    training = dict(plan.get("training", {}))
+    layout = RunLayout(run_dir)
+    server = tf.distribute.Server(tf.train.ClusterSpec(plan["cluster_spec"]), job_name="chief", task_index=0,
+                                  config=session_config(), start=True)
+    _say(f"server {server.target} up; {len(plan['cluster_spec'].get('worker', []))} towers, "
+         f"input={training.get('input', 'client')}")
+
+    model = get_model(str(training.get("model", "mlp")), training.get("model_args") or {})
+    graph = build_in_graph(plan, model)
+    log_requested_placement(graph)
+
+    steps = int(training.get("steps", 1000))
+    checkpoint_dir = layout.checkpoints(str(training.get("checkpoint_dir", "checkpoints")))
+    every_steps = training.get("checkpoint_every_steps")
+    every_secs = None if every_steps else training.get("checkpoint_every_secs")
+    scaffold = v1.train.Scaffold(saver=graph.saver, summary_op=graph.summary_op)
+    hooks = [v1.train.StopAtStepHook(last_step=steps)]
+    n_towers = len(graph.towers)
+    reporter = InGraphReporter(
+        layout.events_file("chief", 0), host=host, job="chief", task=0,
+        interval=float(training.get("progress_interval", 1.0)),
+        ps_bytes_per_step=ps_bytes_per_step(graph.variables, pulls_per_step=n_towers),
+        input_bytes_per_step=graph.input_bytes_per_step(),
+    )
+    pacers = {t.tower.name: DelayPacer(t.tower.slowdown) for t in graph.towers if t.delay_us is not None}
+    fetches = {
+        "train": graph.train_op, "step": graph.step_after, "loss": graph.loss,
+        "times": [(t.started, t.computed) for t in graph.towers],
+    }
+    local_step = 0
+    examples = 0
+    reporter.start()
+    try:
+        with v1.train.MonitoredTrainingSession(
+            master=server.target, is_chief=True, checkpoint_dir=checkpoint_dir, scaffold=scaffold, hooks=hooks,
+            save_checkpoint_steps=every_steps, save_checkpoint_secs=every_secs,
+            save_summaries_steps=int(training.get("summary_every_steps", 100)), log_step_count_steps=0,
+            config=session_config(),
+        ) as sess:
+            while not sess.should_stop():
+                delays = {name: p.next_delay_s() for name, p in pacers.items()}
+                feed = {t.delay_us: int(delays[t.tower.name] * 1e6) for t in graph.towers if t.delay_us is not None}
+                first = local_step == 0
+                options = v1.RunOptions(output_partition_graphs=True) if first else None
+                metadata = v1.RunMetadata() if first else None
+                started = time.perf_counter()
+                out = sess.run(fetches, feed_dict=feed, options=options, run_metadata=metadata)
+                wall = time.perf_counter() - started
+                if first:
+                    log_actual_placement(graph, metadata)
+                for name, pacer in pacers.items():
+                    pacer.observe(wall, delays[name])
+                local_step += 1
+                examples += graph.examples_per_step
+                reporter.towers = {
+                    t.tower.name: {"compute_s": round(float(b - a), 6), "delay_s": round(delays.get(t.tower.name, 0.0), 6)}
+                    for t, (a, b) in zip(graph.towers, out["times"], strict=True)
+                }
+                reporter.step_s = round(wall, 6)
+                reporter.record(local_step, int(out["step"]), examples, float(out["loss"]))
+    finally:
+        reporter.close()
+    _say(f"done: {local_step} steps in this process, checkpoints in {checkpoint_dir}")
+    if stop_cluster is not None:
+        stop_cluster()
+    return 0

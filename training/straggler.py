@@ -1,0 +1,61 @@
+"""The straggler switch: `[training] slowdown = {"worker:1" = 4.0}` makes that task N times slower per step.
+
+Between-graph workers sleep in their own Python loop. An in-graph worker runs no Python of its own (only a
+TF server), so its delay must be an op that runs *on that worker's device*: `sleep_op` builds one from
+public raw ops (a one-element SleepDataset drained by DatasetToSingleElement, which sleeps in the worker's
+TF runtime without burning a core). Its duration is a tensor, so the client can feed it every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def slowdown_factor(slowdown: Mapping[str, Any], job: str, index: int) -> float:
+    """The `slowdown` factor for `job:index` (1.0 = not slowed)."""
+    value = slowdown.get(f"{job}:{index}", 1.0)
+    return max(1.0, float(value))
+
+
+def sleep_op(delay_us: Any) -> Any:
+    """An op that sleeps `delay_us` microseconds (an int64 scalar tensor) where it is placed.
+
+    Call it under the device scope of the task that must be slow. SleepDataset sleeps before producing
+    each element; TakeDataset(1) keeps DatasetToSingleElement from asking (and sleeping) a second time.
+    """
+    import tensorflow as tf
+
+    spec = {"output_types": [tf.int64], "output_shapes": [[]]}
+    with tf.name_scope("straggler_sleep"):
+        ds = tf.raw_ops.TensorDataset(components=[tf.constant(0, tf.int64)], output_shapes=[[]])
+        ds = tf.raw_ops.SleepDataset(input_dataset=ds, sleep_microseconds=delay_us, **spec)
+        ds = tf.raw_ops.TakeDataset(input_dataset=ds, count=tf.constant(1, tf.int64), **spec)
+        return tf.raw_ops.DatasetToSingleElement(dataset=ds, **spec)[0]
+
+
+class DelayPacer:
+    """How long the straggler sleeps in the next step: (factor - 1) x the step time without the delay.
+
+    The undelayed step time is the client's wall time of a step minus the delay it injected, smoothed
+    (EMA) so one slow step does not snowball; the first steps (graph warm-up) are ignored.
+    """
+
+    def __init__(self, factor: float, warmup_steps: int = 2, smoothing: float = 0.2) -> None:
+        self.factor = factor
+        self.warmup_steps = warmup_steps
+        self.smoothing = smoothing
+        self.base_s: float | None = None
+        self._seen = 0
+
+    def observe(self, wall_s: float, injected_s: float) -> None:
+        self._seen += 1
+        if self._seen <= self.warmup_steps:
+            return
+        base = max(0.0, wall_s - injected_s)
+        self.base_s = base if self.base_s is None else (1 - self.smoothing) * self.base_s + self.smoothing * base
+
+    def next_delay_s(self) -> float:
+        if self.factor <= 1.0 or self.base_s is None:
+            return 0.0
+        return (self.factor - 1.0) * self.base_s
