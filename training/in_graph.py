@@ -86,14 +86,14 @@ class InGraph:
     examples_per_step: int
     variables: list[PlacedVariable]
     summary_op: tf.Tensor | None
-    saver: v1.train.Saver
+    saver: Any  # tf.compat.v1.train.Saver
     requested: dict[str, str] = field(default_factory=dict)  # op name -> requested device
 
     def input_bytes_per_step(self) -> dict[str, int]:
         return {t.tower.name: t.input_bytes for t in self.towers if t.input_bytes}
 
 
-def make_optimizer(name: str, learning_rate: float) -> v1.train.Optimizer:
+def make_optimizer(name: str, learning_rate: float) -> Any:
     if name == "sgd":
         return v1.train.GradientDescentOptimizer(learning_rate)
     if name == "adam":
@@ -142,7 +142,7 @@ def build_in_graph(
     model: Model,
     *,
     ps_strategy: PsStrategy | None = None,
-    optimizer: v1.train.Optimizer | None = None,
+    optimizer: Any | None = None,
 ) -> InGraph:
     """Build the in-graph training graph into the current default graph (graph mode)."""
     training = plan.get("training", {})
@@ -168,7 +168,7 @@ def build_in_graph(
         # The client owns the big batch; the split is pinned here so each slice is what crosses the wire.
         with tf.device(CLIENT_DEVICE), tf.name_scope("client_input"):
             features, labels = model.input_fn(batch_size * n, seed)
-            slices = list(zip(tf.split(features, n, axis=0), tf.split(labels, n, axis=0)))
+            slices = list(zip(tf.split(features, n, axis=0), tf.split(labels, n, axis=0), strict=True))
 
     outputs: list[TowerOutputs] = []
     tower_grads: list[list[tuple[Any, Any]]] = []
