@@ -1,0 +1,119 @@
+"""Per-host remote operations of a run (probe, stop, purge, launch), each one round trip, with retries.
+
+The work on the host is done by `training.supervisor --probe/--stop`, shipped with the run's code, so
+a probe or a stop is one command whatever the number of tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from orchestrator.config import SSHOptions
+from orchestrator.errors import HostError
+from orchestrator.plan import HostPlan
+from orchestrator.transport import Transport
+from training.layout import RunLayout
+
+T = TypeVar("T")
+# Reasons after which trying again cannot help (the user must fix something first).
+PERMANENT_REASONS = {"auth-failed", "hostkey-unknown", "hostkey-changed", "sftp-failed", "remote"}
+
+
+def host_plan_from_json(data: dict[str, Any]) -> HostPlan:
+    """A HostPlan back from the run record's plan JSON (ClusterPlan.to_json)."""
+    return HostPlan(
+        name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
+        python=data["python"], workdir=data["workdir"], ssh=SSHOptions(**data.get("ssh", {})),
+        roles=tuple(data.get("roles", ())), tasks=tuple(data.get("tasks", ())),
+    )
+
+
+def open_transport(host: HostPlan) -> Transport:
+    from orchestrator.transports import transport_for
+
+    return transport_for(host)
+
+
+def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: float = 0.2) -> T:
+    """Call fn until it succeeds; on a (non-permanent) HostError wait with exponential backoff, never
+    past `deadline` (time.monotonic()): then the last error is raised."""
+    delay = first_delay
+    while True:
+        try:
+            return fn()
+        except HostError as exc:
+            if exc.reason in PERMANENT_REASONS or time.monotonic() + delay >= deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
+
+
+class RemoteRun:
+    """One host's side of one run, over one transport that is reopened after a lost connection."""
+
+    def __init__(self, host: HostPlan, run_dir: str, opener: Callable[[HostPlan], Transport] = open_transport) -> None:
+        self.host = host
+        self.layout = RunLayout(run_dir)
+        self._opener = opener
+        self._transport: Transport | None = None
+
+    @property
+    def transport(self) -> Transport:
+        if self._transport is None:
+            self._transport = self._opener(self.host)
+        return self._transport
+
+    def close(self) -> None:
+        if self._transport is not None:
+            try:
+                self._transport.close()
+            finally:
+                self._transport = None
+
+    def _supervisor_call(self, flags: list[str], timeout: float) -> dict[str, Any]:
+        """Run `training.supervisor <flags>` from the run's code dir; {"absent": true} when the run dir
+        (or its code) is not on this host."""
+        code = shlex.quote(self.layout.code)
+        cmd = shlex.join([self.host.python, "-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
+        script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else echo '{{\"absent\": true}}'; fi"
+        try:
+            result = self.transport.run(["sh", "-c", script], timeout=timeout)
+        except HostError:
+            self.close()  # the connection may be dead: reopen on the next try
+            raise
+        if not result.ok:
+            raise HostError(self.host.name, "remote", (result.stderr.strip() or result.stdout.strip())[-300:])
+        try:
+            data = json.loads(result.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError) as exc:
+            raise HostError(self.host.name, "remote", f"unreadable answer: {result.stdout[-200:]!r}") from exc
+        return data if isinstance(data, dict) else {}
+
+    def probe(self, timeout: float) -> dict[str, Any]:
+        return self._supervisor_call(["--probe"], timeout)
+
+    def stop(self, grace: float, timeout: float) -> dict[str, Any]:
+        return self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
+
+    def purge(self, timeout: float) -> None:
+        result = self.transport.run(["rm", "-rf", "--", self.layout.root], timeout=timeout)
+        if not result.ok:
+            raise HostError(self.host.name, "purge", result.stderr.strip()[-200:])
+
+    def launch_supervisor(self, timeout: float) -> int | None:
+        """Start the host's supervisor detached: its own session (setsid), stdio away from the SSH
+        channel so the command returns at once, the run marker in its environment."""
+        root = self.layout.root
+        launch = shlex.join(["env", f"TFCLUSTER_RUN_DIR={root}", "setsid", "nohup", self.host.python, "-m",
+                             "training.supervisor", "--run-dir", root, "--host", self.host.name])
+        log = shlex.quote(f"{self.layout.logs}/supervisor-{self.host.name}.log")
+        script = f"cd {shlex.quote(self.layout.code)} && {launch} >{log} 2>&1 </dev/null & echo $!"
+        result = self.transport.run(["sh", "-c", script], timeout=timeout)
+        if not result.ok:
+            raise HostError(self.host.name, "launch", result.stderr.strip()[-200:])
+        out = result.stdout.strip()
+        return int(out) if out.isdigit() else None

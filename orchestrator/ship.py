@@ -1,0 +1,163 @@
+"""Ship code to a host by content hash: only files whose bytes the host has never seen are uploaded.
+
+Remote side: `<workdir>/cache/<sha256>` holds every file ever shipped; a run's `code/` is made of
+hard links into it (a copy where links are impossible). Unchanged files cost nothing but one line of
+a shell script; the first run on a host pays for every file once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import tarfile
+import tempfile
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import ConfigError, HostError
+from orchestrator.transport import Transport
+
+CACHE_DIR = "cache"
+SCRIPT_CHUNK = 64 * 1024  # keep every `sh -c` argument far below Linux's 128 KiB per-argument limit
+SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+
+
+@dataclass(frozen=True)
+class ShipFile:
+    local: str
+    rel: str  # path under the run's code/ dir, with '/' separators
+    sha256: str
+    size: int
+    mode: int
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _walk(root: Path, rel_root: str) -> Iterable[tuple[str, str]]:
+    if root.is_file():
+        yield str(root), rel_root
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS)
+        for name in sorted(filenames):
+            if name.endswith((".pyc", ".pyo")):
+                continue
+            full = Path(dirpath) / name
+            yield str(full), f"{rel_root}/{full.relative_to(root).as_posix()}"
+
+
+def _entry(local: str, rel: str) -> ShipFile:
+    st = os.stat(local)
+    return ShipFile(local=local, rel=rel, sha256=_sha256(local), size=st.st_size, mode=st.st_mode & 0o777)
+
+
+def training_package_files() -> list[ShipFile]:
+    """The `training/` package as installed next to this orchestrator (what every host runs)."""
+    import training
+
+    root = Path(training.__file__).resolve().parent
+    return [_entry(local, rel) for local, rel in _walk(root, "training")]
+
+
+def sync_files(sync: Iterable[str], base_dir: str, source: str = "hosts.toml") -> list[ShipFile]:
+    """The user's `[training] sync` entries, relative to hosts.toml's directory; dirs are walked."""
+    out: list[ShipFile] = []
+    for entry in sync:
+        path = Path(entry).expanduser()
+        full = path if path.is_absolute() else Path(base_dir) / path
+        if not full.exists():
+            raise ConfigError(source, "training.sync", f"{entry!r} does not exist (looked for {full})")
+        # Outside the project dir: shipped under its own name into code/.
+        outside = path.is_absolute() or ".." in path.parts
+        rel = full.resolve().name if outside else path.as_posix().rstrip("/")
+        if rel.split("/")[0] == "training":
+            raise ConfigError(source, "training.sync", f"{entry!r} would overwrite tfcluster's own `training/` package")
+        out.extend(_entry(local, r) for local, r in _walk(full, rel))
+    return out
+
+
+def _bundle(files: list[ShipFile]) -> str:
+    """A temporary tar of the files, each named by its hash (the cache's layout), modes kept."""
+    fd, path = tempfile.mkstemp(prefix="tfcluster-ship-", suffix=".tar")
+    with os.fdopen(fd, "wb") as raw, tarfile.open(fileobj=raw, mode="w") as tar:
+        for f in files:
+            info = tar.gettarinfo(f.local, arcname=f.sha256)
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            with open(f.local, "rb") as data:
+                tar.addfile(info, data)
+    return path
+
+
+def _chunks(commands: list[str], prefix: str) -> list[str]:
+    scripts, current = [], [prefix]
+    size = len(prefix)
+    for cmd in commands:
+        if size + len(cmd) > SCRIPT_CHUNK and len(current) > 1:
+            scripts.append("\n".join(current))
+            current, size = [prefix], len(prefix)
+        current.append(cmd)
+        size += len(cmd) + 1
+    if len(current) > 1:
+        scripts.append("\n".join(current))
+    return scripts
+
+
+def ship(
+    transport: Transport,
+    files: list[ShipFile],
+    workdir: str,
+    code_dir: str,
+    *,
+    timeout: float,
+    progress: Callable[[int, int], None] | None = None,
+    cancelled: Callable[[], bool] = lambda: False,
+) -> int:
+    """Put `files` under `code_dir` on the host (both absolute). Returns how many were uploaded."""
+    cache = f"{workdir}/{CACHE_DIR}"
+    listing = transport.run(["sh", "-c", f"mkdir -p {shlex.quote(cache)} && ls -1 {shlex.quote(cache)}"],
+                            timeout=timeout)
+    if not listing.ok:
+        raise HostError(transport.host, "ship", f"cannot list {cache}: {listing.stderr.strip()[:200]}")
+    have = set(listing.stdout.split())
+    missing: dict[str, ShipFile] = {}
+    for f in files:
+        if f.sha256 not in have:
+            missing.setdefault(f.sha256, f)
+    total = len(missing)
+    if progress:
+        progress(0, total)
+    moves: list[str] = []
+    if missing:
+        if cancelled():
+            raise HostError(transport.host, "cancelled", "start was interrupted")
+        # One archive, one SFTP transfer: a first run ships dozens of small files at once.
+        bundle = _bundle(list(missing.values()))
+        try:
+            remote_tar = f"{cache}/.upload-{os.getpid()}-{threading.get_ident()}.tar"
+            transport.put_file(bundle, remote_tar, 0o600)
+        finally:
+            os.unlink(bundle)
+        moves.append(f"tar -xf {shlex.quote(remote_tar)} -C {shlex.quote(cache)} && rm -f {shlex.quote(remote_tar)}")
+    if progress:
+        progress(total, total)
+    dirs = sorted({os.path.dirname(f"{code_dir}/{f.rel}") for f in files})
+    links = [f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}"] if dirs else []
+    for f in files:
+        src, dst = shlex.quote(f"{cache}/{f.sha256}"), shlex.quote(f"{code_dir}/{f.rel}")
+        # A hard link shares the cached inode (the mode of its first upload); cp where links fail.
+        links.append(f"ln -f {src} {dst} 2>/dev/null || cp -f {src} {dst}")
+    for script in _chunks(moves + links, "set -e"):
+        result = transport.run(["sh", "-c", script], timeout=timeout)
+        if not result.ok:
+            raise HostError(transport.host, "ship", f"cannot place files: {result.stderr.strip()[:200]}")
+    return total
