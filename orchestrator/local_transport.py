@@ -1,0 +1,125 @@
+"""`LocalTransport`: the Transport protocol on subprocess, for hosts with `transport = "local"`.
+
+Commands go through `/bin/sh -c shell_command(...)` exactly as over SSH, so `~`, `$HOME`, `env` and
+quoting behave the same on a local host and a remote one. A command that exceeds its timeout has its
+whole process group killed and raises HostError(reason="timeout").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+
+from orchestrator.errors import HostError
+from orchestrator.transport import CommandResult, shell_command
+
+_SH = "/bin/sh"
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+class LocalTransport:
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None,
+    ) -> CommandResult:
+        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin)
+
+    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                [_SH, "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: a timeout kills the command and its children
+            )
+        except OSError as exc:
+            raise HostError(self.host, "unreachable", f"cannot start {_SH}: {exc}") from exc
+        try:
+            out, err = proc.communicate(input=stdin or b"", timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            _kill_group(proc)
+            proc.communicate()
+            raise HostError(self.host, "timeout", f"command exceeded {timeout:g}s: {command[:120]}") from exc
+        except BaseException:
+            _kill_group(proc)
+            proc.wait()
+            raise
+        return CommandResult(
+            exit_code=proc.returncode, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+            duration_s=time.monotonic() - start,
+        )
+
+    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
+        target = os.path.expanduser(remote_path)
+        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
+        try:
+            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
+            shutil.copyfile(local_path, tmp)
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise HostError(self.host, "sftp-failed", f"{local_path} -> {remote_path}: {exc}") from exc
+
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> LocalLineStream:
+        proc = subprocess.Popen(
+            [_SH, "-c", shell_command(argv, env=env, cwd=cwd)], stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+        )
+        return LocalLineStream(proc)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalLineStream:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = proc
+        self.stderr_tail = ""
+        # Drain stderr in the background so a chatty command never blocks on a full pipe.
+        self._stderr_thread = threading.Thread(target=self._drain_stderr, daemon=True)
+        self._stderr_thread.start()
+
+    def _drain_stderr(self) -> None:
+        stderr = self._proc.stderr
+        assert stderr is not None
+        try:
+            for chunk in iter(lambda: os.read(stderr.fileno(), 4096), b""):
+                self.stderr_tail = (self.stderr_tail + chunk.decode("utf-8", "replace"))[-65536:]
+        except (OSError, ValueError):
+            pass  # closed by close()
+
+    def lines(self) -> Iterator[str]:
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            yield raw.decode("utf-8", "replace").rstrip("\n")
+        self._proc.wait()
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            _kill_group(self._proc)
+        self._proc.wait()
+        for pipe in (self._proc.stdout, self._proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._proc.poll()

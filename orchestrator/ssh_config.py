@@ -1,0 +1,181 @@
+"""A host's effective SSH settings: hosts.toml > ~/.ssh/config > SSH_DEFAULTS, as OpenSSH layers
+command-line options over its config file.
+
+hosts.toml's `[ssh]`/`[hosts.ssh]` values win (`orchestrator.config.explicit_ssh`); the host's `address`
+is looked up as an alias in the ssh config file (HostName, User, Port, IdentityFile, ProxyJump,
+UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout, ServerAliveInterval, IdentitiesOnly); what
+is still unset comes from `SSH_DEFAULTS`. `ssh.config_file = "none"` disables the file (tests use it so
+they never read the developer's ~/.ssh).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import paramiko
+
+from orchestrator.config import SSH_DEFAULTS, SSHOptions
+from orchestrator.errors import ConfigError
+
+DEFAULT_CONFIG_FILE = "~/.ssh/config"
+DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+_POLICY_FROM_OPENSSH = {"yes": "yes", "ask": "yes", "accept-new": "accept-new", "no": "no", "off": "no"}
+
+
+@dataclass(frozen=True)
+class ResolvedSSH:
+    """Everything needed to open one SSH connection. `proxy_jump` lists the jump hosts, first hop first."""
+
+    alias: str  # the address as written in hosts.toml
+    hostname: str  # what is actually dialled
+    port: int
+    user: str
+    identity_files: tuple[str, ...]  # expanded paths; empty = agent and the default ~/.ssh/id_* keys
+    use_agent: bool
+    policy: str  # "yes" | "accept-new" | "no"
+    known_hosts: str  # expanded path
+    connect_timeout: float
+    keepalive: int  # seconds between keepalive packets, 0 = off
+    proxy_jump: tuple[ResolvedSSH, ...] = ()
+
+    @property
+    def look_for_keys(self) -> bool:
+        """OpenSSH tries its default key files only when no IdentityFile is given."""
+        return not self.identity_files
+
+    @property
+    def known_hosts_name(self) -> str:
+        """How this host is named in known_hosts (OpenSSH: `[host]:port` unless the port is 22)."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    def describe(self) -> str:
+        via = "".join(f" via {j.user}@{j.hostname}:{j.port}" for j in self.proxy_jump)
+        return f"{self.user}@{self.hostname}:{self.port}{via}"
+
+
+def _expand(path: str) -> str:
+    return os.path.expanduser(os.path.expandvars(path))
+
+
+def load_ssh_config(config_file: str | None) -> paramiko.SSHConfig | None:
+    """The parsed ssh config file, or None when disabled ("none") or absent (the default file only)."""
+    if config_file is not None and config_file.lower() == "none":
+        return None
+    path = _expand(config_file or DEFAULT_CONFIG_FILE)
+    if not os.path.exists(path):
+        if config_file is not None:
+            raise ConfigError("hosts.toml", "ssh.config_file", f"ssh config file {path} does not exist")
+        return None
+    try:
+        return paramiko.SSHConfig.from_path(path)
+    except (OSError, UnicodeDecodeError, paramiko.ConfigParseError) as exc:
+        raise ConfigError(path, None, f"cannot read ssh config: {exc}") from exc
+
+
+def _lookup(ssh_config: paramiko.SSHConfig | None, alias: str) -> dict[str, Any]:
+    if ssh_config is None:
+        return {}
+    return dict(ssh_config.lookup(alias))
+
+
+def _bool(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return value.strip().lower() in ("yes", "true", "on")
+
+
+def _parse_jump(spec: str) -> tuple[str | None, str, int | None]:
+    """`[user@]host[:port]` (also `ssh://user@host:port`) -> (user, host, port)."""
+    spec = spec.strip()
+    if spec.startswith("ssh://"):
+        spec = spec[len("ssh://") :]
+    user, _, hostport = spec.rpartition("@")
+    host, port = hostport, None
+    if hostport.startswith("["):  # [v6addr]:port
+        host, _, rest = hostport[1:].partition("]")
+        if rest.startswith(":") and rest[1:].isdigit():
+            port = int(rest[1:])
+    elif hostport.count(":") == 1:
+        h, _, p = hostport.partition(":")
+        if p.isdigit():
+            host, port = h, int(p)
+    return (user or None), host, port
+
+
+def resolve_ssh(
+    address: str,
+    explicit: SSHOptions,
+    *,
+    ssh_config: paramiko.SSHConfig | None = None,
+    load_config_file: bool = True,
+    _depth: int = 0,
+) -> ResolvedSSH:
+    """Resolve the effective settings for `address` (an IP, DNS name or ssh-config alias).
+
+    `ssh_config`: an already parsed file (else it is loaded from `explicit.config_file`)."""
+    if ssh_config is None and load_config_file:
+        ssh_config = load_ssh_config(explicit.config_file)
+    found = _lookup(ssh_config, address)
+
+    def pick(explicit_value: Any, config_value: Any, default: Any) -> Any:
+        for value in (explicit_value, config_value):
+            if value is not None:
+                return value
+        return default
+
+    hostname = str(found.get("hostname") or address)
+    port = int(pick(explicit.port, found.get("port"), SSH_DEFAULTS.port))
+    user = str(pick(explicit.user, found.get("user"), None) or getpass.getuser())
+    if explicit.identity_file is not None:
+        identity_files: tuple[str, ...] = (_expand(explicit.identity_file),)
+    else:
+        identity_files = tuple(_expand(p) for p in found.get("identityfile", []))
+    identities_only = _bool(found.get("identitiesonly")) or False
+    use_agent = bool(pick(explicit.use_agent, False if identities_only else None, SSH_DEFAULTS.use_agent))
+    config_policy = found.get("stricthostkeychecking")
+    if config_policy is not None:
+        config_policy = _POLICY_FROM_OPENSSH.get(str(config_policy).lower(), "yes")
+    policy = str(pick(explicit.strict_host_key_checking, config_policy, SSH_DEFAULTS.strict_host_key_checking))
+    config_known_hosts = found.get("userknownhostsfile")
+    if config_known_hosts:
+        config_known_hosts = str(config_known_hosts).split()[0]  # OpenSSH allows several; we use the first
+    known_hosts = _expand(str(pick(explicit.known_hosts, config_known_hosts, DEFAULT_KNOWN_HOSTS)))
+    connect_timeout = float(pick(explicit.connect_timeout, found.get("connecttimeout"), SSH_DEFAULTS.connect_timeout))
+    keepalive = int(pick(explicit.keepalive, found.get("serveraliveinterval"), SSH_DEFAULTS.keepalive))
+
+    jumps: list[ResolvedSSH] = []
+    jump_spec = pick(explicit.proxy_jump, found.get("proxyjump"), None)
+    if jump_spec and str(jump_spec).lower() != "none":
+        if _depth > 8:
+            raise ConfigError("hosts.toml", "ssh.proxy_jump", f"ProxyJump chain for {address} is too deep (a loop?)")
+        for hop in str(jump_spec).split(","):
+            hop_user, hop_host, hop_port = _parse_jump(hop)
+            # A jump host is resolved through the ssh config like any host; it shares only the key,
+            # known_hosts, policy and timeout settings of hosts.toml, not the target's user/port.
+            hop_explicit = SSHOptions(
+                user=hop_user, port=hop_port, identity_file=explicit.identity_file,
+                strict_host_key_checking=explicit.strict_host_key_checking, known_hosts=explicit.known_hosts,
+                connect_timeout=explicit.connect_timeout, keepalive=explicit.keepalive, use_agent=explicit.use_agent,
+            )
+            hop_resolved = resolve_ssh(
+                hop_host, hop_explicit, ssh_config=ssh_config, load_config_file=False, _depth=_depth + 1
+            )
+            jumps.extend(hop_resolved.proxy_jump)  # a jump host's own ProxyJump comes before it
+            jumps.append(_without_jumps(hop_resolved))
+
+    return ResolvedSSH(
+        alias=address, hostname=hostname, port=port, user=user, identity_files=identity_files,
+        use_agent=use_agent, policy=policy, known_hosts=known_hosts, connect_timeout=connect_timeout,
+        keepalive=keepalive, proxy_jump=tuple(jumps),
+    )
+
+
+def _without_jumps(r: ResolvedSSH) -> ResolvedSSH:
+    return ResolvedSSH(
+        alias=r.alias, hostname=r.hostname, port=r.port, user=r.user, identity_files=r.identity_files,
+        use_agent=r.use_agent, policy=r.policy, known_hosts=r.known_hosts, connect_timeout=r.connect_timeout,
+        keepalive=r.keepalive,
+    )

@@ -1,0 +1,468 @@
+"""`SSHTransport`: the Transport protocol over Paramiko (one connection per host, channels per command).
+
+Paramiko and socket errors are turned into `HostError(host, reason, detail)` where they enter this
+module; reasons: refused, timeout, unreachable, auth-failed, hostkey-unknown, hostkey-changed, lost,
+sftp-failed. Host keys are checked against `known_hosts` under the policy: `yes` refuses an unknown
+key, `accept-new` records it, `no` accepts it with a loud warning; a CHANGED key is refused always.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import posixpath
+import select
+import shlex
+import socket
+import stat
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+
+import paramiko
+
+from orchestrator.errors import HostError
+from orchestrator.ssh_config import ResolvedSSH
+from orchestrator.transport import CommandResult, shell_command
+
+log = logging.getLogger("tfcluster.ssh")
+
+_KNOWN_HOSTS_LOCK = threading.Lock()  # hosts connecting in parallel may append to one known_hosts
+_READ_CHUNK = 65536
+
+
+PID_MARKER = b"__tfcluster_pid__ "
+
+
+def sh_wrap(command: str) -> str:
+    """Run under /bin/sh whatever the user's login shell is (fish, csh...): quoting rules stay POSIX.
+
+    The first stderr line reports the session's pid (sshd makes it a process-group leader), so a
+    command that outlives its timeout can be killed with its children. It is stripped from stderr."""
+    inner = f"echo \"{PID_MARKER.decode()}$$\" >&2; exec /bin/sh -c {shlex.quote(command)}"
+    return "/bin/sh -c " + shlex.quote(inner)
+
+
+def split_pid_marker(err: bytes | bytearray) -> tuple[int | None, bytes]:
+    """(pid, stderr without the marker line) once the marker line is complete, else (None, err)."""
+    if err.startswith(PID_MARKER) and b"\n" in err:
+        line, _, rest = bytes(err).partition(b"\n")
+        value = line[len(PID_MARKER) :].strip()
+        return (int(value) if value.isdigit() else None), rest
+    return None, bytes(err)
+
+
+def _load_known_hosts(path: str) -> paramiko.HostKeys:
+    keys = paramiko.HostKeys()
+    if os.path.exists(path):
+        try:
+            keys.load(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise HostError("-", "hostkey-unknown", f"cannot read known_hosts {path}: {exc}") from exc
+    return keys
+
+
+def _append_known_host(path: str, name: str, key: paramiko.PKey) -> None:
+    with _KNOWN_HOSTS_LOCK:
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Called by Paramiko only when known_hosts has no key of the offered type for the host."""
+
+    def __init__(self, transport: SSHTransport, settings: ResolvedSSH, known: paramiko.HostKeys) -> None:
+        self.transport = transport
+        self.settings = settings
+        self.known = known
+
+    def missing_host_key(self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey) -> None:
+        s = self.settings
+        fingerprint = key.fingerprint if hasattr(key, "fingerprint") else key.get_name()
+        name = s.known_hosts_name
+        if self.known.lookup(name):
+            # known_hosts holds a key of another type for this host: treat it as a changed key.
+            raise HostError(
+                self.transport.host, "hostkey-changed",
+                f"{name} offered a {key.get_name()} key ({fingerprint}) but {s.known_hosts} records a "
+                "different key for it; if the machine was reinstalled, remove its line from known_hosts",
+            )
+        if s.policy == "accept-new":
+            _append_known_host(s.known_hosts, name, key)
+            log.info("host %s: new host key %s recorded in %s", self.transport.host, fingerprint, s.known_hosts)
+            return
+        if s.policy == "no":
+            message = (
+                f"HOST KEY NOT VERIFIED for host {self.transport.host} ({name}, {fingerprint}): "
+                "strict_host_key_checking = \"no\" lets anyone on the network path impersonate it"
+            )
+            self.transport.warnings.append(message)
+            log.warning(message)
+            return
+        raise HostError(
+            self.transport.host, "hostkey-unknown",
+            f"{name} is not in {s.known_hosts} (key {fingerprint}); add it (ssh-keyscan, or connect once "
+            "with ssh) or set strict_host_key_checking = \"accept-new\"",
+        )
+
+
+class SSHTransport:
+    """One SSH connection to one host (through its ProxyJump chain), opened on first use."""
+
+    def __init__(self, host: str, settings: ResolvedSSH) -> None:
+        self.host = host
+        self.settings = settings
+        self.warnings: list[str] = []  # e.g. host key accepted unverified (policy "no")
+        self._clients: list[paramiko.SSHClient] = []  # jump hosts first, the target last
+        self._lock = threading.Lock()
+
+    # --- connection --------------------------------------------------------------------------------
+    def connect(self) -> None:
+        with self._lock:
+            if self._clients and self._active():
+                return
+            self._close_clients()
+            try:
+                sock: paramiko.Channel | socket.socket | None = None
+                hops = [*self.settings.proxy_jump, self.settings]
+                for i, hop in enumerate(hops):
+                    if sock is None:
+                        sock = self._dial(hop)
+                    client = self._handshake(hop, sock, via_jump=i > 0)
+                    self._clients.append(client)
+                    if i + 1 < len(hops):
+                        sock = self._open_tunnel(client, hops[i + 1], hop)
+            except BaseException:
+                self._close_clients()
+                raise
+
+    def _active(self) -> bool:
+        t = self._clients[-1].get_transport() if self._clients else None
+        return t is not None and t.is_active()
+
+    def _dial(self, s: ResolvedSSH) -> socket.socket:
+        where = f"{s.hostname}:{s.port}"
+        try:
+            sock = socket.create_connection((s.hostname, s.port), timeout=s.connect_timeout)
+        except ConnectionRefusedError as exc:
+            raise HostError(self.host, "refused", f"{where}: connection refused (is sshd running?)") from exc
+        except TimeoutError as exc:
+            raise HostError(self.host, "timeout", f"{where}: no answer within {s.connect_timeout:g}s") from exc
+        except socket.gaierror as exc:
+            raise HostError(self.host, "unreachable", f"cannot resolve {s.hostname}: {exc.strerror}") from exc
+        except OSError as exc:
+            raise HostError(self.host, "unreachable", f"{where}: {exc.strerror or exc}") from exc
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def _open_tunnel(self, jump: paramiko.SSHClient, target: ResolvedSSH, via: ResolvedSSH) -> paramiko.Channel:
+        transport = jump.get_transport()
+        where = f"{target.hostname}:{target.port} via {via.hostname}"
+        if transport is None:
+            raise HostError(self.host, "lost", f"jump host {via.hostname} closed the connection")
+        try:
+            return transport.open_channel(
+                "direct-tcpip", (target.hostname, target.port), ("127.0.0.1", 0), timeout=target.connect_timeout
+            )
+        except paramiko.ChannelException as exc:
+            reason = "refused" if exc.code == 2 else "unreachable"
+            raise HostError(self.host, reason, f"{where}: {exc.text}") from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise HostError(self.host, "timeout" if "timeout" in str(exc).lower() else "unreachable",
+                            f"{where}: {exc}") from exc
+
+    def _handshake(
+        self, s: ResolvedSSH, sock: socket.socket | paramiko.Channel, *, via_jump: bool
+    ) -> paramiko.SSHClient:
+        where = f"{s.user}@{s.hostname}:{s.port}"
+        for path in s.identity_files:
+            if not os.path.exists(path):
+                sock.close()
+                raise HostError(self.host, "auth-failed", f"identity file {path} does not exist")
+        known = _load_known_hosts(s.known_hosts)
+        client = paramiko.SSHClient()
+        # Paramiko checks these keys itself (a mismatch raises BadHostKeyException) and asks the policy
+        # only for unknown ones; nothing is ever saved by Paramiko itself.
+        client._system_host_keys = known
+        client.set_missing_host_key_policy(_HostKeyPolicy(self, s, known))
+        try:
+            client.connect(
+                s.hostname, port=s.port, username=s.user, key_filename=list(s.identity_files) or None,
+                allow_agent=s.use_agent, look_for_keys=s.look_for_keys, sock=sock,  # type: ignore[arg-type]
+                timeout=s.connect_timeout, banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
+                channel_timeout=s.connect_timeout,
+            )
+        except HostError:
+            client.close()
+            raise
+        except paramiko.BadHostKeyException as exc:
+            client.close()
+            raise HostError(
+                self.host, "hostkey-changed",
+                f"{s.known_hosts_name} offered key {exc.key.fingerprint} but {s.known_hosts} records "
+                f"{exc.expected_key.fingerprint}: refusing (possible man-in-the-middle; if the machine was "
+                "reinstalled, remove its line from known_hosts)",
+            ) from exc
+        except paramiko.AuthenticationException as exc:
+            client.close()
+            keys = ", ".join(s.identity_files) or "default keys"
+            agent = " and the agent" if s.use_agent else ""
+            raise HostError(self.host, "auth-failed", f"{where}: tried {keys}{agent}: {exc}") from exc
+        except TimeoutError as exc:
+            client.close()
+            raise HostError(self.host, "timeout", f"{where}: SSH handshake timed out") from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            client.close()
+            text = str(exc) or type(exc).__name__
+            reason = "timeout" if "timeout" in text.lower() or "timed out" in text.lower() else "unreachable"
+            raise HostError(self.host, reason, f"{where}: SSH handshake failed: {text}") from exc
+        transport = client.get_transport()
+        if transport is not None and s.keepalive:
+            transport.set_keepalive(s.keepalive)
+        return client
+
+    def _transport(self) -> paramiko.Transport:
+        self.connect()
+        t = self._clients[-1].get_transport()
+        if t is None or not t.is_active():
+            raise HostError(self.host, "lost", "connection closed")
+        return t
+
+    def _session(self) -> paramiko.Channel:
+        try:
+            return self._transport().open_session(timeout=self.settings.connect_timeout)
+        except HostError:
+            raise
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise HostError(self.host, "lost", f"cannot open a session: {exc}") from exc
+
+    # --- commands ----------------------------------------------------------------------------------
+    def run(
+        self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None,
+    ) -> CommandResult:
+        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin)
+
+    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+        """Run an already quoted POSIX shell command. On timeout the channel is closed (the remote
+        command loses its stdio) and HostError(reason="timeout") is raised: never a hang."""
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        chan = self._session()
+        out, err = bytearray(), bytearray()
+        try:
+            chan.exec_command(sh_wrap(command))
+            if stdin:
+                chan.settimeout(timeout)
+                chan.sendall(stdin)
+                chan.settimeout(None)
+            chan.shutdown_write()
+            while True:
+                wait = 1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic()))
+                if chan.eof_received:
+                    chan.status_event.wait(wait)
+                else:
+                    select.select([chan], [], [], wait)
+                while chan.recv_ready():
+                    out += chan.recv(_READ_CHUNK)
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(_READ_CHUNK)
+                if chan.exit_status_ready() and chan.eof_received:
+                    break
+                if chan.closed or not self._active():
+                    raise HostError(self.host, "lost", f"connection lost while running: {_short(command)}")
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._kill_session(chan, split_pid_marker(err)[0])
+                    raise HostError(self.host, "timeout", f"command exceeded {timeout:g}s: {_short(command)}")
+            while chan.recv_ready():
+                out += chan.recv(_READ_CHUNK)
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(_READ_CHUNK)
+            code = chan.recv_exit_status()
+            err = bytearray(split_pid_marker(err)[1])
+        except HostError:
+            raise
+        except TimeoutError as exc:
+            raise HostError(self.host, "timeout", f"command exceeded {timeout}s: {_short(command)}") from exc
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise HostError(self.host, "lost", f"{exc or type(exc).__name__} while running: {_short(command)}") from exc
+        finally:
+            chan.close()
+        return CommandResult(
+            exit_code=code, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+            duration_s=time.monotonic() - start,
+        )
+
+    def stream(
+        self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
+    ) -> SSHLineStream:
+        chan = self._session()
+        try:
+            chan.exec_command(sh_wrap(shell_command(argv, env=env, cwd=cwd)))
+            chan.shutdown_write()
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            chan.close()
+            raise HostError(self.host, "lost", f"cannot start stream: {exc}") from exc
+        return SSHLineStream(self, chan)
+
+    def _kill_session(self, chan: paramiko.Channel, pid: int | None) -> None:
+        """Kill a remote command's process group. The "signal" channel request is enough for non-root
+        logins; sshd drops it for root (no post-auth privilege separation), hence the explicit kill."""
+        send_signal(chan, "KILL")
+        chan.close()
+        if pid is None:
+            return
+        kill = f"kill -s KILL -- -{pid} 2>/dev/null || kill -s KILL {pid} 2>/dev/null; true"
+        with contextlib.suppress(HostError):
+            self.run_shell(kill, timeout=self.settings.connect_timeout)
+
+    # --- files -------------------------------------------------------------------------------------
+    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
+        """Copy over SFTP to a temporary name, then rename: readers never see a half-written file.
+        A leading `~/` means the remote home (SFTP paths are relative to it). Parents are created."""
+        path = remote_path[2:] if remote_path.startswith("~/") else remote_path
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        transport = self._transport()
+        try:
+            sftp = paramiko.SFTPClient.from_transport(transport)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise HostError(self.host, "lost", f"cannot open SFTP: {exc}") from exc
+        if sftp is None:
+            raise HostError(self.host, "sftp-failed", "the server refused the SFTP subsystem")
+        try:
+            _sftp_makedirs(sftp, posixpath.dirname(path))
+            sftp.put(local_path, tmp)
+            if mode is not None:
+                sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, path)
+        except FileNotFoundError as exc:
+            raise HostError(self.host, "sftp-failed", f"{local_path} -> {remote_path}: {exc}") from exc
+        except (OSError, paramiko.SSHException, EOFError) as exc:
+            with contextlib.suppress(OSError, paramiko.SSHException, EOFError):
+                sftp.remove(tmp)
+            raise HostError(self.host, "sftp-failed", f"{local_path} -> {remote_path}: {exc}") from exc
+        finally:
+            sftp.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_clients()
+
+    def _close_clients(self) -> None:
+        for client in reversed(self._clients):  # target first, then the jump hosts under it
+            client.close()
+        self._clients = []
+
+    def __enter__(self) -> SSHTransport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
+    if path in ("", ".", "/"):
+        return
+    try:
+        if stat.S_ISDIR(sftp.stat(path).st_mode or 0):
+            return
+    except FileNotFoundError:
+        pass
+    _sftp_makedirs(sftp, posixpath.dirname(path))
+    try:
+        sftp.mkdir(path)
+    except OSError:
+        if not stat.S_ISDIR(sftp.stat(path).st_mode or 0):  # lost a race with another writer: fine
+            raise
+
+
+def send_signal(chan: paramiko.Channel, name: str) -> None:
+    """RFC 4254 "signal" request: OpenSSH's sshd (>= 7.9) delivers it to the session's process group,
+    so a command that outlives its timeout is killed, not merely cut off from its output."""
+    if chan.closed or chan.exit_status_ready():
+        return
+    msg = paramiko.Message()
+    msg.add_byte(paramiko.common.cMSG_CHANNEL_REQUEST)
+    msg.add_int(chan.remote_chanid)
+    msg.add_string("signal")
+    msg.add_boolean(False)
+    msg.add_string(name)
+    with contextlib.suppress(paramiko.SSHException, EOFError, OSError):
+        chan.transport._send_user_message(msg)  # type: ignore[union-attr]
+
+
+def _short(command: str, limit: int = 120) -> str:
+    return command if len(command) <= limit else command[: limit - 3] + "..."
+
+
+class SSHLineStream:
+    """stdout of a long-running remote command, line by line; stderr is kept (last 64 KiB) not lost."""
+
+    def __init__(self, transport: SSHTransport, chan: paramiko.Channel) -> None:
+        self.host = transport.host
+        self._transport = transport
+        self._pid: int | None = None
+        self._chan = chan
+        self._closed_here = False
+        self.stderr_tail = ""
+
+    def lines(self) -> Iterator[str]:
+        buf = bytearray()
+        err = bytearray()
+        chan = self._chan
+        try:
+            while True:
+                if chan.eof_received:
+                    chan.status_event.wait(1.0)
+                else:
+                    select.select([chan], [], [], 1.0)
+                got = False
+                while chan.recv_ready():
+                    buf += chan.recv(_READ_CHUNK)
+                    got = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(_READ_CHUNK)
+                    if self._pid is None:
+                        pid, stripped = split_pid_marker(err)
+                        if pid is not None:
+                            self._pid, err = pid, bytearray(stripped)
+                    del err[:-65536]
+                if got:
+                    *complete, rest = buf.split(b"\n")
+                    buf = bytearray(rest)
+                    for line in complete:
+                        yield line.decode("utf-8", "replace")
+                if chan.closed or (chan.eof_received and chan.exit_status_ready()):
+                    while chan.recv_ready():
+                        buf += chan.recv(_READ_CHUNK)
+                    for tail_line in bytes(buf).split(b"\n"):
+                        if tail_line:
+                            yield tail_line.decode("utf-8", "replace")
+                    if not (chan.exit_status_ready() or chan.eof_received or self._closed_here):
+                        raise HostError(self.host, "lost", "stream closed by the remote side")
+                    return
+                transport = chan.get_transport()
+                if transport is None or not transport.is_active():
+                    raise HostError(self.host, "lost", "connection lost while streaming")
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
+        finally:
+            self.stderr_tail = err.decode("utf-8", "replace")
+
+    def close(self) -> None:
+        """Stop reading and kill the remote command if it still runs (e.g. `tail -f`)."""
+        self._closed_here = True
+        if self._chan.exit_status_ready():
+            self._chan.close()
+        else:
+            self._transport._kill_session(self._chan, self._pid)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._chan.exit_status if self._chan.exit_status_ready() else None
