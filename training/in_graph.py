@@ -24,10 +24,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.layout import RunLayout
+from training.context import TaskContext
+from training.devices import pulled_variables, session_config
 from training.models import get_model
 from training.models.base import Model
+from training.optimizers import make_optimizer
 from training.placement import GreedyByBytes
+from training.ps import serving_targets, signal_done
 from training.straggler import DelayPacer, sleep_op, slowdown_factor
 from training.telemetry.accounting import PlacedVariable, ps_bytes_per_step
 from training.telemetry.writer import ProgressReporter
@@ -91,18 +94,6 @@ class InGraph:
 
     def input_bytes_per_step(self) -> dict[str, int]:
         return {t.tower.name: t.input_bytes for t in self.towers if t.input_bytes}
-
-
-def make_optimizer(name: str, learning_rate: float) -> Any:
-    if name == "sgd":
-        return v1.train.GradientDescentOptimizer(learning_rate)
-    if name == "adam":
-        return v1.train.AdamOptimizer(learning_rate)
-    if name == "adagrad":
-        return v1.train.AdagradOptimizer(learning_rate)
-    if name == "momentum":
-        return v1.train.MomentumOptimizer(learning_rate, momentum=0.9)
-    raise ValueError(f'unknown optimizer "{name}"')
 
 
 def _static_nbytes(t: tf.Tensor) -> int:
@@ -299,29 +290,19 @@ def log_actual_placement(graph: InGraph, run_metadata: Any) -> dict[str, str]:
     return landed
 
 
-def session_config() -> Any:
-    # Soft placement: a plan with GPUs still runs on a CPU-only machine (each tower then falls back to
-    # its worker's CPU, still on that worker).
-    return v1.ConfigProto(allow_soft_placement=True)
-
-
-def run_client(
-    plan: Mapping[str, Any],
-    run_dir: str,
-    *,
-    host: str = "",
-    stop_cluster: Callable[[], None] | None = None,
-) -> int:
-    """Run in-graph training to `training.steps` as the cluster's single client. Returns the exit code.
+def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = None) -> int:
+    """Run in-graph training to `training.steps` as the cluster's single client (the `chief` task).
 
     `stop_cluster` is called at the end (after the final checkpoint) to tell the ps and worker servers to
-    exit; by default it uses training.ps's done-queue contract.
+    exit; by default it uses training.ps's done-queue contract. Returns the exit code.
     """
     import time
 
     v1.disable_eager_execution()
-    training = dict(plan.get("training", {}))
-    layout = RunLayout(run_dir)
+    plan = ctx.plan
+    training = ctx.training
+    layout = ctx.layout
+    host = ctx.host
     server = tf.distribute.Server(tf.train.ClusterSpec(plan["cluster_spec"]), job_name="chief", task_index=0,
                                   config=session_config(), start=True)
     _say(f"server {server.target} up; {len(plan['cluster_spec'].get('worker', []))} towers, "
@@ -341,7 +322,8 @@ def run_client(
     reporter = InGraphReporter(
         layout.events_file("chief", 0), host=host, job="chief", task=0,
         interval=float(training.get("progress_interval", 1.0)),
-        ps_bytes_per_step=ps_bytes_per_step(graph.variables, pulls_per_step=n_towers),
+        # every tower reads every variable from its PS each step; the client pushes one averaged update
+        ps_bytes_per_step=ps_bytes_per_step(pulled_variables(graph.variables), pulls_per_step=n_towers),
         input_bytes_per_step=graph.input_bytes_per_step(),
     )
     pacers = {t.tower.name: DelayPacer(t.tower.slowdown) for t in graph.towers if t.delay_us is not None}
@@ -385,4 +367,9 @@ def run_client(
     _say(f"done: {local_step} steps in this process, checkpoints in {checkpoint_dir}")
     if stop_cluster is not None:
         stop_cluster()
+    else:
+        targets = serving_targets("in-graph", plan["cluster_spec"])
+        signalled = signal_done(server.target, "chief:0", targets, "/job:chief/task:0")
+        missing = sorted(set(targets) - set(signalled))
+        _say("told every ps and worker server to stop" if not missing else f"could not tell {missing} to stop")
     return 0

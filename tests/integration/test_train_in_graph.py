@@ -1,0 +1,112 @@
+"""In-graph replication on a real local TensorFlow cluster: ps tasks, worker servers and the one client,
+each a real `python -m training.task` process started from a real plan's run.json (see
+tests/helpers/local_cluster.py). Nothing is faked: the only stand-in is that every "machine" is 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import pytest
+
+from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
+
+pytestmark = pytest.mark.integration
+tf = pytest.importorskip("tensorflow")
+
+EXIT_TIMEOUT = 90.0
+PROGRESS_FIELDS = ("v", "t", "host", "kind", "job", "task", "local_step", "global_step", "examples", "loss",
+                   "interval_s", "ps_bytes")
+
+
+def finish(cluster: LocalCluster) -> dict[str, int | None]:
+    codes = cluster.wait(EXIT_TIMEOUT)
+    assert all(rc == 0 for rc in codes.values()), f"exit codes {codes}\n{cluster.logs_tail()}"
+    return codes
+
+
+def landed(cluster: LocalCluster) -> dict[str, str]:
+    """`variable NAME landed on DEVICE` lines of the client's log (the runtime's real placement)."""
+    return dict(re.findall(r"variable (\S+) landed on (\S+)", cluster.log("chief-0")))
+
+
+def checkpoint_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".index") or ".data-" in p.name]
+
+
+def check_progress_events(events: list[dict[str, Any]], steps: int, examples_per_step: int) -> None:
+    assert events, "the client wrote no progress events"
+    for e in events:
+        missing = [k for k in PROGRESS_FIELDS if k not in e]
+        assert not missing, f"progress event lacks {missing}: {e}"
+        assert (e["job"], e["task"]) == ("chief", 0)
+    last = events[-1]
+    assert last["global_step"] == steps
+    assert last["examples"] == last["local_step"] * examples_per_step
+    assert [e["global_step"] for e in events] == sorted(e["global_step"] for e in events)
+
+
+def test_in_graph_client_input_trains_checkpoints_and_stops(tmp_path: Path) -> None:
+    steps = 240
+    plan = local_plan("in-graph", ps=2, workers=2, training={
+        "model": "mlp", "batch_size": 32, "steps": steps, "learning_rate": 0.2, "input": "client",
+        "checkpoint_every_steps": 100, "summary_every_steps": 50, "progress_interval": 0.5,
+    })
+    with running_cluster(plan, tmp_path / "run") as cluster:
+        finish(cluster)
+
+        # the global step reached its target and the loss fell (mlp learns its teacher)
+        events = cluster.events("chief", 0)
+        check_progress_events(events, steps, examples_per_step=64)
+        losses = [e["loss"] for e in events]
+        assert mean(losses[-2:]) < 0.8 * mean(losses[:2]), losses
+
+        # the variables were spread over both PS tasks, and traffic to both was accounted
+        where = landed(cluster)
+        assert where, cluster.log("chief-0")
+        ps_used = {m.group(0) for d in where.values() if (m := re.search(r"/job:ps/(replica:0/)?task:\d", d))}
+        assert len(ps_used) == 2, where
+        for e in events[1:]:
+            assert set(e["ps_bytes"]) == {"ps:0", "ps:1"}
+            assert all(v["pull"] > 0 and v["push"] > 0 for v in e["ps_bytes"].values()), e["ps_bytes"]
+        # client input: each tower's slice crossed the network every step (32 x 32 float32 + 32 int32)
+        per_step = 32 * 32 * 4 + 32 * 4
+        for e in events:
+            assert e["input_bytes"] == {"worker:0": per_step * e["steps"], "worker:1": per_step * e["steps"]}
+        assert set(events[-1]["towers"]) == {"worker:0", "worker:1"}
+
+        # towers landed on their workers
+        log = cluster.log("chief-0")
+        assert re.search(r"tower worker:0 landed on /job:worker/replica:0/task:0/device:CPU:0", log), log
+        assert re.search(r"tower worker:1 landed on /job:worker/replica:0/task:1/device:CPU:0", log), log
+
+        # only the client checkpointed: one non-sharded checkpoint under the run's checkpoint_dir, at the end
+        run_dir = cluster.run_dir
+        files = checkpoint_files(run_dir)
+        assert files and all(p.parent == run_dir / "checkpoints" for p in files), files
+        assert all("-of-00001" in p.name for p in files if ".data-" in p.name), files
+        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+        assert latest is not None and latest.endswith(f"-{steps}")
+        assert tf.train.load_checkpoint(latest).get_tensor("global_step") == steps
+
+        # workers and ps tasks wrote no progress events: in in-graph mode they only serve
+        for job, n in (("worker", 2), ("ps", 2)):
+            for i in range(n):
+                assert cluster.events(job, i) == []
+
+
+def test_in_graph_worker_input_one_ps(tmp_path: Path) -> None:
+    steps = 60
+    plan = local_plan("in-graph", ps=1, workers=2, training={
+        "model": "mlp", "batch_size": 16, "steps": steps, "input": "worker", "progress_interval": 0.5,
+    })
+    with running_cluster(plan, tmp_path / "run") as cluster:
+        finish(cluster)
+        events = cluster.events("chief", 0)
+        check_progress_events(events, steps, examples_per_step=32)
+        assert all("input_bytes" not in e for e in events)  # each tower drew its own batch on its worker
+        assert all(set(e["ps_bytes"]) == {"ps:0"} for e in events[1:])
+        assert set(landed(cluster).values()) <= {"/job:ps/replica:0/task:0/device:CPU:0"}
