@@ -1,0 +1,72 @@
+"""`tfcluster plan` through the real entry point (python -m tfcluster): table, --json, and bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "hosts.example.toml"
+
+
+def tfcluster(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tfcluster", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "NO_COLOR": "1"},
+    )
+
+
+def test_plan_prints_a_table_grouped_by_host() -> None:
+    result = tfcluster("plan", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "cluster demo" in out and "mode between-graph" in out and "7 tasks on 5 hosts" in out
+    for fragment in ("chief:0", "ps:1", "worker:3", "/job:worker/task:3/device:GPU:0", "gpu-b.internal", "23006"):
+        assert fragment in out
+    # grouped by host: gpu-b's two workers come right after its own row
+    lines = [line for line in out.splitlines() if "worker:" in line]
+    assert "gpu-a" in lines[0] and "gpu-a" not in lines[1] and "gpu-b" in lines[2]
+    assert "PS load estimate (mlp" in out and "10 steps/s each, an assumption" in out
+    assert result.stderr == ""
+
+
+def test_plan_json_is_the_plan_plus_the_estimate_and_nothing_else() -> None:
+    result = tfcluster("plan", "--json", "--steps-per-sec", "2.5", str(EXAMPLE))
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["cluster_name"] == "demo"
+    assert sorted(data["cluster_spec"]) == ["chief", "ps", "worker"]
+    assert len(data["tasks"]) == 7
+    estimate = data["ps_load_estimate"]
+    assert estimate["steps_per_sec"] == 2.5 and estimate["trainers"] == 5
+    assert [p["task"] for p in estimate["per_ps"]] == ["ps:0", "ps:1"]
+    assert all(p["bytes_per_sec"] == p["variable_bytes"] * 2 * 5 * 2.5 for p in estimate["per_ps"])
+
+
+def test_bad_file_is_one_line_on_stderr_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(EXAMPLE.read_text().replace("gpus = [0, 1]", "gpu = [0, 1]", 1))
+    result = tfcluster("plan", str(bad))
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: {bad}:")
+    assert "hosts[3].gpu: unknown key `gpu` (did you mean `gpus`?)" in lines[0]
+
+
+def test_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    result = tfcluster("plan", str(tmp_path / "nope.toml"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"error: {tmp_path}/nope.toml: file not found (copy hosts.example.toml to start one)"
+
+
+def test_syntax_error_in_json_mode_is_still_one_line_and_no_json(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[cluster\n")
+    result = tfcluster("plan", "--json", str(bad))
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.strip().splitlines()) == 1 and "TOML syntax error" in result.stderr

@@ -1,0 +1,288 @@
+"""Config -> ClusterPlan: ports, devices, CUDA_VISIBLE_DEVICES, chief rules, commands, warnings, PS load."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Config
+from orchestrator.config_load import load_config
+from orchestrator.errors import ConfigError
+from orchestrator.plan import ClusterPlan, build_plan
+from orchestrator.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
+from training.models.sizes import mlp_shapes, wide_shapes
+from training.placement import greedy_assign
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def host(name: str, address: str, roles: list[str], **extra: Any) -> dict[str, Any]:
+    return {"name": name, "address": address, "roles": roles, **extra}
+
+
+def plan_of(hosts: list[dict[str, Any]], **sections: dict[str, Any]) -> ClusterPlan:
+    return build_plan(Config.model_validate({"hosts": hosts, **sections}))
+
+
+GPU_CLUSTER = [
+    host("ps-0", "10.0.0.20", ["ps"]),
+    host("ps-1", "10.0.0.21", ["ps"]),
+    host("gpu-a", "10.0.0.11", ["worker"], gpus=[0, 1]),
+    host("gpu-b", "10.0.0.12", ["worker"], gpus=[2, 5]),
+]
+
+
+def test_ports_are_unique_across_the_cluster_and_start_at_base_port() -> None:
+    plan = plan_of(
+        [*GPU_CLUSTER, host("cpu", "10.0.0.13", ["worker", "chief"], workers=3)], cluster={"base_port": 30000}
+    )
+    ports = [t.port for t in plan.tasks]
+    assert len(ports) == len(set(ports)) == 2 + 4 + 1 + 3
+    assert sorted(ports) == list(range(30000, 30000 + len(ports)))
+    # the cluster spec names exactly these address:port pairs
+    spec_targets = sorted(a for job in plan.cluster_spec.values() for a in job)
+    assert spec_targets == sorted(t.target for t in plan.tasks)
+
+
+def test_gpu_workers_see_only_their_gpu_and_ps_run_on_cpu() -> None:
+    plan = plan_of(GPU_CLUSTER)
+    workers = [t for t in plan.tasks if t.job == "worker"]
+    assert [(t.host, t.gpu, t.cuda_visible_devices) for t in workers] == [
+        ("gpu-a", 0, "0"), ("gpu-a", 1, "1"), ("gpu-b", 2, "2"), ("gpu-b", 5, "5"),
+    ]
+    for i, t in enumerate(workers):
+        # CUDA_VISIBLE_DEVICES leaves one GPU visible, so inside the task it is always GPU:0
+        assert t.device == f"/job:worker/task:{i}/device:GPU:0"
+        assert t.env["CUDA_VISIBLE_DEVICES"] == t.cuda_visible_devices
+    for t in plan.tasks:
+        if t.job == "ps":
+            assert t.gpu is None
+            assert t.cuda_visible_devices == "" and t.env["CUDA_VISIBLE_DEVICES"] == ""
+            assert t.device == f"/job:ps/task:{t.index}/device:CPU:0"
+
+
+def test_cpu_workers_from_workers_count() -> None:
+    plan = plan_of([host("ps", "10.0.0.20", ["ps"]), host("cpu", "10.0.0.11", ["worker"], workers=3)])
+    workers = [t for t in plan.tasks if t.job == "worker"]
+    assert [t.index for t in workers] == [0, 1, 2]
+    assert all(t.device.endswith("device:CPU:0") and t.cuda_visible_devices == "" for t in workers)
+
+
+def test_between_graph_without_chief_role_worker_0_is_chief() -> None:
+    plan = plan_of(GPU_CLUSTER)
+    assert "chief" not in plan.cluster_spec
+    assert [t.name for t in plan.tasks if t.is_chief] == ["worker-0"]
+    assert plan.chief.job == "worker" and plan.chief.index == 0
+
+
+def test_between_graph_chief_role_gets_a_chief_job_and_the_hosts_first_gpu() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"]), host("gpu-a", "10.0.0.11", ["chief", "worker"], gpus=[3, 4, 7])]
+    plan = plan_of(hosts)
+    assert plan.cluster_spec["chief"] == [plan.task("chief", 0).target]
+    chief = plan.task("chief", 0)
+    assert chief.is_chief and chief.gpu == 3 and chief.device == "/job:chief/task:0/device:GPU:0"
+    assert [t.gpu for t in plan.tasks if t.job == "worker"] == [4, 7]
+    assert [t.name for t in plan.tasks if t.is_chief] == ["chief-0"]
+
+
+def test_between_graph_chief_only_host_on_cpu() -> None:
+    plan = plan_of([*GPU_CLUSTER, host("boss", "10.0.0.10", ["chief"])])
+    chief = plan.task("chief", 0)
+    assert chief.host == "boss" and chief.gpu is None and chief.cuda_visible_devices == ""
+    assert len([t for t in plan.tasks if t.job == "worker"]) == 4
+
+
+def test_chief_taking_the_only_gpu_leaves_no_worker() -> None:
+    with pytest.raises(ConfigError, match=r"hosts\[1\]\.gpus: no worker task left"):
+        plan_of([host("ps", "10.0.0.20", ["ps"]), host("g", "10.0.0.11", ["chief", "worker"], gpus=[0])])
+
+
+def test_in_graph_client_is_chief_on_cpu_on_the_chief_host() -> None:
+    hosts = [*GPU_CLUSTER, host("client", "10.0.0.10", ["chief"])]
+    plan = plan_of(hosts, cluster={"mode": "in-graph"})
+    chief = plan.task("chief", 0)
+    assert chief.host == "client" and chief.is_chief and chief.gpu is None
+    assert chief.device == "/job:chief/task:0/device:CPU:0"
+    # every worker keeps its GPU: the client does not take one
+    assert [t.gpu for t in plan.tasks if t.job == "worker"] == [0, 1, 2, 5]
+    assert [t.name for t in plan.tasks if t.is_chief] == ["chief-0"]
+
+
+def test_in_graph_without_chief_role_runs_the_client_on_the_first_worker_host() -> None:
+    plan = plan_of(GPU_CLUSTER, cluster={"mode": "in-graph"})
+    chief = plan.task("chief", 0)
+    assert chief.host == "gpu-a" and chief.gpu is None and chief.is_chief
+    assert not any(t.is_chief for t in plan.tasks if t.job == "worker")
+
+
+def test_tf_config_and_env_per_task() -> None:
+    plan = plan_of(GPU_CLUSTER)
+    for t in plan.tasks:
+        tf_config = json.loads(t.env["TF_CONFIG"])
+        assert tf_config == {"cluster": plan.cluster_spec, "task": {"type": t.job, "index": t.index}}
+        assert t.tf_config == tf_config
+        assert (t.env["TFCLUSTER_JOB"], t.env["TFCLUSTER_TASK"], t.env["TFCLUSTER_HOST"]) == (
+            t.job, str(t.index), t.host,
+        )
+
+
+def test_builtin_command_uses_the_hosts_python() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"], python="/usr/bin/python3.11"), host("w", "10.0.0.11", ["worker"])]
+    plan = plan_of(hosts, remote={"python": "/opt/venv/bin/python"})
+    assert plan.task("ps", 0).command == ["/usr/bin/python3.11", "-m", "training.task"]
+    assert plan.task("worker", 0).command == ["/opt/venv/bin/python", "-m", "training.task"]
+
+
+def test_user_command_placeholders_are_filled_and_shell_quoted() -> None:
+    hosts = [
+        host("ps", "10.0.0.20", ["ps"]),
+        host("w", "10.0.0.11", ["worker"], workers=2, python="/opt/my env/python"),
+    ]
+    command = "{python} train.py --job {job} --task {task} --ps {ps_hosts} --workers {worker_hosts} --on {host}"
+    plan = plan_of(hosts, training={"command": command}, cluster={"base_port": 24000})
+    task = plan.task("worker", 1)
+    assert task.command[:2] == ["/bin/sh", "-c"]
+    script = task.command[2]
+    # the shell splits it back into exactly the intended words, the space in the python path kept
+    assert shlex.split(script) == [
+        "/opt/my env/python", "train.py", "--job", "worker", "--task", "1",
+        "--ps", "10.0.0.20:24000", "--workers", "10.0.0.11:24001,10.0.0.11:24002", "--on", "w",
+    ]
+    assert "'/opt/my env/python'" in script
+
+
+def test_user_command_value_with_shell_metacharacters_stays_one_word() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"]), host("w", "10.0.0.11", ["worker"], python="py; rm -rf /")]
+    plan = plan_of(hosts, training={"command": "{python} -c pass"})
+    assert shlex.split(plan.task("worker", 0).command[2]) == ["py; rm -rf /", "-c", "pass"]
+
+
+@pytest.mark.parametrize(
+    ("command", "fragment", "suggestion"),
+    [
+        ("train.py --idx {task_index}", "unknown placeholder {task_index}", "{task}"),
+        ("train.py --j {jobs}", "unknown placeholder {jobs}", "{job}"),
+        ("train.py {}", "unknown placeholder {}", None),
+        ("train.py {task!r}", "conversions are not allowed", "{task}"),
+        ("train.py {task", "expected '}'", None),
+    ],
+)
+def test_bad_user_command_is_a_config_error(command: str, fragment: str, suggestion: str | None) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan_of(GPU_CLUSTER, training={"command": command})
+    assert info.value.key == "training.command"
+    assert fragment in info.value.one_line()
+    assert info.value.suggestion == suggestion
+
+
+def test_public_address_warns_unless_allowed() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"]), host("cloud", "8.8.4.4", ["worker"]), host("dns", "w.example", ["worker"])]
+    warnings = plan_of(hosts).warnings
+    assert len(warnings) == 1
+    assert warnings[0].startswith("host cloud: 8.8.4.4 is a public address")
+    assert plan_of(hosts, cluster={"allow_public": True}).warnings == ()
+
+
+def test_private_and_loopback_addresses_do_not_warn() -> None:
+    hosts = [host("ps", "127.0.0.2", ["ps"]), host("w", "192.168.1.5", ["worker"]), host("v", "fd00::5", ["worker"])]
+    assert plan_of(hosts).warnings == ()
+
+
+def test_ignored_gpus_and_unchecked_host_keys_warn() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"], gpus=[0]), host("w", "10.0.0.11", ["worker"])]
+    plan = plan_of(hosts, ssh={"strict_host_key_checking": "no"})
+    assert any(w.startswith("host ps: `gpus` is ignored") for w in plan.warnings)
+    assert sum("man-in-the-middle" in w for w in plan.warnings) == 2
+
+
+def test_plan_json_round_trips() -> None:
+    plan = plan_of(GPU_CLUSTER, ssh={"user": "ubuntu"})
+    data = json.loads(json.dumps(plan.to_json()))
+    assert data["cluster_spec"] == plan.cluster_spec
+    assert [t["device"] for t in data["tasks"]] == [t.device for t in plan.tasks]
+    assert data["hosts"][0]["ssh"] == {"user": "ubuntu"}
+
+
+def test_greedy_placement_fills_the_least_loaded_ps_first() -> None:
+    assert greedy_assign([100, 10, 10, 50], 2) == [0, 1, 1, 1]
+    assert greedy_assign([5, 5, 5], 3) == [0, 1, 2]
+
+
+def test_ps_load_estimate_is_bytes_times_two_times_trainers_times_rate() -> None:
+    args = {"params": 1_000_000, "shards": 4, "classes": 10}
+    plan = plan_of(GPU_CLUSTER, training={"model": "wide", "model_args": args})
+    estimate = estimate_ps_load(plan, steps_per_sec=5.0)
+    assert estimate is not None
+    sizes = [GLOBAL_STEP_BYTES, *(v.nbytes for v in wide_shapes(args))]
+    expected = [0, 0]
+    for size, ps in zip(sizes, greedy_assign(sizes, 2), strict=True):
+        expected[ps] += size
+    assert estimate.trainers == trainer_count(plan) == 4
+    assert [p.variable_bytes for p in estimate.per_ps] == expected
+    assert [p.bytes_per_sec for p in estimate.per_ps] == [b * 2 * 4 * 5.0 for b in expected]
+    assert estimate.model_bytes == sum(v.nbytes for v in wide_shapes(args))
+    assert "assumption" in estimate.one_line() and "ps:1" in estimate.one_line()
+
+
+def test_between_graph_chief_counts_as_a_trainer_in_graph_client_does_not() -> None:
+    hosts = [*GPU_CLUSTER, host("boss", "10.0.0.10", ["chief"])]
+    assert trainer_count(plan_of(hosts)) == 5
+    assert trainer_count(plan_of(hosts, cluster={"mode": "in-graph"})) == 4
+
+
+def test_no_ps_load_estimate_for_a_users_program() -> None:
+    plan = plan_of(GPU_CLUSTER, training={"command": "python train.py --job {job}"})
+    assert estimate_ps_load(plan, 10.0) is None
+
+
+def test_example_file_loads_and_plans() -> None:
+    config = load_config(REPO / "hosts.example.toml")
+    plan = build_plan(config, "hosts.example.toml")
+    assert [h.name for h in plan.hosts] == ["chief", "ps-0", "ps-1", "gpu-a", "gpu-b"]
+    assert sorted(t.name for t in plan.tasks) == sorted(
+        ["chief-0", "ps-0", "ps-1", "worker-0", "worker-1", "worker-2", "worker-3"]
+    )
+    assert plan.warnings == ()
+    assert plan.host("gpu-b").ssh.port == 2222
+    estimate = estimate_ps_load(plan, 10.0)
+    assert estimate is not None
+    assert estimate.model_bytes == sum(v.nbytes for v in mlp_shapes(config.training.model_args))
+
+
+def _schema_keys(model: type, prefix: str = "") -> set[str]:
+    from pydantic import BaseModel
+
+    from orchestrator.config_load import _unwrap
+
+    keys = set()
+    for name, info in model.model_fields.items():  # type: ignore[attr-defined]
+        keys.add(name)
+        inner = _unwrap(info.annotation)
+        if isinstance(inner, type) and issubclass(inner, BaseModel):
+            keys |= _schema_keys(inner)
+    return keys
+
+
+def test_example_file_documents_every_key_of_the_schema() -> None:
+    text = (REPO / "hosts.example.toml").read_text()
+    documented = set()
+    for line in text.splitlines():
+        stripped = line.lstrip("# ").split("=")[0].strip()
+        if "=" in line and stripped.replace("_", "").isalnum():
+            documented.add(stripped)
+    missing = _schema_keys(Config) - documented - {"cluster", "ssh", "remote", "hosts", "training"}
+    assert not missing, f"hosts.example.toml does not document: {sorted(missing)}"
+    # the first line that sets each key says what it does (later hosts repeat keys without comments)
+    assert tomllib.loads(text)["hosts"]
+    first_use: dict[str, str] = {}
+    for line in text.splitlines():
+        key = line.lstrip("# ").split("=")[0].strip()
+        if "=" in line and key.replace("_", "").isalnum():
+            first_use.setdefault(key, line)
+    uncommented = [line for line in first_use.values() if "#" not in line.lstrip("# ")]
+    assert not uncommented, uncommented
