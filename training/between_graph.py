@@ -1,0 +1,196 @@
+"""Between-graph replication: one client per worker task, each with its own graph and training loop.
+
+Each worker (and the chief) builds its own input pipeline, model, loss and optimizer; the variables and
+the global step live on the PS tasks (greedy by bytes, training/devices.py), compute on the task's own
+device from the plan. Asynchronous updates by default; `sync_replicas = true` wraps the optimizer in
+SyncReplicasOptimizer.
+
+- Sessions: a MonitoredSession on this task's own server, with `device_filters` naming the ps job and
+  this task only (without them a non-chief worker was seen to hang once the chief had exited).
+- The chief alone initialises (or restores from the latest checkpoint), checkpoints and writes summaries.
+  Checkpoints: by default a NON-sharded Saver pinned to the chief's CPU, so the whole checkpoint is written
+  on the chief's machine (RunLayout.checkpoints(checkpoint_dir)); with `shared_checkpoint_dir = true` the
+  default sharded saver has every PS write its own shard into `checkpoint_dir`, which must then be one
+  filesystem shared by every machine (an absolute path). Either way a PS that restarts loses its
+  variables: the sessions fail over (MonitoredSession recovers from Aborted/Unavailable) and the chief's
+  new session restores them from the latest checkpoint.
+- A worker that (re)starts later simply joins: the global step lives on the PS.
+- Sync: replicas_to_aggregate (default: the training tasks minus backup_workers) gradients make one
+  update; `total_num_replicas` is the number of training tasks. No initial tokens (num_tokens=0), so all
+  replicas advance in lock step and none is left waiting on the token queue after the last update; the
+  chief's aggregation thread, still waiting for gradients that will never come, is abandoned after a short
+  grace period instead of the default two minutes.
+- At the end each task signals the PS done queues (training/ps.py) and returns 0.
+- Slowdown: `slowdown = {"worker:1" = 4.0}` sleeps (N-1) x the step's own duration after each step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import tensorflow as tf
+
+from training.context import TaskContext
+from training.devices import (
+    bytes_per_ps,
+    placed_variables,
+    placement_lines,
+    pulled_variables,
+    session_config,
+    variable_setter,
+)
+from training.models import get_model
+from training.optimizers import make_optimizer
+from training.ps import serving_targets, signal_done
+from training.straggler import slowdown_factor
+from training.telemetry.accounting import ps_bytes_per_step
+from training.telemetry.writer import ProgressReporter
+
+v1 = tf.compat.v1
+log = logging.getLogger("tfcluster.between_graph")
+
+RECOVERY_WAIT_SECS = 1.0  # TF's default (30 s) makes a worker that starts before the chief idle for 30 s
+STOP_GRACE_SECS = 5
+
+
+class WorkerSessionCreator(v1.train.WorkerSessionCreator):  # type: ignore[misc,name-defined]
+    """TF's WorkerSessionCreator, polling for the chief's initialisation every second instead of every 30."""
+
+    _session_manager: Any
+
+    def _get_session_manager(self) -> Any:
+        if self._session_manager is None:
+            self._session_manager = v1.train.SessionManager(
+                local_init_op=self._scaffold.local_init_op,
+                local_init_feed_dict=self._scaffold.local_init_feed_dict,
+                ready_op=self._scaffold.ready_op,
+                ready_for_local_init_op=self._scaffold.ready_for_local_init_op,
+                graph=v1.get_default_graph(),
+                recovery_wait_secs=RECOVERY_WAIT_SECS,
+            )
+        return self._session_manager
+
+
+def training_tasks(ctx: TaskContext) -> list[str]:
+    return [f"{job}:{i}" for job in ("chief", "worker") for i in ctx.tasks_of(job)]
+
+
+def sync_settings(ctx: TaskContext) -> tuple[int, int]:
+    """(replicas_to_aggregate, total_num_replicas) for SyncReplicasOptimizer."""
+    tr = ctx.training
+    total = len(training_tasks(ctx))
+    backup = int(tr.get("backup_workers") or 0)
+    aggregate = tr.get("replicas_to_aggregate") or max(1, total - backup)
+    return int(aggregate), total
+
+
+def run(ctx: TaskContext) -> int:
+    tr = ctx.training
+    own = f"/job:{ctx.job}/task:{ctx.index}"
+    config = session_config(device_filters=["/job:ps", own])
+    server = tf.distribute.Server(tf.train.ClusterSpec(ctx.cluster_spec), job_name=ctx.job,
+                                  task_index=ctx.index, protocol="grpc", config=config, start=True)
+    log.info("%s: server at %s, chief=%s, compute on %s", ctx.name, server.target, ctx.is_chief, ctx.device)
+
+    batch_size = int(tr.get("batch_size", 128))
+    steps = int(tr.get("steps", 1000))
+    sync = bool(tr.get("sync_replicas", False))
+    model = get_model(str(tr.get("model", "mlp")), tr.get("model_args") or {})
+
+    setter, strategy = variable_setter(ctx.cluster_spec, ctx.device)
+    with v1.device(setter):
+        global_step = v1.train.get_or_create_global_step()
+        features, labels = model.input_fn(batch_size, int(tr.get("seed", 0)))
+        loss = model.loss(features, labels)
+        optimizer = make_optimizer(str(tr.get("optimizer", "sgd")), float(tr.get("learning_rate", 0.05)))
+        sync_hook = None
+        if sync:
+            aggregate, total = sync_settings(ctx)
+            optimizer = v1.train.SyncReplicasOptimizer(optimizer, replicas_to_aggregate=aggregate,
+                                                       total_num_replicas=total)
+            sync_hook = optimizer.make_session_run_hook(ctx.is_chief, num_tokens=0)
+            log.info("%s: synchronous: %d of %d replicas' gradients per update", ctx.name, aggregate, total)
+        train_op = optimizer.minimize(loss, global_step=global_step)
+    v1.summary.scalar("loss", loss)
+
+    variables = placed_variables()
+    for line in placement_lines(variables, {f"{ctx.name} (loss)": loss.device}):
+        log.info("%s: %s", ctx.name, line)
+    log.info("%s: bytes per ps task: %s", ctx.name, bytes_per_ps(variables))
+
+    scaffold, checkpoint_dir = _checkpointing(ctx, own)
+    hooks: list[Any] = [v1.train.StopAtStepHook(last_step=steps)]
+    if sync_hook is not None:
+        hooks.append(sync_hook)
+    if ctx.is_chief:
+        hooks.extend(_chief_hooks(ctx, scaffold, checkpoint_dir))
+        creator: Any = v1.train.ChiefSessionCreator(scaffold=scaffold, master=server.target, config=config,
+                                                    checkpoint_dir=checkpoint_dir)
+    else:
+        creator = WorkerSessionCreator(scaffold=scaffold, master=server.target, config=config)
+
+    reporter = ProgressReporter(
+        ctx.events_file, host=ctx.host, job=ctx.job, task=ctx.index,
+        interval=float(tr.get("progress_interval", 1.0)),
+        ps_bytes_per_step=ps_bytes_per_step(pulled_variables(variables)),
+    )
+    slowdown = slowdown_factor(tr.get("slowdown") or {}, ctx.job, ctx.index)
+    if slowdown > 1.0:
+        log.info("%s: straggler: each step takes %gx its own duration", ctx.name, slowdown)
+    local_step = examples = 0
+    last_global = 0
+    fetches = [train_op, global_step, loss]
+    reporter.start()
+    try:
+        with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
+                                       stop_grace_period_secs=STOP_GRACE_SECS) as sess:
+            log.info("%s: session ready", ctx.name)
+            while not sess.should_stop():
+                started = time.perf_counter()
+                _, last_global, loss_value = sess.run(fetches)
+                took = time.perf_counter() - started
+                local_step += 1
+                examples += batch_size
+                reporter.record(local_step, int(last_global), examples, float(loss_value))
+                if slowdown > 1.0:
+                    time.sleep((slowdown - 1.0) * took)
+    finally:
+        reporter.close()
+    log.info("%s: training done: %d local steps, last global step seen %d", ctx.name, local_step, last_global)
+    signalled = signal_done(server.target, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
+    log.info("%s: signalled the end of training to %s", ctx.name, ", ".join(f"{j}:{i}" for j, i in signalled))
+    return 0
+
+
+def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
+    """(scaffold, checkpoint dir for the chief / None for the others)."""
+    tr = ctx.training
+    checkpoint_dir = ctx.layout.checkpoints(str(tr.get("checkpoint_dir", "checkpoints")))
+    if bool(tr.get("shared_checkpoint_dir", False)):
+        # Scaffold's default saver is sharded: each PS writes its own shard into this shared directory.
+        scaffold = v1.train.Scaffold()
+        log.info("%s: sharded checkpoints in the shared directory %s", ctx.name, checkpoint_dir)
+    else:
+        # Pinned to this task's CPU: SaveV2/RestoreV2 run in the chief's process, on the chief's disk.
+        with tf.device(f"{own}/device:CPU:0"):
+            saver = v1.train.Saver(sharded=False, max_to_keep=3)
+        scaffold = v1.train.Scaffold(saver=saver)
+        if ctx.is_chief:
+            log.info("%s: whole checkpoints written by the chief in %s", ctx.name, checkpoint_dir)
+    return scaffold, (checkpoint_dir if ctx.is_chief else None)
+
+
+def _chief_hooks(ctx: TaskContext, scaffold: Any, checkpoint_dir: str | None) -> list[Any]:
+    tr = ctx.training
+    every_steps = tr.get("checkpoint_every_steps")
+    every_secs = None if every_steps else (tr.get("checkpoint_every_secs") or 60.0)
+    summary_steps = int(tr.get("summary_every_steps", 100))
+    return [
+        # end() writes a final checkpoint at the last step.
+        v1.train.CheckpointSaverHook(checkpoint_dir, save_secs=every_secs, save_steps=every_steps,
+                                     scaffold=scaffold),
+        v1.train.SummarySaverHook(save_steps=summary_steps, output_dir=checkpoint_dir, scaffold=scaffold),
+        v1.train.StepCounterHook(every_n_steps=summary_steps, output_dir=checkpoint_dir),
+    ]

@@ -1,0 +1,89 @@
+"""What a task program knows about itself: its environment (from the plan) and the run's run.json.
+
+The supervisor starts every task as `python -m training.task` in `<run>/code` with TaskPlan.env plus
+`TFCLUSTER_RUN_DIR=<run>`. `TaskContext.from_env()` reads those and `<run>/run.json`
+({"run_id", "created", "plan": ClusterPlan.to_json()}) into one immutable object. Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from training.layout import RunLayout
+
+
+class TaskSetupError(Exception):
+    """The task cannot start: bad or missing environment or run.json (one line, no traceback)."""
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    job: str
+    index: int
+    host: str
+    mode: str  # "between-graph" | "in-graph"
+    layout: RunLayout
+    plan: dict[str, Any]  # ClusterPlan.to_json()
+    task_plan: dict[str, Any]  # this task's TaskPlan, as in plan["tasks"]
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TaskContext:
+        env = os.environ if environ is None else environ
+        missing = [k for k in ("TFCLUSTER_RUN_DIR", "TFCLUSTER_JOB", "TFCLUSTER_TASK") if not env.get(k)]
+        if missing:
+            raise TaskSetupError(f"environment variable(s) {', '.join(missing)} not set (the supervisor sets them)")
+        layout = RunLayout(env["TFCLUSTER_RUN_DIR"])
+        try:
+            with open(layout.run_file, encoding="utf-8") as f:
+                plan = json.load(f)["plan"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise TaskSetupError(f"{layout.run_file}: cannot read the run's plan: {e}") from e
+        job = env["TFCLUSTER_JOB"]
+        try:
+            index = int(env["TFCLUSTER_TASK"])
+        except ValueError as e:
+            raise TaskSetupError(f"TFCLUSTER_TASK={env['TFCLUSTER_TASK']!r} is not a task index") from e
+        task_plan = next((t for t in plan.get("tasks", []) if t["job"] == job and int(t["index"]) == index), None)
+        if task_plan is None:
+            raise TaskSetupError(f"{layout.run_file}: the plan has no task {job}:{index}")
+        return cls(
+            job=job, index=index, host=env.get("TFCLUSTER_HOST") or str(task_plan.get("host", "")),
+            mode=env.get("TFCLUSTER_MODE") or str(plan.get("mode", "between-graph")),
+            layout=layout, plan=plan, task_plan=task_plan,
+        )
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}:{self.index}"
+
+    @property
+    def cluster_spec(self) -> dict[str, list[str]]:
+        return dict(self.plan["cluster_spec"])
+
+    @property
+    def training(self) -> dict[str, Any]:
+        return dict(self.plan.get("training") or {})
+
+    @property
+    def device(self) -> str:
+        """Where this task's compute goes, e.g. /job:worker/task:1/device:GPU:0."""
+        return str(self.task_plan["device"])
+
+    @property
+    def is_chief(self) -> bool:
+        return bool(self.task_plan.get("is_chief"))
+
+    @property
+    def num_ps(self) -> int:
+        return len(self.cluster_spec.get("ps", []))
+
+    def tasks_of(self, job: str) -> list[int]:
+        return list(range(len(self.cluster_spec.get(job, []))))
+
+    @property
+    def events_file(self) -> str:
+        return self.layout.events_file(self.job, self.index)

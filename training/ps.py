@@ -1,0 +1,136 @@
+"""A task that only serves: the `ps` tasks, and the `worker` tasks of in-graph mode.
+
+`serve(ctx)` starts this task's `tf.distribute.Server` (gRPC; a ps task sees no GPU) and keeps it up
+until the end of training, or until SIGTERM/SIGINT (then exits 0: being stopped is a normal end).
+
+End-of-training contract (TF's classic "done queue" pattern):
+- every serving task N of job J owns a FIFOQueue of strings, placed on `/job:J/task:N/device:CPU:0`
+  with `shared_name = "done_queue_<J><N>"` (e.g. `done_queue_ps0`), built only by `done_queue` so
+  that every side creates it with identical attributes;
+- every client that finishes its training loop enqueues one token, its own name ("worker:1"), on the
+  queue of every serving task it used (`signal_done`): between-graph workers and the chief on every ps
+  queue; the in-graph client (`chief:0`) on every ps and worker queue;
+- the serving task dequeues until it has one token from every expected finisher (`expected_finishers`:
+  between-graph ps: every worker and the chief; in-graph: the client), then exits 0. A token from a
+  restarted task counts once. A finisher that dies for good never sends its token: the task then keeps
+  serving until it is stopped (SIGTERM from the supervisor's `stop`).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import tensorflow as tf
+
+from training.context import TaskContext
+from training.devices import session_config
+
+v1 = tf.compat.v1
+log = logging.getLogger("tfcluster.serve")
+
+DONE_QUEUE_CAPACITY = 4096  # part of the queue's identity: every side must use the same value
+POLL_MS = 500  # how often the dequeue loop wakes up to notice a stop signal
+
+
+def done_queue(job: str, index: int) -> Any:
+    """The done queue of `/job:<job>/task:<index>` (call inside the graph that uses it)."""
+    with tf.device(f"/job:{job}/task:{index}/device:CPU:0"):
+        return v1.FIFOQueue(DONE_QUEUE_CAPACITY, [tf.string], shapes=[[]],
+                            shared_name=f"done_queue_{job}{index}", name=f"done_queue_{job}{index}")
+
+
+def expected_finishers(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> set[str]:
+    if mode == "in-graph":
+        return {"chief:0"}
+    return {f"{job}:{i}" for job in ("chief", "worker") for i in range(len(cluster_spec.get(job, [])))}
+
+
+def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
+    """The queues a finishing client signals: every ps task (and in in-graph mode every worker too)."""
+    jobs = ("ps", "worker") if mode == "in-graph" else ("ps",)
+    return [(job, i) for job in jobs for i in range(len(cluster_spec.get(job, [])))]
+
+
+def signal_done(server_target: str, sender: str, targets: Iterable[tuple[str, int]],
+                own_device_filter: str, timeout_s: float = 20.0) -> list[tuple[str, int]]:
+    """Enqueue `sender` on each target's done queue; returns the targets that were signalled.
+
+    One short session per target, with device filters naming only that target and this task, so a target
+    that is already gone cannot block the others; each attempt runs in a daemon thread bounded by
+    `timeout_s` (creating a session to a dead task would otherwise wait forever).
+    """
+    done: list[tuple[str, int]] = []
+
+    def one(job: str, index: int) -> None:
+        graph = tf.Graph()
+        with graph.as_default():
+            enqueue = done_queue(job, index).enqueue([tf.constant(sender)])
+        config = session_config(device_filters=[f"/job:{job}/task:{index}", own_device_filter])
+        config.operation_timeout_in_ms = int(timeout_s * 1000)
+        with v1.Session(server_target, graph=graph, config=config) as sess:
+            sess.run(enqueue)
+        done.append((job, index))
+
+    threads = []
+    for job, index in targets:
+        t = threading.Thread(target=_quietly, args=(one, job, index), daemon=True, name=f"done-{job}{index}")
+        t.start()
+        threads.append(t)
+    for t in threads:
+        t.join(timeout_s)
+    return done
+
+
+def _quietly(fn: Any, job: str, index: int) -> None:
+    try:
+        fn(job, index)
+    except Exception as e:  # the target may be gone already: nothing left to tell it
+        log.warning("could not signal the end of training to %s:%d: %s", job, index, str(e).splitlines()[0])
+
+
+def serve(ctx: TaskContext) -> int:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        log.info("%s: received %s, stopping", ctx.name, signal.Signals(signum).name)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    cluster = tf.train.ClusterSpec(ctx.cluster_spec)
+    server = tf.distribute.Server(cluster, job_name=ctx.job, task_index=ctx.index, protocol="grpc",
+                                  config=session_config(cpu_only=ctx.job == "ps"), start=True)
+    log.info("%s: serving at %s (port %s)", ctx.name, server.target, ctx.task_plan.get("port"))
+    expected = expected_finishers(ctx.mode, ctx.cluster_spec)
+    log.info("%s: will exit once these have finished training: %s", ctx.name, ", ".join(sorted(expected)))
+    finished = wait_for_finishers(server.target, ctx.job, ctx.index, expected, stop)
+    if stop.is_set():
+        log.info("%s: stopped (%d of %d finishers seen)", ctx.name, len(finished & expected), len(expected))
+    else:
+        log.info("%s: every finisher is done; exiting", ctx.name)
+    return 0
+
+
+def wait_for_finishers(target: str, job: str, index: int, expected: set[str], stop: threading.Event) -> set[str]:
+    graph = tf.Graph()
+    with graph.as_default():
+        token = done_queue(job, index).dequeue()
+    # Only this task's own devices: a session over the whole cluster would wait for every task to be up.
+    config = session_config(device_filters=[f"/job:{job}/task:{index}"], cpu_only=True)
+    options = v1.RunOptions(timeout_in_ms=POLL_MS)
+    finished: set[str] = set()
+    with v1.Session(target, graph=graph, config=config) as sess:
+        while not stop.is_set() and not expected <= finished:
+            try:
+                sender = sess.run(token, options=options).decode("utf-8", "replace")
+            except tf.errors.DeadlineExceededError:
+                continue
+            if sender not in finished:
+                log.info("%s:%d: %s finished training", job, index, sender)
+            finished.add(sender)
+    return finished

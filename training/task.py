@@ -1,0 +1,81 @@
+"""Entry point of every TF task: `python -m training.task` (cwd = <run>/code, env from the plan).
+
+Reads the environment and run.json (training/context.py), configures logging (stderr, which the
+supervisor sends to logs/<job>-<task>.log), and dispatches:
+- `ps` (either mode) and in-graph `worker`: serve only (training/ps.py);
+- between-graph `worker` and `chief`: the training loop (training/between_graph.py);
+- in-graph `chief`: the single client (training/in_graph.py).
+Exit code 0 when training reached its last step (or a serving task saw every finisher, or was stopped);
+2 for a setup error (one line); 1 for a training failure (with its traceback in the log).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from training.context import TaskContext, TaskSetupError
+
+log = logging.getLogger("tfcluster.task")
+
+
+def configure_logging(name: str) -> None:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s [{name}] %(message)s",
+    )
+
+
+def dispatch(ctx: TaskContext) -> int:
+    import tensorflow as tf
+
+    tf.compat.v1.disable_eager_execution()
+    tf.get_logger().setLevel(logging.WARNING)
+    if ctx.job == "ps" or (ctx.mode == "in-graph" and ctx.job == "worker"):
+        from training.ps import serve
+
+        return serve(ctx)
+    if ctx.mode == "in-graph":
+        if ctx.job != "chief":
+            raise TaskSetupError(f"in-graph mode has no role for a {ctx.job} task")
+        return _run_in_graph_client(ctx)
+    if ctx.job in ("worker", "chief"):
+        from training.between_graph import run
+
+        return run(ctx)
+    raise TaskSetupError(f"unknown job {ctx.job!r}")
+
+
+def _run_in_graph_client(ctx: TaskContext) -> int:
+    from training import in_graph  # signals the done queues of every ps and worker server itself
+
+    return int(in_graph.run_client(ctx))
+
+
+def main() -> int:
+    name = f"{os.environ.get('TFCLUSTER_JOB', '?')}:{os.environ.get('TFCLUSTER_TASK', '?')}"
+    configure_logging(name)
+    try:
+        ctx = TaskContext.from_env()
+        log.info("task %s (%s) on host %s, device %s, run %s", ctx.name, ctx.mode, ctx.host, ctx.device,
+                 ctx.layout.root)
+        code = dispatch(ctx)
+    except TaskSetupError as e:
+        log.error("%s", e)
+        code = 2
+    except KeyboardInterrupt:
+        code = 130
+    except Exception:
+        log.exception("task %s failed", name)
+        code = 1
+    return code
+
+
+if __name__ == "__main__":
+    exit_code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # os._exit: gRPC and TF runtime threads must not keep a finished task alive at interpreter exit.
+    os._exit(exit_code)
