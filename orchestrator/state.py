@@ -175,6 +175,7 @@ class ClusterState:
         self.hosts: dict[str, HostView] = {}
         self.ps: dict[str, PsTraffic] = {}
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
+        self.log_total = 0  # entries ever logged, so a view can append only the new ones
         self.malformed = 0  # lines the collector could not parse
         self.version = 0  # bumped on every change, so a view can skip an unchanged frame
         self.counts: dict[str, int] = dict.fromkeys(LIVENESS_STATES, 0)
@@ -312,6 +313,7 @@ class ClusterState:
 
     def _log(self, t: float, kind: str, text: str) -> None:
         self.log.append(LogEntry(t, kind, text))
+        self.log_total += 1
 
     # -- clock ----------------------------------------------------------------------------------------
 
@@ -343,6 +345,8 @@ class ClusterState:
                 self.version += 1
             counts[live] = counts.get(live, 0) + 1
             last = h.t_heard if live == "unreachable" else tv.last_data
+            if not tv.expects_progress and live == "running" and h.t_sample is not None:
+                last = h.t_sample  # a PS writes no progress: its freshest data is its host's sample
             tv.age_s = None if last is None else max(now - last, 0.0)
             if tv.global_step is not None:
                 gstep = tv.global_step if gstep is None else max(gstep, tv.global_step)

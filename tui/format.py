@@ -1,0 +1,79 @@
+"""Text for the dashboard's cells: rates, bytes, ages, sparklines. Pure functions, no Textual."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.text import Text
+
+from orchestrator.state import GLYPHS
+
+BARS = "▁▂▃▄▅▆▇█"
+STATE_STYLE = {
+    "running": "green", "stalled": "yellow", "starting": "cyan", "restarting": "magenta",
+    "exited": "red", "unreachable": "bright_black",
+}
+
+
+def state_text(state: str, exit_code: int | None = None) -> Text:
+    word = state if state != "exited" or exit_code is None else f"exited {exit_code}"
+    return Text(f"{GLYPHS.get(state, ' ')} {word}", style=STATE_STYLE.get(state, ""))
+
+
+def rate(x: float | None, digits: int = 1) -> str:
+    if x is None:
+        return "-"
+    if x >= 10_000:
+        return f"{x / 1000:.0f}k"
+    if x >= 1000:
+        return f"{x / 1000:.1f}k"
+    return f"{x:.{digits}f}"
+
+
+def byte_rate(x: float | None) -> str:
+    if x is None:
+        return "-"
+    for unit, div in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if x >= div:
+            return f"{x / div:.1f} {unit}"
+    return f"{x:.0f} B/s"
+
+
+def age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.0f}h"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    top = max(values, default=0.0)
+    if top <= 0:
+        return " " * len(values)
+    return "".join(BARS[min(int(v / top * (len(BARS) - 1) + 0.5), len(BARS) - 1)] if v > 0 else " " for v in values)
+
+
+def clock(t: float) -> str:
+    """HH:MM:SS in UTC: the same text on every machine (and in every snapshot) for the same time."""
+    return time.strftime("%H:%M:%S", time.gmtime(t))
+
+
+def number(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def byte_rate_short(x: float | None) -> str:
+    """At most 5 characters: 512B, 12k, 1.2M, 3.4G (per second implied by the column)."""
+    if x is None:
+        return "-"
+    for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if x >= div:
+            v = x / div
+            return f"{v:.1f}{unit}" if v < 10 else f"{v:.0f}{unit}"
+    return f"{x:.0f}B"
