@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -278,7 +277,6 @@ def test_example_file_documents_every_key_of_the_schema() -> None:
     missing = _schema_keys(Config) - documented - {"cluster", "ssh", "remote", "hosts", "training"}
     assert not missing, f"hosts.example.toml does not document: {sorted(missing)}"
     # the first line that sets each key says what it does (later hosts repeat keys without comments)
-    assert tomllib.loads(text)["hosts"]
     first_use: dict[str, str] = {}
     for line in text.splitlines():
         key = line.lstrip("# ").split("=")[0].strip()
