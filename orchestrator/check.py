@@ -1,0 +1,395 @@
+"""`check`: is every host of a plan ready to run it? One connection and one probe per host, in parallel.
+
+Each host gets its own thread: it connects (the host's connect timeout), then runs ONE command, a
+Python probe given to the host's `python` with `-c` (all values shell-quoted by the transport). The
+command first prints the remote clock (`date`), then the probe prints one JSON report: Python and
+TensorFlow versions, GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk and
+writability of the workdir. A slow or dead host only delays its own row, never the others'.
+
+The TensorFlow version is read from package metadata, not by importing TensorFlow (seconds per host);
+`import_tf=True` imports it for real.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orchestrator.errors import HostError
+from orchestrator.plan import ClusterPlan, HostPlan
+from orchestrator.transport import Transport
+
+TF_DISTRIBUTIONS = (
+    "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+    "tf-nightly", "tf-nightly-cpu",
+)
+LOW_DISK_BYTES = 1 << 30  # below this, warn: checkpoints and logs go to the workdir
+CLOCK_WARN_S = 1.0  # telemetry ages and liveness compare remote timestamps with the local clock
+DATE_COMMAND = "date +%s.%N 2>/dev/null || echo 0"
+_CONNECT_REASONS = ("refused", "timeout", "unreachable")
+
+# Runs on the host under its own `python`: stdlib only, compatible with Python 3.6+, prints one JSON line.
+PROBE_SCRIPT = r"""
+import json, os, shutil, socket, subprocess, sys, time
+args = json.loads(sys.argv[1])
+r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}
+try:
+    import importlib.util
+    r["tf_found"] = importlib.util.find_spec("tensorflow") is not None
+except Exception as e:
+    r["tf_found"] = False
+    r["tf_error"] = repr(e)
+r["tf_version"] = None
+try:
+    import importlib.metadata as md
+    for dist in args["tf_distributions"]:
+        try:
+            r["tf_version"] = md.version(dist)
+            break
+        except md.PackageNotFoundError:
+            pass
+except ImportError:
+    pass
+if args["import_tf"] and r["tf_found"]:
+    try:
+        import tensorflow as tf
+        r["tf_version"] = tf.__version__
+    except Exception as e:
+        r["tf_found"] = False
+        r["tf_error"] = "import tensorflow failed: %r" % (e,)
+try:
+    out = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
+    if out.returncode == 0:
+        r["gpus"] = sum(1 for line in out.stdout.decode(errors="replace").splitlines() if line.startswith("GPU "))
+    else:
+        r["gpus"] = 0
+        r["gpu_error"] = "nvidia-smi -L exited %d: %s" % (out.returncode, out.stderr.decode(errors="replace").strip()[:200])
+except FileNotFoundError:
+    r["gpus"] = 0
+    r["gpu_error"] = None
+except Exception as e:
+    r["gpus"] = 0
+    r["gpu_error"] = "nvidia-smi -L failed: %r" % (e,)
+ports = {}
+for port in args["ports"]:
+    # Bind like TensorFlow does (every interface). SO_REUSEADDR: TIME_WAIT leftovers are no conflict,
+    # a listener is.
+    problem = None
+    for family, addr in ((socket.AF_INET, "0.0.0.0"), (getattr(socket, "AF_INET6", None), "::")):
+        if family is None:
+            continue
+        try:
+            s = socket.socket(family, socket.SOCK_STREAM)
+        except OSError:
+            continue
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family != socket.AF_INET:
+                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            s.bind((addr, port))
+        except OSError as e:
+            if family == socket.AF_INET or e.errno == 98:
+                problem = "%s:%d: %s" % (addr, port, e.strerror)
+        finally:
+            s.close()
+        if problem:
+            break
+    ports[str(port)] = problem
+r["ports"] = ports
+wd = os.path.expanduser(args["workdir"])
+if not os.path.isabs(wd):
+    wd = os.path.join(os.path.expanduser("~"), wd)
+r["workdir"] = wd
+probe = wd
+while not os.path.isdir(probe):
+    parent = os.path.dirname(probe)
+    if parent == probe:
+        break
+    probe = parent
+r["workdir_exists"] = os.path.isdir(wd)
+r["workdir_writable"] = os.access(probe, os.W_OK | os.X_OK)
+try:
+    r["disk_free_bytes"] = shutil.disk_usage(probe).free
+except OSError:
+    r["disk_free_bytes"] = None
+r["t_end"] = time.time()
+print(json.dumps(r))
+"""
+
+
+def _major_minor(version: str | None) -> str | None:
+    if not version:
+        return None
+    parts = version.split(".")
+    return ".".join(parts[:2]) if len(parts) >= 2 else version
+
+
+def local_tf_version() -> str | None:
+    """The orchestrator's own TensorFlow version (from package metadata: no import), None if absent."""
+    for dist in TF_DISTRIBUTIONS:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+@dataclass
+class HostCheck:
+    host: str
+    address: str
+    python: str
+    workdir: str
+    reachable: bool = False
+    auth: bool = False  # host key accepted and user authenticated
+    failure: str | None = None  # HostError reason when connecting/probing failed
+    python_found: bool = False
+    python_version: str | None = None
+    tf_version: str | None = None
+    tf_matches: bool | None = None
+    gpus_found: int | None = None
+    gpus_planned: list[int] = field(default_factory=list)
+    ports: dict[int, str | None] = field(default_factory=dict)  # planned port -> None if free, else why not
+    disk_free_bytes: int | None = None
+    workdir_writable: bool | None = None
+    clock_offset_s: float | None = None  # remote minus local
+    clock_bounds_s: tuple[float, float] | None = None  # the true offset lies in this interval
+    duration_s: float = 0.0
+    problems: list[str] = field(default_factory=list)  # each makes the host not ready
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ready(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ports"] = {str(p): v for p, v in self.ports.items()}
+        data["ready"] = self.ready
+        return data
+
+
+@dataclass
+class CheckReport:
+    cluster: str
+    orchestrator_tf: str | None
+    tf_reference: str | None  # major.minor every host must have
+    hosts: list[HostCheck]
+    warnings: list[str]
+    duration_s: float
+
+    @property
+    def ready(self) -> bool:
+        return all(h.ready for h in self.hosts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "ready": self.ready,
+            "orchestrator_tf": self.orchestrator_tf,
+            "tf_reference": self.tf_reference,
+            "warnings": self.warnings,
+            "duration_s": round(self.duration_s, 3),
+            "hosts": [h.to_json() for h in self.hosts],
+        }
+
+
+def probe_argv(host: HostPlan, ports: Sequence[int], *, import_tf: bool = False) -> list[str]:
+    """The one command run on a host: remote clock first, then the probe under the host's python.
+    `~/` in the python path means the remote home; a missing python exits 127 with a marker line."""
+    args = json.dumps({
+        "ports": list(ports), "workdir": host.workdir, "import_tf": import_tf,
+        "tf_distributions": list(TF_DISTRIBUTIONS),
+    })
+    script = (
+        DATE_COMMAND + '\np=$1; shift\ncase $p in "~/"*) p="$HOME/${p#"~/"}";; esac\n'
+        'command -v "$p" >/dev/null 2>&1 || { echo "tfcluster-probe: python not found: $p"; exit 127; }\n'
+        'exec "$p" "$@"\n'
+    )
+    return ["/bin/sh", "-c", script, "sh", host.python, "-c", PROBE_SCRIPT, args]
+
+
+def check_host(
+    host: HostPlan, plan: ClusterPlan, transport: Transport, *, timeout: float, import_tf: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> HostCheck:
+    """Connect and probe one host. Never raises for host faults: they become the row's problems."""
+    tasks = plan.tasks_on(host.name)
+    result = HostCheck(
+        host=host.name, address=host.address, python=host.python, workdir=host.workdir,
+        gpus_planned=sorted({t.gpu for t in tasks if t.gpu is not None}),
+    )
+    ports = sorted({t.port for t in tasks})
+    start = time.monotonic()
+    try:
+        connect = getattr(transport, "connect", None)
+        if connect is not None:
+            connect()
+        result.reachable = result.auth = True
+        _probe(result, host, transport, ports, timeout=timeout, import_tf=import_tf, clock=clock)
+    except HostError as exc:
+        result.failure = exc.reason
+        if exc.reason not in _CONNECT_REASONS:
+            result.reachable = True
+        result.problems.append(f"{exc.reason}: {exc.detail}" if exc.detail else exc.reason)
+    finally:
+        result.warnings.extend(getattr(transport, "warnings", []))
+        result.duration_s = time.monotonic() - start
+    return result
+
+
+def _probe(
+    result: HostCheck, host: HostPlan, transport: Transport, ports: Sequence[int], *, timeout: float,
+    import_tf: bool, clock: Callable[[], float],
+) -> None:
+    sent = clock()
+    stream = transport.stream(probe_argv(host, ports, import_tf=import_tf))
+    timed_out = threading.Event()
+
+    def kill() -> None:
+        timed_out.set()
+        stream.close()
+
+    watchdog = threading.Timer(timeout, kill)  # the stream has no timeout of its own
+    watchdog.daemon = True
+    watchdog.start()
+    lines: list[str] = []
+    first_line_at: float | None = None
+    try:
+        for line in stream.lines():
+            if first_line_at is None:
+                first_line_at = clock()
+            lines.append(line)
+    finally:
+        watchdog.cancel()
+        stream.close()
+    if timed_out.is_set():
+        raise HostError(host.name, "timeout", f"probe did not finish within {timeout:g}s")
+    if lines and first_line_at is not None:
+        try:
+            remote = float(lines[0])
+        except ValueError:
+            remote = 0.0
+        if remote > 0:
+            # The remote clock was read between `sent` and `first_line_at`: the offset lies in that
+            # window; the output's one-way trip is short, so the late end is the estimate.
+            result.clock_offset_s = remote - first_line_at
+            result.clock_bounds_s = (remote - first_line_at, remote - sent)
+    body = [line for line in lines[1:] if line.strip()]
+    if any(line.startswith("tfcluster-probe: python not found") for line in body):
+        result.problems.append(f"python not found: {host.python}")
+        return
+    report: dict[str, Any] | None = None
+    for line in reversed(body):
+        try:
+            report = json.loads(line)
+            break
+        except ValueError:
+            continue
+    if report is None:
+        tail = (getattr(stream, "stderr_tail", "") or "\n".join(body)).strip().splitlines()[-3:]
+        result.problems.append(f"probe failed under {host.python}: " + " | ".join(tail) if tail else "no output")
+        return
+    _apply_report(result, report)
+
+
+def _apply_report(result: HostCheck, report: dict[str, Any]) -> None:
+    result.python_found = True
+    result.python_version = report.get("python_version")
+    if report.get("tf_found") and report.get("tf_version"):
+        result.tf_version = report["tf_version"]
+    elif report.get("tf_found"):
+        result.tf_version = "unknown"
+    else:
+        detail = report.get("tf_error") or "not installed"
+        result.problems.append(f"tensorflow not importable by {result.python}: {detail}")
+    result.gpus_found = int(report.get("gpus") or 0)
+    if report.get("gpu_error"):
+        result.warnings.append(str(report["gpu_error"]))
+    if result.gpus_planned and max(result.gpus_planned) >= result.gpus_found:
+        result.problems.append(
+            f"plan uses GPU {', '.join(map(str, result.gpus_planned))} but nvidia-smi lists {result.gpus_found}"
+        )
+    result.ports = {int(p): why for p, why in (report.get("ports") or {}).items()}
+    for port, why in result.ports.items():
+        if why:
+            result.problems.append(f"port {port} is not free: {why}")
+    result.disk_free_bytes = report.get("disk_free_bytes")
+    result.workdir_writable = report.get("workdir_writable")
+    if not result.workdir_writable:
+        result.problems.append(f"workdir {report.get('workdir', result.workdir)} is not writable")
+    if result.disk_free_bytes is not None and result.disk_free_bytes < LOW_DISK_BYTES:
+        result.warnings.append(f"only {result.disk_free_bytes / (1 << 20):.0f} MiB free in the workdir")
+    if result.clock_offset_s is not None and abs(result.clock_offset_s) > CLOCK_WARN_S:
+        result.warnings.append(f"clock is {result.clock_offset_s:+.2f}s off the orchestrator's (run NTP)")
+
+
+def _compare_tf(hosts: list[HostCheck], orchestrator_tf: str | None) -> str | None:
+    """Set tf_matches on each host; returns the major.minor all must share."""
+    versions = [_major_minor(h.tf_version) for h in hosts if h.tf_version and h.tf_version != "unknown"]
+    reference = _major_minor(orchestrator_tf)
+    if reference is None and versions:
+        reference = Counter(versions).most_common(1)[0][0]
+    for h in hosts:
+        if h.tf_version is None or h.tf_version == "unknown" or reference is None:
+            continue
+        h.tf_matches = _major_minor(h.tf_version) == reference
+        if not h.tf_matches:
+            whose = "the orchestrator's" if orchestrator_tf else "the other hosts'"
+            h.problems.append(f"TensorFlow {h.tf_version} does not match {whose} {reference}")
+    return reference
+
+
+def port_exposure_warning(plan: ClusterPlan) -> str:
+    ports = sorted(t.port for t in plan.tasks)
+    span = f"{ports[0]}-{ports[-1]}" if len(ports) > 1 else str(ports[0])
+    return (
+        f"TensorFlow task ports ({span}) listen unauthenticated on EVERY interface of each machine, "
+        "whatever address the plan names: keep them firewalled from untrusted networks"
+    )
+
+
+def run_check(
+    plan: ClusterPlan,
+    transport_factory: Callable[[HostPlan], Transport],
+    *,
+    timeout: float = 30.0,
+    import_tf: bool = False,
+    orchestrator_tf: str | None = None,
+    on_result: Callable[[HostCheck], None] | None = None,
+) -> CheckReport:
+    """Check every host in parallel (one thread each). `on_result` sees each row as soon as it is done."""
+    start = time.monotonic()
+    transports: dict[str, Transport] = {}
+
+    def one(host: HostPlan) -> HostCheck:
+        try:
+            transport = transports[host.name] = transport_factory(host)
+        except HostError as exc:
+            row = HostCheck(host=host.name, address=host.address, python=host.python, workdir=host.workdir)
+            row.failure = exc.reason
+            row.problems.append(exc.one_line())
+            return row
+        try:
+            row = check_host(host, plan, transport, timeout=timeout, import_tf=import_tf)
+        finally:
+            transport.close()
+        if on_result is not None:
+            on_result(row)
+        return row
+
+    with ThreadPoolExecutor(max_workers=max(1, len(plan.hosts)), thread_name_prefix="check") as pool:
+        rows = list(pool.map(one, plan.hosts))
+    reference = _compare_tf(rows, orchestrator_tf)
+    warnings = [port_exposure_warning(plan), *plan.warnings]
+    return CheckReport(
+        cluster=plan.cluster_name, orchestrator_tf=orchestrator_tf, tf_reference=reference, hosts=rows,
+        warnings=warnings, duration_s=time.monotonic() - start,
+    )

@@ -1,0 +1,117 @@
+"""`tfcluster check hosts.toml`: is every host reachable and ready for the plan? Exit 0 only if so."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.check import CheckReport, HostCheck, local_tf_version, run_check
+from orchestrator.config_load import load_config
+from orchestrator.plan import build_plan
+from orchestrator.transports import transport_for
+
+MIN_WIDTH = 140
+
+
+def register(app: typer.Typer) -> None:
+    app.command("check")(check)
+
+
+def check(
+    hosts_file: Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0.1, help="Seconds each host's probe may take once connected.")
+    ] = 30.0,
+    import_tf: Annotated[
+        bool, typer.Option("--import-tf", help="Import TensorFlow on each host (slow) instead of reading its version.")
+    ] = False,
+) -> None:
+    """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock."""
+    config = load_config(hosts_file)
+    plan = build_plan(config, str(hosts_file))
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.width = max(console.width, MIN_WIDTH)
+    err = Console(stderr=True, highlight=False)
+
+    def progress(row: HostCheck) -> None:
+        if not as_json and console.is_terminal:
+            err.print(f"  {escape(row.host)}: {'ready' if row.ready else 'NOT ready'} ({row.duration_s:.1f}s)")
+
+    report = run_check(
+        plan, transport_for, timeout=timeout, import_tf=import_tf, orchestrator_tf=local_tf_version(),
+        on_result=progress,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        print_report(console, report)
+    raise typer.Exit(0 if report.ready else 1)
+
+
+def _yes_no(value: bool | None, failure: str | None = None) -> str:
+    if value is None:
+        return "[dim]-[/]"
+    if value:
+        return "[green]yes[/]"
+    return f"[red]no[/] ({escape(failure)})" if failure else "[red]no[/]"
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def print_report(console: Console, report: CheckReport) -> None:
+    tf_ref = report.tf_reference or "?"
+    whose = "orchestrator" if report.orchestrator_tf else "hosts"
+    console.print(f"[bold]cluster[/] [bold cyan]{escape(report.cluster)}[/]  ·  TensorFlow {tf_ref} ({whose})")
+    table = Table(header_style="bold")
+    for column in ("host", "reachable", "auth", "python", "tensorflow", "GPUs found/planned", "ports free",
+                   "disk free", "clock offset", "ready"):
+        table.add_column(column, no_wrap=column in ("host", "ready"))
+    for h in report.hosts:
+        connect_failure = h.failure if not h.reachable else None
+        auth_failure = h.failure if h.reachable and not h.auth else None
+        python = escape(h.python_version or "-") if h.python_found else ("[red]missing[/]" if h.auth else "-")
+        if h.tf_version is None:
+            tf = "[red]missing[/]" if h.python_found else "-"
+        else:
+            tf = escape(h.tf_version) if h.tf_matches in (True, None) else f"[red]{escape(h.tf_version)}[/]"
+        if h.gpus_found is None:
+            gpus = "-"
+        else:
+            planned = ",".join(map(str, h.gpus_planned)) or "none"
+            gpus = f"{h.gpus_found} / {planned}"
+        busy = [p for p, why in h.ports.items() if why]
+        ports = "-" if not h.ports else ("[green]all[/]" if not busy else "[red]busy: " + ", ".join(map(str, busy)) + "[/]")
+        clock = "-" if h.clock_offset_s is None else f"{h.clock_offset_s * 1000:+.0f} ms"
+        table.add_row(
+            escape(h.host), _yes_no(h.reachable, connect_failure), _yes_no(h.auth if h.reachable else None, auth_failure),
+            python, tf, gpus, ports, _bytes(h.disk_free_bytes), clock,
+            "[green]ready[/]" if h.ready else "[bold red]NOT READY[/]",
+        )
+    console.print(table)
+    for h in report.hosts:
+        for problem in h.problems:
+            console.print(f"[red]✗[/] {escape(h.host)}: {escape(problem)}")
+        for warning in h.warnings:
+            console.print(f"[yellow]![/] {escape(h.host)}: {escape(warning)}")
+    for warning in report.warnings:
+        console.print(f"[yellow]![/] {escape(warning)}")
+    ready = sum(h.ready for h in report.hosts)
+    verdict = "[green]all hosts ready[/]" if report.ready else f"[red]{len(report.hosts) - ready} host(s) not ready[/]"
+    console.print(f"{verdict}  ({ready}/{len(report.hosts)} ready, {report.duration_s:.1f}s)")
