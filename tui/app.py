@@ -99,7 +99,7 @@ class DashboardApp(App[None]):
         self._order: list[str] = []
         self._cells: dict[str, tuple[str, ...]] = {}
         self._log_seen = 0
-        self._ps_sig: object = None
+        self.ps_rows: object = None  # what the PS panel shows, one tuple per PS task
         self._header_sig: object = None
         self._timer: Timer | None = None
 
@@ -273,9 +273,9 @@ class DashboardApp(App[None]):
             rows.append((p.name, p.host, fmt.byte_rate_short(p.measured_in), fmt.byte_rate_short(p.accounted_in),
                          fmt.byte_rate_short(p.measured_out), fmt.byte_rate_short(p.accounted_out), len(p.peers)))
         sig = tuple(rows)
-        if sig == self._ps_sig:
+        if sig == self.ps_rows:
             return
-        self._ps_sig = sig
+        self.ps_rows = sig
         wide = self.size.width >= 120
         table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
         table.add_column("task")
