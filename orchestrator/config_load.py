@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import annotated_types
+import paramiko
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from orchestrator.config import Config
+from orchestrator.config import Config, explicit_ssh
 from orchestrator.errors import ConfigError
 from orchestrator.plan import build_plan
+from orchestrator.ssh_config import load_ssh_config, resolve_ssh
 from orchestrator.toml_lines import KeyPath, find_line, format_key_path, parse_key_path
 
 if sys.version_info >= (3, 11):
@@ -55,9 +57,40 @@ def load_config(path: str | Path) -> Config:
         raise _schema_error(exc, text, source) from None
     try:
         build_plan(config, source)  # the cluster-wide rules: duplicates, missing jobs, ports, command
+        _check_resolved_endpoints(config, source)
     except ConfigError as exc:
         raise _with_line(exc, text) from None
     return config
+
+
+def _check_resolved_endpoints(config: Config, source: str) -> None:
+    """Two [[hosts]] entries that are one machine once ~/.ssh/config aliases are resolved, as OpenSSH
+    would resolve them (HostName, Port, ProxyJump): the plan would start twice the tasks on it."""
+    parsed: dict[str | None, paramiko.SSHConfig | None] = {}
+    seen: dict[tuple[str, int, tuple[tuple[str, int], ...]], int] = {}
+    for i, host in enumerate(config.hosts):
+        if host.transport != "ssh":
+            continue
+        explicit = explicit_ssh(config, host)
+        try:
+            if explicit.config_file not in parsed:
+                parsed[explicit.config_file] = load_ssh_config(explicit.config_file)
+            resolved = resolve_ssh(host.address, explicit, ssh_config=parsed[explicit.config_file], load_config_file=False)
+        except ConfigError as exc:  # ssh_config names no file; this error is about ours
+            key = exc.key if exc.key and exc.source == "hosts.toml" else f"hosts[{i}].address"
+            raise ConfigError(source, key, exc.message, suggestion=exc.suggestion) from None
+        jumps = tuple((j.hostname.lower(), j.port) for j in resolved.proxy_jump)
+        endpoint = (resolved.hostname.lower(), resolved.port, jumps)
+        if endpoint in seen:
+            j = seen[endpoint]
+            other = config.hosts[j]
+            raise ConfigError(
+                source, f"hosts[{i}].address",
+                f"host `{host.name}` (`{host.address}`) and `{other.name}` (`{other.address}`, hosts[{j}]) are "
+                f"the same machine once the ssh config is applied ({resolved.hostname}:{resolved.port}); list "
+                "each machine once and give it several tasks with `gpus` or `workers`",
+            )
+        seen[endpoint] = i
 
 
 def _read_text(path: Path, source: str) -> str:

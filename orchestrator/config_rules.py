@@ -16,17 +16,17 @@ from training.models.sizes import BUILTIN_SHAPES
 DEFAULT_SSH_PORT = 22
 
 
-def ssh_endpoint(config: Config, host: HostConfig) -> tuple[str, int]:
-    """The address and port hosts.toml gives for this host (an alias in ~/.ssh/config may still map two
-    different names onto one machine: `check` sees that, the config cannot)."""
-    port = explicit_ssh(config, host).port or DEFAULT_SSH_PORT
-    return host.address.strip().lower(), port
+def ssh_endpoint(config: Config, host: HostConfig) -> tuple[str, int, str]:
+    """The address, port and jump host hosts.toml gives for this host. (Aliases in ~/.ssh/config may
+    still map two names onto one machine: load_config resolves them as OpenSSH would and checks again.)"""
+    explicit = explicit_ssh(config, host)
+    return host.address.strip().lower(), explicit.port or DEFAULT_SSH_PORT, (explicit.proxy_jump or "").lower()
 
 
 def check_rules(config: Config, source: str) -> None:
     """Raise the first ConfigError, in hosts.toml order, for a cluster that cannot be planned."""
     seen_names: dict[str, int] = {}
-    seen_endpoints: dict[tuple[str, int], int] = {}
+    seen_endpoints: dict[tuple[str, int, str], int] = {}
     for i, host in enumerate(config.hosts):
         if host.name in seen_names:
             j = seen_names[host.name]
@@ -38,7 +38,7 @@ def check_rules(config: Config, source: str) -> None:
         if host.transport != "ssh":
             continue  # local hosts are this machine by definition: several may share it
         endpoint = ssh_endpoint(config, host)
-        if endpoint in seen_endpoints:
+        if endpoint in seen_endpoints:  # the same address behind different jump hosts may be two machines
             j = seen_endpoints[endpoint]
             raise ConfigError(
                 source, f"hosts[{i}].address",

@@ -11,15 +11,16 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "hosts.example.toml"
 
 
-def tfcluster(*args: str) -> subprocess.CompletedProcess[str]:
+def tfcluster(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    # HOME is a fresh directory: load_config honours ~/.ssh/config and must not read the developer's.
     return subprocess.run(
         [sys.executable, "-m", "tfcluster", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
-        env={"PATH": "/usr/bin:/bin", "COLUMNS": "80", "NO_COLOR": "1"},
+        env={"PATH": "/usr/bin:/bin", "HOME": str(home), "COLUMNS": "80", "NO_COLOR": "1"},
     )
 
 
-def test_plan_prints_a_table_grouped_by_host() -> None:
-    result = tfcluster("plan", str(EXAMPLE))
+def test_plan_prints_a_table_grouped_by_host(tmp_path: Path) -> None:
+    result = tfcluster("plan", str(EXAMPLE), home=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "cluster demo" in out and "mode between-graph" in out and "7 tasks on 5 hosts" in out
@@ -32,8 +33,8 @@ def test_plan_prints_a_table_grouped_by_host() -> None:
     assert result.stderr == ""
 
 
-def test_plan_json_is_the_plan_plus_the_estimate_and_nothing_else() -> None:
-    result = tfcluster("plan", "--json", "--steps-per-sec", "2.5", str(EXAMPLE))
+def test_plan_json_is_the_plan_plus_the_estimate_and_nothing_else(tmp_path: Path) -> None:
+    result = tfcluster("plan", "--json", "--steps-per-sec", "2.5", str(EXAMPLE), home=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["cluster_name"] == "demo"
@@ -48,7 +49,7 @@ def test_plan_json_is_the_plan_plus_the_estimate_and_nothing_else() -> None:
 def test_bad_file_is_one_line_on_stderr_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text(EXAMPLE.read_text().replace("gpus = [0, 1]", "gpu = [0, 1]", 1))
-    result = tfcluster("plan", str(bad))
+    result = tfcluster("plan", str(bad), home=tmp_path)
     assert result.returncode == 2
     assert result.stdout == ""
     assert "Traceback" not in result.stderr
@@ -59,7 +60,7 @@ def test_bad_file_is_one_line_on_stderr_exit_2(tmp_path: Path) -> None:
 
 
 def test_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
-    result = tfcluster("plan", str(tmp_path / "nope.toml"))
+    result = tfcluster("plan", str(tmp_path / "nope.toml"), home=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip() == f"error: {tmp_path}/nope.toml: file not found (copy hosts.example.toml to start one)"
 
@@ -67,6 +68,6 @@ def test_missing_file_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_syntax_error_in_json_mode_is_still_one_line_and_no_json(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[cluster\n")
-    result = tfcluster("plan", "--json", str(bad))
+    result = tfcluster("plan", "--json", str(bad), home=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "TOML syntax error" in result.stderr

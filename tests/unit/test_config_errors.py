@@ -28,6 +28,15 @@ gpus = [0, 1]
 """
 
 
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """load_config honours ~/.ssh/config: point ~ at an empty directory, never the developer's own."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
 def error_for(tmp_path: Path, text: str | bytes, name: str = "hosts.toml") -> ConfigError:
     path = tmp_path / name
     if isinstance(text, bytes):
@@ -141,6 +150,28 @@ def test_same_address_on_another_port_is_another_machine(tmp_path: Path) -> None
     text = GOOD + '[[hosts]]\nname = "gpu-b"\naddress = "10.0.0.11"\nroles = ["worker"]\nssh = { port = 2222 }\n'
     (tmp_path / "hosts.toml").write_text(text)
     assert len(load_config(tmp_path / "hosts.toml").hosts) == 3
+
+
+def test_same_address_behind_different_jump_hosts_is_allowed(tmp_path: Path) -> None:
+    text = GOOD + '[[hosts]]\nname = "far"\naddress = "10.0.0.11"\nroles = ["worker"]\nssh = { proxy_jump = "gw2" }\n'
+    (tmp_path / "hosts.toml").write_text(text)
+    assert len(load_config(tmp_path / "hosts.toml").hosts) == 3
+
+
+def test_two_aliases_of_one_machine_in_ssh_config(tmp_path: Path, isolated_home: Path) -> None:
+    (isolated_home / ".ssh").mkdir()
+    (isolated_home / ".ssh" / "config").write_text("Host box-a box-b\n  HostName 10.0.0.30\n  Port 2200\n")
+    text = GOOD + '[[hosts]]\nname = "a"\naddress = "box-a"\nroles = ["worker"]\n'
+    text += '[[hosts]]\nname = "b"\naddress = "box-b"\nroles = ["worker"]\n'
+    err = error_for(tmp_path, text)
+    assert err.line == 20
+    assert err.one_line().startswith(
+        f"{tmp_path}/hosts.toml:20: hosts[3].address: host `b` (`box-b`) and `a` (`box-a`, hosts[2]) are the same "
+        "machine once the ssh config is applied (10.0.0.30:2200)"
+    )
+    # with the ssh config switched off they are two names, as written
+    (tmp_path / "hosts.toml").write_text(text + '[ssh]\nconfig_file = "none"\n')
+    assert len(load_config(tmp_path / "hosts.toml").hosts) == 4
 
 
 def test_unknown_role_suggests_nearest(tmp_path: Path) -> None:

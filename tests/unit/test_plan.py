@@ -239,7 +239,8 @@ def test_no_ps_load_estimate_for_a_users_program() -> None:
     assert estimate_ps_load(plan, 10.0) is None
 
 
-def test_example_file_loads_and_plans() -> None:
+def test_example_file_loads_and_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))  # load_config reads ~/.ssh/config: never the developer's
     config = load_config(REPO / "hosts.example.toml")
     plan = build_plan(config, "hosts.example.toml")
     assert [h.name for h in plan.hosts] == ["chief", "ps-0", "ps-1", "gpu-a", "gpu-b"]
