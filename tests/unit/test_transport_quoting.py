@@ -1,0 +1,116 @@
+"""Every value reaches the command verbatim, through the exact shell strings both transports execute.
+
+LocalTransport runs `/bin/sh -c shell_command(...)`; SSHTransport sends `sh_wrap(shell_command(...))` to
+the remote login shell. Both are executed here by a real /bin/sh (no network)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from orchestrator.errors import HostError
+from orchestrator.local_transport import LocalTransport
+from orchestrator.ssh_transport import sh_wrap, split_pid_marker
+from orchestrator.transport import shell_command
+
+NASTY = [
+    "plain",
+    "with space",
+    "it's",
+    'say "hi"',
+    "$HOME",
+    "`id`",
+    "$(id)",
+    "a;b",
+    "x && y || z",
+    "line1\nline2",
+    "*",
+    "tab\there",
+    "back\\slash",
+    "",
+    "-n",
+    "ünïcödé",
+]
+ECHO_ARGV = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
+
+
+def test_local_transport_passes_values_verbatim() -> None:
+    result = LocalTransport("local").run([*ECHO_ARGV, *NASTY])
+    assert result.ok, result.stderr
+    assert json.loads(result.stdout) == NASTY
+
+
+def test_env_values_verbatim() -> None:
+    env = {f"V{i}": v for i, v in enumerate(NASTY)}
+    script = "import json, os; print(json.dumps([os.environ[f'V{i}'] for i in range(" + str(len(NASTY)) + ")]))"
+    result = LocalTransport("local").run([sys.executable, "-c", script], env=env)
+    assert json.loads(result.stdout) == NASTY
+
+
+def test_ssh_wrapped_command_passes_values_verbatim_and_reports_pid() -> None:
+    """What the remote login shell gets: one string; run it the way sshd does (`$SHELL -c string`)."""
+    remote = sh_wrap(shell_command([*ECHO_ARGV, *NASTY], env={"A": "x y;$z"}))
+    proc = subprocess.run(["/bin/sh", "-c", remote], capture_output=True, timeout=30)
+    assert json.loads(proc.stdout) == NASTY
+    pid, stderr = split_pid_marker(proc.stderr)
+    assert pid is not None and pid > 1
+    assert stderr == b""
+
+
+def test_cwd_with_tilde_and_spaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home dir"
+    (home / "work dir").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    result = LocalTransport("local").run(["pwd"], cwd="~/work dir")
+    assert result.stdout.strip() == str(home / "work dir")
+
+
+def test_exit_code_stdout_stderr_and_stdin() -> None:
+    result = LocalTransport("local").run(["/bin/sh", "-c", "cat; echo oops >&2; exit 7"], stdin=b"in\n")
+    assert (result.exit_code, result.stdout, result.stderr) == (7, "in\n", "oops\n")
+    assert result.duration_s >= 0
+
+
+def test_timeout_kills_the_command_and_its_children(tmp_path: Path) -> None:
+    marker = tmp_path / "survived"
+    started = time.monotonic()
+    with pytest.raises(HostError) as info:
+        # the child sleeps then writes a file: if the process group were not killed, the file appears
+        LocalTransport("box").run(["/bin/sh", "-c", f"(sleep 1.5; touch {marker}) & wait"], timeout=0.5)
+    assert info.value.reason == "timeout" and info.value.host == "box"
+    assert time.monotonic() - started < 1.4
+    time.sleep(1.6)
+    assert not marker.exists()
+
+
+def test_put_file_creates_parents_and_sets_mode(tmp_path: Path) -> None:
+    src = tmp_path / "src.txt"
+    src.write_text("payload")
+    target = tmp_path / "a" / "b" / "dst.txt"
+    LocalTransport("local").put_file(str(src), str(target), mode=0o640)
+    assert target.read_text() == "payload"
+    assert (os.stat(target).st_mode & 0o777) == 0o640
+    assert [p.name for p in target.parent.iterdir()] == ["dst.txt"]  # no temp file left behind
+
+
+def test_stream_yields_lines_then_exit_code() -> None:
+    stream = LocalTransport("local").stream(["/bin/sh", "-c", "echo one; echo 'two words'; echo err >&2; exit 3"])
+    assert list(stream.lines()) == ["one", "two words"]
+    assert stream.exit_code == 3
+    stream.close()
+
+
+def test_stream_close_kills_a_running_command() -> None:
+    stream = LocalTransport("local").stream(["/bin/sh", "-c", "echo ready; exec sleep 60"])
+    lines = stream.lines()
+    assert next(lines) == "ready"
+    started = time.monotonic()
+    stream.close()
+    assert stream.exit_code is not None and stream.exit_code != 0
+    assert time.monotonic() - started < 5
