@@ -23,7 +23,7 @@ def _config(tmp_path: Path, **host_overrides: object) -> Config:
     host = {"name": "box", "address": "127.0.0.1", "roles": ["ps", "worker"], "transport": "local",
             "workdir": str(tmp_path / "work"), "python": sys.executable, "workers": 2}
     host.update(host_overrides)
-    return Config(cluster={"name": "unit", "base_port": base}, hosts=[host])  # type: ignore[arg-type]
+    return Config.model_validate({"cluster": {"name": "unit", "base_port": base}, "hosts": [host]})
 
 
 @pytest.fixture
