@@ -50,7 +50,7 @@ class Tower:
 
     @property
     def name(self) -> str:
-        return f"worker:{self.index}"
+        return f"worker-{self.index}"  # as TaskPlan.name and the ps_bytes keys
 
 
 def towers_from_plan(plan: Mapping[str, Any]) -> list[Tower]:
@@ -233,9 +233,9 @@ def task_of(device: str) -> str:
 class InGraphReporter(ProgressReporter):
     """`progress` events of the in-graph client, with two extra fields (consumers ignore unknown ones):
 
-    - `input_bytes`: {"worker:0": n, ...} bytes of input the client sent each worker in the interval
+    - `input_bytes`: {"worker-0": n, ...} bytes of input the client sent each worker in the interval
       (input = "client": the big batch's slices cross the network every step; absent for input = "worker");
-    - `towers`: {"worker:0": {"compute_s", "delay_s"}, ...}: the last step's tower compute time (timestamps
+    - `towers`: {"worker-0": {"compute_s", "delay_s"}, ...}: the last step's tower compute time (timestamps
       taken on the tower's own device: input arrived -> gradients computed) and the straggler delay
       injected there;
     - `step_s`: the client's wall time of that last step (every tower advances once per step).

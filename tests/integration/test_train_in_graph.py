@@ -70,18 +70,18 @@ def test_in_graph_client_input_trains_checkpoints_and_stops(tmp_path: Path) -> N
         ps_used = {m.group(0) for d in where.values() if (m := re.search(r"/job:ps/(replica:0/)?task:\d", d))}
         assert len(ps_used) == 2, where
         for e in events[1:]:
-            assert set(e["ps_bytes"]) == {"ps:0", "ps:1"}
-            assert all(v["pull"] > 0 and v["push"] > 0 for v in e["ps_bytes"].values()), e["ps_bytes"]
+            assert set(e["ps_bytes"]) == {"ps-0", "ps-1"}
+            assert all(v["pulled"] > 0 and v["pushed"] > 0 for v in e["ps_bytes"].values()), e["ps_bytes"]
         # client input: each tower's slice crossed the network every step (32 x 32 float32 + 32 int32)
         per_step = 32 * 32 * 4 + 32 * 4
         for e in events:
-            assert e["input_bytes"] == {"worker:0": per_step * e["steps"], "worker:1": per_step * e["steps"]}
-        assert set(events[-1]["towers"]) == {"worker:0", "worker:1"}
+            assert e["input_bytes"] == {"worker-0": per_step * e["steps"], "worker-1": per_step * e["steps"]}
+        assert set(events[-1]["towers"]) == {"worker-0", "worker-1"}
 
         # towers landed on their workers
         log = cluster.log("chief-0")
-        assert re.search(r"tower worker:0 landed on /job:worker/replica:0/task:0/device:CPU:0", log), log
-        assert re.search(r"tower worker:1 landed on /job:worker/replica:0/task:1/device:CPU:0", log), log
+        assert re.search(r"tower worker-0 landed on /job:worker/replica:0/task:0/device:CPU:0", log), log
+        assert re.search(r"tower worker-1 landed on /job:worker/replica:0/task:1/device:CPU:0", log), log
 
         # only the client checkpointed: one non-sharded checkpoint under the run's checkpoint_dir, at the end
         run_dir = cluster.run_dir
@@ -108,5 +108,5 @@ def test_in_graph_worker_input_one_ps(tmp_path: Path) -> None:
         events = cluster.events("chief", 0)
         check_progress_events(events, steps, examples_per_step=32)
         assert all("input_bytes" not in e for e in events)  # each tower drew its own batch on its worker
-        assert all(set(e["ps_bytes"]) == {"ps:0"} for e in events[1:])
+        assert all(set(e["ps_bytes"]) == {"ps-0"} for e in events[1:])
         assert set(landed(cluster).values()) <= {"/job:ps/replica:0/task:0/device:CPU:0"}

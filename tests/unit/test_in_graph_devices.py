@@ -81,7 +81,7 @@ def test_client_splits_the_batch_and_aggregates() -> None:
     applies = [op for op in graph.get_operations() if op.type.startswith("ResourceApply")]
     assert applies and all(op.device.startswith("/job:ps/task:") for op in applies)
     # 16 examples x 32 float32 features + 16 int32 labels cross to each worker per step.
-    assert built.input_bytes_per_step() == {"worker:0": 16 * 32 * 4 + 16 * 4, "worker:1": 16 * 32 * 4 + 16 * 4}
+    assert built.input_bytes_per_step() == {"worker-0": 16 * 32 * 4 + 16 * 4, "worker-1": 16 * 32 * 4 + 16 * 4}
     assert built.examples_per_step == 32
 
 
