@@ -99,7 +99,7 @@ class DashboardApp(App[None]):
         self._order: list[str] = []
         self._cells: dict[str, tuple[str, ...]] = {}
         self._log_seen = 0
-        self.ps_rows: object = None  # what the PS panel shows, one tuple per PS task
+        self.ps_rows: tuple[tuple[str, str, str, str, str, str, int], ...] | None = None  # what the PS panel shows, one tuple per PS task
         self._header_sig: object = None
         self._timer: Timer | None = None
 

@@ -41,7 +41,8 @@ async def test_healthy_run() -> None:
             assert float(cell(app, w, "sps")) > 0
             assert cell(app, w, "gpu").endswith("%")
         assert "running 4" in header(app) and "stalled 0" in header(app)
-        (name, host, m_in, a_in, m_out, a_out, peers), = app.ps_rows  # type: ignore[misc]
+        assert app.ps_rows is not None and len(app.ps_rows) == 1
+        name, host, m_in, a_in, m_out, a_out, peers = app.ps_rows[0]
         assert (name, host, peers) == ("ps-0", "p0", 2)
         assert all(v.endswith("k") for v in (m_in, a_in, m_out, a_out))  # measured and accounted, kB/s
 
@@ -118,7 +119,12 @@ async def test_two_hundred_tasks_update_in_place(monkeypatch: pytest.MonkeyPatch
         updates: list[Any] = []
         cleared: list[Any] = []
         real_update = table.update_cell
-        monkeypatch.setattr(table, "update_cell", lambda *a, **k: (updates.append(a), real_update(*a, **k))[1])
+
+        def counting_update(*a: Any, **k: Any) -> None:
+            updates.append(a)
+            real_update(*a, **k)
+
+        monkeypatch.setattr(table, "update_cell", counting_update)
         monkeypatch.setattr(table, "clear", lambda *a, **k: cleared.append(a))
         clock.advance(1.0)
         app.refresh_state()
