@@ -8,6 +8,10 @@ Rules (DESIGN.md "Plan rules"):
 - in-graph: the single client runs as the `chief` task (CPU: it aggregates) on the chief host, or on
   the first worker host when no host has the chief role; workers only run a server;
 - ports are allocated from `base_port`, unique across the whole cluster (TF binds every interface).
+
+A plan that cannot run (orchestrator.config_rules, ports past 65535, a bad `command` placeholder, a
+`slowdown` for a task that does not exist) is a ConfigError whose key is a path such as `hosts[1].gpus`;
+load_config turns that path into the line of hosts.toml.
 """
 
 from __future__ import annotations
