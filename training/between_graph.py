@@ -27,6 +27,7 @@ SyncReplicasOptimizer.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -53,6 +54,9 @@ log = logging.getLogger("tfcluster.between_graph")
 
 RECOVERY_WAIT_SECS = 1.0  # TF's default (30 s) makes a worker that starts before the chief idle for 30 s
 STOP_GRACE_SECS = 5
+# Sync chief: after the last update its aggregation thread waits for gradients that never come; only a
+# session close ends it, so do not give it TF's default two minutes.
+SYNC_STOP_GRACE_SECS = 1
 
 
 class WorkerSessionCreator(v1.train.WorkerSessionCreator):  # type: ignore[misc,name-defined]
@@ -113,6 +117,8 @@ def run(ctx: TaskContext) -> int:
             sync_hook = optimizer.make_session_run_hook(ctx.is_chief, num_tokens=0)
             log.info("%s: synchronous: %d of %d replicas' gradients per update", ctx.name, aggregate, total)
         train_op = optimizer.minimize(loss, global_step=global_step)
+        with tf.control_dependencies([train_op]):
+            step_after = tf.identity(global_step.read_value(), name="step_after")  # this step's update included
     v1.summary.scalar("loss", loss)
 
     variables = placed_variables()
@@ -125,7 +131,7 @@ def run(ctx: TaskContext) -> int:
     if sync_hook is not None:
         hooks.append(sync_hook)
     if ctx.is_chief:
-        hooks.extend(_chief_hooks(ctx, scaffold, checkpoint_dir))
+        hooks.extend(_chief_hooks(ctx, scaffold, checkpoint_dir, sync))
         creator: Any = v1.train.ChiefSessionCreator(scaffold=scaffold, master=server.target, config=config,
                                                     checkpoint_dir=checkpoint_dir)
     else:
@@ -141,15 +147,24 @@ def run(ctx: TaskContext) -> int:
         log.info("%s: straggler: each step takes %gx its own duration", ctx.name, slowdown)
     local_step = examples = 0
     last_global = 0
-    fetches = [train_op, global_step, loss]
+    fetches = [step_after, loss]
+    if sync and ctx.is_chief:
+        _quiet_cancelled_aggregation_thread()
     reporter.start()
     try:
         with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
-                                       stop_grace_period_secs=STOP_GRACE_SECS) as sess:
+                                       stop_grace_period_secs=SYNC_STOP_GRACE_SECS if sync else STOP_GRACE_SECS
+                                       ) as sess:
             log.info("%s: session ready", ctx.name)
             while not sess.should_stop():
                 started = time.perf_counter()
-                _, last_global, loss_value = sess.run(fetches)
+                if local_step == 0:  # the first step reports where the runtime really placed every node
+                    metadata = v1.RunMetadata()
+                    last_global, loss_value = sess.run(fetches, options=v1.RunOptions(output_partition_graphs=True),
+                                                       run_metadata=metadata)
+                    _log_landed(ctx, metadata, variables, loss)
+                else:
+                    last_global, loss_value = sess.run(fetches)
                 took = time.perf_counter() - started
                 local_step += 1
                 examples += batch_size
@@ -162,6 +177,27 @@ def run(ctx: TaskContext) -> int:
     signalled = signal_done(server.target, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
     log.info("%s: signalled the end of training to %s", ctx.name, ", ".join(f"{j}:{i}" for j, i in signalled))
     return 0
+
+
+def _log_landed(ctx: TaskContext, metadata: Any, variables: list[Any], loss: tf.Tensor) -> None:
+    """Log the device each variable and this task's tower actually landed on (after soft placement)."""
+    assigned = {node.name: node.device for graph in metadata.partition_graphs for node in graph.node}
+    log.info("%s: tower %s landed on %s", ctx.name, ctx.name, assigned.get(loss.op.name, "?"))
+    for var in variables:
+        log.info("%s: variable %s landed on %s", ctx.name, var.name, assigned.get(var.name, "?"))
+
+
+def _quiet_cancelled_aggregation_thread() -> None:
+    """The sync chief's aggregation thread ends with CancelledError when the session closes: expected."""
+    previous = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if args.exc_type is not None and issubclass(args.exc_type, tf.errors.CancelledError):
+            log.info("sync aggregation thread stopped at the end of training")
+            return
+        previous(args)
+
+    threading.excepthook = hook
 
 
 def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
@@ -182,15 +218,17 @@ def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
     return scaffold, (checkpoint_dir if ctx.is_chief else None)
 
 
-def _chief_hooks(ctx: TaskContext, scaffold: Any, checkpoint_dir: str | None) -> list[Any]:
+def _chief_hooks(ctx: TaskContext, scaffold: Any, checkpoint_dir: str | None, sync: bool) -> list[Any]:
     tr = ctx.training
     every_steps = tr.get("checkpoint_every_steps")
     every_secs = None if every_steps else (tr.get("checkpoint_every_secs") or 60.0)
     summary_steps = int(tr.get("summary_every_steps", 100))
-    return [
+    hooks = [
         # end() writes a final checkpoint at the last step.
         v1.train.CheckpointSaverHook(checkpoint_dir, save_secs=every_secs, save_steps=every_steps,
                                      scaffold=scaffold),
         v1.train.SummarySaverHook(save_steps=summary_steps, output_dir=checkpoint_dir, scaffold=scaffold),
-        v1.train.StepCounterHook(every_n_steps=summary_steps, output_dir=checkpoint_dir),
     ]
+    if not sync:  # in sync mode the chief's own steps do not always move the global step: it would warn
+        hooks.append(v1.train.StepCounterHook(every_n_steps=summary_steps, output_dir=checkpoint_dir))
+    return hooks

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -33,7 +34,7 @@ v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.serve")
 
 DONE_QUEUE_CAPACITY = 4096  # part of the queue's identity: every side must use the same value
-POLL_MS = 500  # how often the dequeue loop wakes up to notice a stop signal
+POLL_S = 0.5  # how often the main thread wakes up to notice a stop signal
 
 
 def done_queue(job: str, index: int) -> Any:
@@ -63,7 +64,8 @@ def signal_done(server_target: str, sender: str, targets: Iterable[tuple[str, in
     that is already gone cannot block the others; each attempt runs in a daemon thread bounded by
     `timeout_s` (creating a session to a dead task would otherwise wait forever).
     """
-    done: list[tuple[str, int]] = []
+    done: list[tuple[str, int]] = []  # appended from the threads (list.append is atomic)
+    targets = list(targets)
 
     def one(job: str, index: int) -> None:
         graph = tf.Graph()
@@ -71,18 +73,18 @@ def signal_done(server_target: str, sender: str, targets: Iterable[tuple[str, in
             enqueue = done_queue(job, index).enqueue([tf.constant(sender)])
         config = session_config(device_filters=[f"/job:{job}/task:{index}", own_device_filter])
         config.operation_timeout_in_ms = int(timeout_s * 1000)
-        with v1.Session(server_target, graph=graph, config=config) as sess:
-            sess.run(enqueue)
+        sess = v1.Session(server_target, graph=graph, config=config)
+        sess.run(enqueue)
         done.append((job, index))
+        # Closing may wait on a target that exited the moment it got its last token: do not wait for it.
+        sess.close()
 
-    threads = []
     for job, index in targets:
-        t = threading.Thread(target=_quietly, args=(one, job, index), daemon=True, name=f"done-{job}{index}")
-        t.start()
-        threads.append(t)
-    for t in threads:
-        t.join(timeout_s)
-    return done
+        threading.Thread(target=_quietly, args=(one, job, index), daemon=True, name=f"done-{job}{index}").start()
+    deadline = time.monotonic() + timeout_s
+    while len(done) < len(targets) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return list(done)
 
 
 def _quietly(fn: Any, job: str, index: int) -> None:
@@ -117,20 +119,29 @@ def serve(ctx: TaskContext) -> int:
 
 
 def wait_for_finishers(target: str, job: str, index: int, expected: set[str], stop: threading.Event) -> set[str]:
+    """Dequeue tokens (in a daemon thread: a blocking dequeue cannot be interrupted) until every expected
+    finisher has sent one or `stop` is set. No polling timeout: TF logs every timed-out run as a warning."""
     graph = tf.Graph()
     with graph.as_default():
         token = done_queue(job, index).dequeue()
     # Only this task's own devices: a session over the whole cluster would wait for every task to be up.
     config = session_config(device_filters=[f"/job:{job}/task:{index}"], cpu_only=True)
-    options = v1.RunOptions(timeout_in_ms=POLL_MS)
     finished: set[str] = set()
-    with v1.Session(target, graph=graph, config=config) as sess:
-        while not stop.is_set() and not expected <= finished:
-            try:
-                sender = sess.run(token, options=options).decode("utf-8", "replace")
-            except tf.errors.DeadlineExceededError:
-                continue
-            if sender not in finished:
-                log.info("%s:%d: %s finished training", job, index, sender)
-            finished.add(sender)
-    return finished
+    all_done = threading.Event()
+
+    def drain() -> None:
+        try:
+            with v1.Session(target, graph=graph, config=config) as sess:
+                while not expected <= finished:
+                    sender = sess.run(token).decode("utf-8", "replace")
+                    if sender not in finished:
+                        log.info("%s:%d: %s finished training", job, index, sender)
+                    finished.add(sender)
+        except Exception as e:  # noqa: BLE001 (reported, then the task exits)
+            log.error("%s:%d: done queue failed: %s", job, index, str(e).splitlines()[0])
+        all_done.set()
+
+    threading.Thread(target=drain, daemon=True, name="done-queue").start()
+    while not all_done.wait(POLL_S) and not stop.is_set():
+        pass
+    return set(finished)
