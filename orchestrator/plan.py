@@ -203,6 +203,7 @@ def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
             )
 
     _check_slowdown(config, tasks, source)
+    _check_backup_workers(config, tasks, source)
 
     host_plans = tuple(
         HostPlan(
@@ -283,6 +284,17 @@ def _check_slowdown(config: Config, tasks: list[TaskPlan], source: str) -> None:
                 f"the plan has no task {key} (its training tasks: {', '.join(names)})",
                 suggestion=close[0] if close else None,
             )
+
+
+def _check_backup_workers(config: Config, tasks: list[TaskPlan], source: str) -> None:
+    training = config.training
+    trainers = sum(1 for t in tasks if t.job == "worker" or (t.job == "chief" and config.cluster.mode == "between-graph"))
+    if training.sync_replicas and training.backup_workers >= trainers:
+        raise ConfigError(
+            source, "training.backup_workers",
+            f"backup_workers = {training.backup_workers} leaves no replica to aggregate: the plan has "
+            f"{trainers} training tasks; use at most {trainers - 1}",
+        )
 
 
 def _warnings(config: Config) -> list[str]:

@@ -179,6 +179,12 @@ def test_bad_user_command_is_a_config_error(command: str, fragment: str, suggest
     assert info.value.suggestion == suggestion
 
 
+def test_backup_workers_must_leave_a_replica_to_aggregate() -> None:
+    with pytest.raises(ConfigError, match=r"training.backup_workers: backup_workers = 4 .* 4 training tasks; use at most 3"):
+        plan_of(GPU_CLUSTER, training={"sync_replicas": True, "backup_workers": 4})
+    assert plan_of(GPU_CLUSTER, training={"sync_replicas": True, "backup_workers": 3}).tasks
+
+
 def test_public_address_warns_unless_allowed() -> None:
     hosts = [host("ps", "10.0.0.20", ["ps"]), host("cloud", "8.8.4.4", ["worker"]), host("dns", "w.example", ["worker"])]
     warnings = plan_of(hosts).warnings
