@@ -1,0 +1,98 @@
+"""Helpers for the lifecycle integration tests: run the real CLI, read its run record, list processes.
+
+The process listing is independent of the code under test: psutil reads every process's environment
+and looks for the run's marker (TFCLUSTER_RUN_DIR=<a run dir of this run>).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT = 120.0
+
+
+def cli_env(state_dir: Path) -> dict[str, str]:
+    return {**os.environ, "TFCLUSTER_STATE_DIR": str(state_dir), "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+
+
+def cli(state_dir: Path, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tfcluster", *args], env=cli_env(state_dir), cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@contextmanager
+def cli_process(state_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """A CLI command running in the background; killed (with its group) when the block ends."""
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", *args], env=cli_env(state_dir), cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def records(state_dir: Path) -> list[dict[str, Any]]:
+    directory = state_dir / "runs"
+    out = []
+    for path in directory.glob("*.json") if directory.is_dir() else []:
+        try:
+            out.append(json.loads(path.read_text()))
+        except ValueError:
+            continue  # being rewritten right now
+    return sorted(out, key=lambda r: r["created"])
+
+
+def run_processes(run_id: str) -> list[psutil.Process]:
+    """Every live process whose environment marks it as part of run `run_id` (any loopback machine:
+    they all share this kernel)."""
+    found = []
+    for p in psutil.process_iter():
+        try:
+            marker = p.environ().get("TFCLUSTER_RUN_DIR", "")
+            if marker.endswith(f"/runs/{run_id}") and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def kill_run(run_id: str) -> None:
+    """Last-resort cleanup for a test's finally block."""
+    for p in run_processes(run_id):
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def status_json(state_dir: Path, run_id: str) -> tuple[int, dict[str, Any]]:
+    res = cli(state_dir, "status", run_id, "--json", timeout=60)
+    assert res.stdout.strip(), res.stderr
+    return res.returncode, json.loads(res.stdout)

@@ -1,0 +1,221 @@
+"""start/status/stop/logs over real sshd on 3 loopback machines, with the user-command path and a
+trivial stdlib program as the task (the TensorFlow runs are in test_lifecycle_tf.py): the lifecycle
+mechanics without TF's import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import launch, runs
+from orchestrator.config_load import load_config
+from tests.integration.lifecycle_helpers import (
+    cli,
+    cli_process,
+    kill_run,
+    records,
+    run_processes,
+    status_json,
+    wait_for,
+)
+from tests.integration.sshd import Machines
+
+pytestmark = pytest.mark.integration
+
+# The "training program": prints, then sleeps; worker 1 fails when FAIL_WORKER1 is in argv.
+TASK_PY = """\
+import sys, time
+job, task, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+print(f"hello from {job}:{task}", flush=True)
+if "FAIL_WORKER1" in sys.argv and job == "worker" and task == "1":
+    sys.exit(4)
+end = time.time() + seconds
+while time.time() < end:
+    print(f"tick {job}:{task}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture(scope="module")
+def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
+    return sshd_machines(3)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    state = tmp_path / "state"
+    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
+    yield state
+    for record in records(state):  # whatever a failing test left behind
+        kill_run(record["run_id"])
+
+
+def _hosts(machines: Machines, tmp_path: Path, seconds: float, *extra: str, **training: Any) -> Path:
+    (tmp_path / "task.py").write_text(TASK_PY)
+    args = " ".join([str(seconds), *extra])
+    return machines.hosts_toml(tmp_path / "hosts.toml", training={
+        "command": "{python} task.py {job} {task} " + args, "sync": ["task.py"], **training})
+
+
+def _run_id(stdout: str) -> str:
+    match = re.search(r"started (\S+) in", stdout)
+    assert match, stdout
+    return match.group(1)
+
+
+def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    hosts = _hosts(machines, tmp_path, 8.0)
+    res = cli(state_dir, "start", str(hosts))
+    assert res.returncode == 0, res.stderr
+    run_id = _run_id(res.stdout)
+    assert len(run_processes(run_id)) >= 4 + 3  # tasks + one supervisor per host, seen independently
+    code, st = status_json(state_dir, run_id)
+    assert code == 0
+    names = {t["name"]: t for t in st["tasks"]}
+    assert set(names) == {"ps:0", "chief:0", "worker:0", "worker:1"}
+    assert {t["host"] for t in st["tasks"]} == {"m0", "m1", "m2"}
+    assert all(t["state"] == "running" and t["pid"] for t in st["tasks"]), st
+
+    st = wait_for(lambda: (s := status_json(state_dir, run_id)[1])["state"] == "finished" and s, 30, "finished")
+    assert all(t["state"] == "exited" and t["exit_code"] == 0 and t["restarts"] == 0 for t in st["tasks"])
+    wait_for(lambda: not run_processes(run_id), 10, "every supervisor to exit")
+    assert run_id in cli(state_dir, "ls").stdout
+
+    # A second start ships nothing (same bytes); a changed task.py is the only upload.
+    config = load_config(hosts)
+    again = launch.start(config, str(hosts), launch.StartOptions(timeout=60))
+    assert all(o.ok and o.uploaded == 0 and o.shipped > 10 for o in again.outcomes.values())
+    (tmp_path / "task.py").write_text(TASK_PY + "# changed\n")
+    third = launch.start(config, str(hosts), launch.StartOptions(timeout=60))
+    assert all(o.uploaded == 1 for o in third.outcomes.values())
+    for rec in (again.record, third.record):
+        assert cli(state_dir, "stop", rec.run_id, "--purge").returncode == 0
+        assert not run_processes(rec.run_id)
+        assert not Path(rec.hosts[0].run_dir).exists()
+
+
+def test_sigkilled_worker_is_restarted(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    hosts = _hosts(machines, tmp_path, 120.0)
+    res = cli(state_dir, "start", str(hosts), "--run", "restart-test")
+    assert res.returncode == 0, res.stderr
+    _, st = status_json(state_dir, "restart-test")
+    worker1 = next(t for t in st["tasks"] if t["name"] == "worker:1")
+    os.kill(worker1["pid"], signal.SIGKILL)  # m2 is this machine too: its pids are ours to see
+
+    def restarted() -> dict[str, Any] | None:
+        w = next(t for t in status_json(state_dir, "restart-test")[1]["tasks"] if t["name"] == "worker:1")
+        return w if w["restarts"] == 1 and w["state"] == "running" else None
+
+    again = wait_for(restarted, 30, "worker:1 restarted")
+    assert again["pid"] != worker1["pid"]
+    code, st = status_json(state_dir, "restart-test")
+    assert code == 0 and st["state"] == "running"
+    assert "restarts" in cli(state_dir, "status", "restart-test").stdout
+    stopped = cli(state_dir, "stop", "restart-test")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not run_processes("restart-test")
+    assert cli(state_dir, "stop", "restart-test").returncode == 0  # idempotent
+    _, st = status_json(state_dir, "restart-test")
+    assert st["state"] == "stopped"
+
+
+def test_failed_task_makes_status_fail(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    # Worker 1 exits 4 after it was seen running; `never` restarts it.
+    hosts = _hosts(machines, tmp_path, 30.0, "FAIL_WORKER1", restart="never")
+    res = cli(state_dir, "start", str(hosts), "--run", "fail-test")
+    run_id = "fail-test"
+    try:
+        if res.returncode != 0:  # it may already have failed while start was waiting: a clear error
+            assert "host m2: task-failed: worker-1 exited with exit code 4" in res.stderr, res.stderr
+            return
+        code, st = wait_for(lambda: (r := status_json(state_dir, run_id))[1]["state"] == "failed" and r, 20, "fail")
+        assert code == 1
+        w = next(t for t in st["tasks"] if t["name"] == "worker:1")
+        assert w["exit_code"] == 4 and w["failed"]
+        assert cli(state_dir, "status", run_id).returncode == 1
+    finally:
+        assert cli(state_dir, "stop", run_id).returncode == 0
+        assert not run_processes(run_id)
+
+
+def test_sigkill_of_start_process_leaves_run_findable_and_stoppable(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
+    hosts = _hosts(machines, tmp_path, 120.0)
+    with cli_process(state_dir, "start", str(hosts), "--run", "orphaned-start") as proc:
+        # Kill it once every supervisor has been launched (their pids are recorded), typically while
+        # start still waits for the tasks to report running.
+        wait_for(lambda: (r := records(state_dir)) and all(h["supervisor_pid"] for h in r[0]["hosts"]), 60,
+                 "launch")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    assert proc.returncode == -signal.SIGKILL
+    time.sleep(0.5)
+    code, st = status_json(state_dir, "orphaned-start")
+    assert code == 0 and st["state"] == "running", st
+    assert all(t["state"] == "running" for t in st["tasks"])
+    assert run_processes("orphaned-start")
+    res = cli(state_dir, "stop")  # the latest run, from the record alone
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert run_processes("orphaned-start") == []
+
+
+def test_host_down_before_start_fails_naming_it_and_starts_nothing(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
+    hosts = _hosts(machines, tmp_path, 120.0)
+    machines.stop(2)
+    try:
+        res = cli(state_dir, "start", str(hosts), "--run", "host-down", "--timeout", "30")
+    finally:
+        machines.start(2)
+    assert res.returncode == 1
+    assert "host m2: refused" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]  # others: progress bars
+    assert len(errors) == 1 and errors[0].startswith("error: host m2: refused"), res.stderr
+    assert run_processes("host-down") == []
+    record = runs.load("host-down")
+    assert record.status == "failed-to-start" and not any(h.started for h in record.hosts)
+
+
+def test_logs_follow_streams_lines_until_interrupted(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    hosts = _hosts(machines, tmp_path, 120.0)
+    assert cli(state_dir, "start", str(hosts), "--run", "logs-test").returncode == 0
+    try:
+        plain = cli(state_dir, "logs", "logs-test", "ps:0")
+        assert "ps:0@m0 hello from ps:0" in plain.stdout.splitlines()
+        with cli_process(state_dir, "logs", "logs-test", "worker:1", "-f") as proc:
+            assert proc.stdout is not None
+            ticks: list[str] = []
+            deadline = time.monotonic() + 30
+            while len(ticks) < 5 and time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if line.startswith("worker:1@m2 tick worker:1"):
+                    ticks.append(line)
+            assert len(ticks) == 5
+            os.kill(proc.pid, signal.SIGINT)
+            assert proc.wait(timeout=10) == 0
+    finally:
+        assert cli(state_dir, "stop", "logs-test").returncode == 0
+    assert run_processes("logs-test") == []
+
+
+def test_ctrl_c_during_start_stops_what_was_started(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    # Supervisors start fine but the tasks never get to run (a missing program), so start keeps waiting.
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", training={"command": "/nonexistent/prog {job}",
+                                                                    "max_restarts": 50})
+    with cli_process(state_dir, "start", str(hosts), "--run", "ctrl-c") as proc:
+        wait_for(lambda: (r := records(state_dir)) and all(h["started"] for h in r[0]["hosts"]), 60, "launch")
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "nothing of it is left running" in err, err
+    assert run_processes("ctrl-c") == []

@@ -1,0 +1,192 @@
+"""`start`/`up`, `stop`/`down`, `status`, `ls`, `logs`: a run's life from the command line.
+
+Thin: the work is in orchestrator.launch and orchestrator.lifecycle; this module only renders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Literal
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from orchestrator import launch, lifecycle, runs
+from orchestrator.config_load import load_config
+
+# `start --dash` opens the dashboard on the new run; the dashboard command module sets this hook.
+open_dashboard: Callable[[str], None] | None = None
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("start")(start)
+    app.command("up", hidden=True, help="Alias of `start`.")(start)
+    app.command("stop")(stop)
+    app.command("down", hidden=True, help="Alias of `stop`.")(stop)
+    app.command("status")(status)
+    app.command("ls")(list_runs)
+    app.command("logs")(logs)
+
+
+def _wide(c: Console) -> Console:
+    if not c.is_terminal:
+        c.width = max(c.width, 140)
+    return c
+
+
+def start(
+    hosts_file: Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")],
+    mode: Annotated[
+        Literal["in-graph", "between-graph"] | None,
+        typer.Option("--mode", help="Override [cluster] mode."),
+    ] = None,
+    run: Annotated[str | None, typer.Option("--run", help="Name the run (default: <cluster>-<time>-<hex>).")] = None,
+    allow_partial: Annotated[
+        bool, typer.Option("--allow-partial", help="Keep the hosts that started when others fail.")
+    ] = False,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds until every task must be running.")] = 120.0,
+    dash: Annotated[bool, typer.Option("--dash", help="Open the live dashboard once the run is up.")] = False,
+) -> None:
+    """Ship the code, start every host's supervisor and wait until every task is running."""
+    config = load_config(hosts_file)
+    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, mode=mode, run_name=run)
+    ids: dict[str, TaskID] = {}
+    progress = Progress(
+        TextColumn("{task.fields[host]:<12}"), TextColumn("{task.description:<10}"), BarColumn(),
+        MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False,
+    )
+
+    def report(host: str, phase: str, done: int, total: int) -> None:
+        if host not in ids:
+            ids[host] = progress.add_task(phase, host=host, total=max(total, 1))
+        progress.update(ids[host], description=phase, completed=done, total=max(total, 1))
+
+    with progress:
+        result = launch.start(config, str(hosts_file), options, progress=report)
+    record = result.record
+    out = _wide(console)
+    table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")
+    for col in ("host", "tasks", "files uploaded", "supervisor pid", "state"):
+        table.add_column(col)
+    tasks_by_host: dict[str, list[str]] = {}
+    for t in record.plan.get("tasks", []):
+        tasks_by_host.setdefault(t["host"], []).append(f"{t['job']}:{t['index']}")
+    for h in record.hosts:
+        o = result.outcomes[h.name]
+        state = "running" if o.ok else f"not started: {o.error.one_line() if o.error else '?'}"
+        table.add_row(h.name, " ".join(tasks_by_host.get(h.name, [])), f"{o.uploaded}/{o.shipped}",
+                      str(o.supervisor_pid or "-"), escape(state))
+    out.print(table)
+    out.print(f"started [bold]{record.run_id}[/] in {result.seconds:.1f}s"
+              + ("  (partial: some hosts failed)" if record.status == "partial" else ""))
+    out.print(f"  tfcluster status {record.run_id}    tfcluster logs {record.run_id} -f    "
+              f"tfcluster stop {record.run_id}")
+    if dash:
+        if open_dashboard is None:
+            err.print(f"the dashboard is not available in this build; try `tfcluster dash {record.run_id}`")
+        else:
+            open_dashboard(record.run_id)
+
+
+def stop(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    purge: Annotated[bool, typer.Option("--purge", help="Also remove the run directories on every host.")] = False,
+    grace: Annotated[float, typer.Option(min=0, help="Seconds tasks get after SIGTERM before SIGKILL.")] = 10.0,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds per host command.")] = 15.0,
+) -> None:
+    """Stop the run on every host, kill what is left, and verify no process of it remains."""
+    record = runs.resolve(run)
+    result = lifecycle.stop(record, grace=grace, timeout=timeout, purge=purge)
+    table = Table(header_style="bold", title=f"stop {record.run_id}")
+    for col in ("host", "result", "killed", "left running"):
+        table.add_column(col)
+    for h in record.hosts:
+        r = result.get(h.name)
+        if r is None:
+            table.add_row(h.name, "nothing started", "-", "-")
+        elif r.error:
+            table.add_row(h.name, f"[red]unreachable[/]: {escape(r.error)}", "-", "?")
+        else:
+            what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
+            left = ", ".join(f"{p['pid']} {p['args'][:40]}" for p in r.remaining) or "none"
+            table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
+    _wide(console).print(table)
+    if not all(r.ok for r in result.values()):
+        raise typer.Exit(1)
+
+
+def _state_text(t: lifecycle.TaskStatus) -> str:
+    if t.state == "exited":
+        how = f"code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
+        return f"exited ({how})" + (" FAILED" if t.failed else "")
+    return t.state
+
+
+def status(
+    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+    timeout: Annotated[float, typer.Option(min=1, help="Seconds per host.")] = 15.0,
+) -> None:
+    """Every task's state, restarts, pid and host; exit code 1 when a task failed."""
+    record = runs.resolve(run)
+    st = lifecycle.status(record, timeout=timeout)
+    if as_json:
+        sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
+    else:
+        table = Table(header_style="bold", title=f"run {st.run_id}: {st.state}")
+        for col in ("task", "host", "state", "restarts", "pid"):
+            table.add_column(col)
+        for t in st.tasks:
+            style = "red" if t.failed or t.state in ("unreachable", "lost") else ""
+            text = escape(_state_text(t))
+            table.add_row(t.name, t.host, f"[{style}]{text}[/]" if style else text, str(t.restarts),
+                          str(t.pid or "-"))
+        _wide(console).print(table)
+        for h in st.hosts:
+            if h.error:
+                console.print(f"host {h.host}: {escape(h.error)}")
+    if st.failed:
+        raise typer.Exit(1)
+
+
+def list_runs() -> None:
+    """Known runs (from the local run record), oldest first."""
+    records = runs.list_runs()
+    if not records:
+        console.print("no runs yet")
+        return
+    table = Table(header_style="bold")
+    for col in ("run", "cluster", "mode", "created", "hosts", "last known"):
+        table.add_column(col)
+    for r in records:
+        table.add_row(r.run_id, r.cluster, r.mode, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
+                      ", ".join(h.name for h in r.hosts), r.status)
+    _wide(console).print(table)
+
+
+def logs(
+    run: Annotated[str, typer.Argument(help="Run id (see `tfcluster ls`).")],
+    tasks: Annotated[list[str] | None, typer.Argument(help="Tasks: worker:1, worker (all workers), ps:0@m0.")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep streaming new lines until Ctrl-C.")] = False,
+    lines: Annotated[int | None, typer.Option("--lines", "-n", min=0, help="Only the last N lines.")] = None,
+) -> None:
+    """Task logs, each line prefixed `job:task@host`."""
+    record = runs.load(run)
+
+    def emit(line: str) -> None:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` ends
+        lifecycle.logs(record, tasks or [], emit, follow=follow, lines=lines)
