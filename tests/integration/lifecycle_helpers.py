@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -76,10 +76,8 @@ def run_processes(run_id: str) -> list[psutil.Process]:
 def kill_run(run_id: str) -> None:
     """Last-resort cleanup for a test's finally block."""
     for p in run_processes(run_id):
-        try:
+        with suppress(psutil.NoSuchProcess):
             p.kill()
-        except psutil.NoSuchProcess:
-            pass
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
