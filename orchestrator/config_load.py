@@ -265,6 +265,8 @@ def _describe(
         )
     if loc == ("hosts",) and kind == "list_type" and isinstance(value, dict):
         return "hosts must be an array of tables: write [[hosts]] (two brackets) for each machine", "[[hosts]]"
+    if len(loc) == 1 and kind == "model_type" and isinstance(value, list):
+        return f"`{key}` is a single table: write [{key}], not [[{key}]]", f"[{key}]"
     if kind in _TYPE_WORDS:
         kinds = {e["type"] for e in errors}
         if {"int_type", "float_type"} <= kinds:
@@ -277,7 +279,11 @@ def _describe(
         what = "a role" if "roles" in loc else f"a valid `{key}`"
         return f"{_toml_literal(value)} is not {what}; choose one of {', '.join(choices)}", close[0] if close else None
     if kind in ("greater_than_equal", "less_than_equal", "greater_than", "less_than"):
-        return _out_of_range(key, value, field), None
+        fields = owner.model_fields if owner else {}
+        container = next((p for p in reversed(loc) if isinstance(p, str) and p in fields), "")
+        if loc and loc[-1] == container:
+            return _out_of_range(container, value, field), None
+        return _out_of_range("", value, field, list_of=container), None
     if kind == "too_short":
         if loc == ("hosts",):
             return "no hosts: describe at least one machine in a [[hosts]] table", None
@@ -380,9 +386,11 @@ def _bounds(field: Any) -> tuple[tuple[str, float] | None, tuple[str, float] | N
     return low, high
 
 
-def _out_of_range(key: str, value: object, field: Any) -> str:
+def _out_of_range(key: str, value: object, field: Any, list_of: str = "") -> str:
+    """`key` names a field; `list_of` the array or table holding the value (gpus, slowdown)."""
     low, high = _bounds(field)
-    what = "port" if key.endswith("port") else f"`{key}`" if key else "value"
+    names = {"gpus": "GPU index", "slowdown": "slowdown factor"}
+    what = "port" if key.endswith("port") else f"`{key}`" if key else names.get(list_of, "value")
     if low and high and low[0] == ">=" and high[0] == "<=":
         return f"{what} {value} is out of range ({_num(low[1])}-{_num(high[1])})"
     limits = [f"{pair[0]} {_num(pair[1])}" for pair in (low, high) if pair is not None]

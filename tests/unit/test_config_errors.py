@@ -311,3 +311,32 @@ def test_first_problem_in_file_order_is_reported(tmp_path: Path) -> None:
     text = GOOD.replace('name = "t"', 'name = "t"\nbase_port = 1') + "[training]\nsteps = 0\n"
     err = error_for(tmp_path, text)
     assert err.key == "cluster.base_port" and err.line == 3
+
+
+def test_section_written_as_array_of_tables(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace("[cluster]", "[[cluster]]"))
+    assert err.one_line() == (
+        f"{tmp_path}/hosts.toml:1: cluster: `cluster` is a single table: write [cluster], not [[cluster]] "
+        "(did you mean `[cluster]`?)"
+    )
+
+
+def test_section_given_a_scalar(tmp_path: Path) -> None:
+    err = error_for(tmp_path, "training = 5\n" + GOOD)
+    assert err.one_line() == f"{tmp_path}/hosts.toml:1: training: expected a table, got an integer `5`"
+
+
+def test_gpu_index_out_of_range(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD.replace("gpus = [0, 1]", "gpus = [0, 64]"))
+    assert err.one_line() == f"{tmp_path}/hosts.toml:13: hosts[1].gpus[1]: GPU index 64 is out of range (0-63)"
+
+
+def test_gpus_and_workers_together_point_at_the_host(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD + "workers = 2\n")
+    assert err.line == 9
+    assert "hosts[1]: give either `gpus` (one worker per GPU) or `workers` (CPU workers), not both" in err.one_line()
+
+
+def test_positive_float_bound(tmp_path: Path) -> None:
+    err = error_for(tmp_path, GOOD + "[ssh]\nconnect_timeout = 0\n")
+    assert err.one_line() == f"{tmp_path}/hosts.toml:15: ssh.connect_timeout: `connect_timeout` 0 is out of range (must be > 0 and <= 600)"
