@@ -28,6 +28,10 @@ from orchestrator.ssh_config import ResolvedSSH
 from orchestrator.transport import CommandResult, shell_command
 
 log = logging.getLogger("tfcluster.ssh")
+# Paramiko logs a traceback from its reader thread for every failed handshake; we report each failure
+# once, as a HostError. Leave the level alone if the user configured it.
+if logging.getLogger("paramiko").level == logging.NOTSET:
+    logging.getLogger("paramiko").setLevel(logging.CRITICAL)
 
 _KNOWN_HOSTS_LOCK = threading.Lock()  # hosts connecting in parallel may append to one known_hosts
 _READ_CHUNK = 65536
@@ -191,12 +195,15 @@ class SSHTransport:
         # only for unknown ones; nothing is ever saved by Paramiko itself.
         client._system_host_keys = known
         client.set_missing_host_key_policy(_HostKeyPolicy(self, s, known))
+        started = time.monotonic()
         try:
             client.connect(
                 s.hostname, port=s.port, username=s.user, key_filename=list(s.identity_files) or None,
                 allow_agent=s.use_agent, look_for_keys=s.look_for_keys, sock=sock,  # type: ignore[arg-type]
-                timeout=s.connect_timeout, banner_timeout=s.connect_timeout, auth_timeout=s.connect_timeout,
-                channel_timeout=s.connect_timeout,
+                # `timeout` bounds the key exchange; it must outlast the banner wait, or Paramiko goes on
+                # to authenticate on a dead transport ("No existing session") instead of timing out.
+                timeout=s.connect_timeout * 1.5 + 1, banner_timeout=s.connect_timeout,
+                auth_timeout=s.connect_timeout, channel_timeout=s.connect_timeout,
             )
         except HostError:
             client.close()
@@ -220,7 +227,13 @@ class SSHTransport:
         except (paramiko.SSHException, EOFError, OSError) as exc:
             client.close()
             text = str(exc) or type(exc).__name__
-            reason = "timeout" if "timeout" in text.lower() or "timed out" in text.lower() else "unreachable"
+            cause = exc.__cause__ or exc.__context__
+            timed_out = (
+                isinstance(cause, TimeoutError)
+                or any(w in text.lower() for w in ("timeout", "timed out", "banner"))
+                or time.monotonic() - started >= s.connect_timeout
+            )
+            reason = "timeout" if timed_out else "unreachable"
             raise HostError(self.host, reason, f"{where}: SSH handshake failed: {text}") from exc
         transport = client.get_transport()
         if transport is not None and s.keepalive:

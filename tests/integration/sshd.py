@@ -285,16 +285,11 @@ class Machines:
             "",
         ]
         for i, host_roles in enumerate(roles):
-            out += [
-                "[[hosts]]",
-                f'name = "m{i}"',
-                f"address = {_toml_value(self.addresses[i])}",
-                f"roles = {_toml_value(list(host_roles))}",
-                f"workdir = {_toml_value(self.workdir(i))}",
-            ]
-            for key, value in (host_extra or {}).get(i, {}).items():
-                out.append(f"{key} = {_toml_value(value)}")
-            out.append("")
+            host: dict[str, object] = {
+                "name": f"m{i}", "address": self.addresses[i], "roles": list(host_roles), "workdir": self.workdir(i),
+            }
+            host.update((host_extra or {}).get(i, {}))  # extras may also replace the keys above
+            out += ["[[hosts]]", *(f"{key} = {_toml_value(value)}" for key, value in host.items()), ""]
         if training:
             out.append("[training]")
             out += [f"{k} = {_toml_value(v)}" for k, v in training.items()]
