@@ -1,0 +1,203 @@
+"""Between-graph replication on a real local TensorFlow cluster: every ps, worker and chief task is a real
+`python -m training.task` process started from a real plan's run.json (tests/helpers/local_cluster.py).
+Nothing is faked; the only stand-in is that every "machine" is 127.0.0.1 and shares one run directory.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from statistics import mean
+from typing import Any
+
+import pytest
+
+from orchestrator.config import Config
+from orchestrator.plan import ClusterPlan, build_plan
+from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
+from tests.helpers.ports import free_port_block
+
+pytestmark = pytest.mark.integration
+tf = pytest.importorskip("tensorflow")
+
+EXIT_TIMEOUT = 120.0
+PROGRESS_FIELDS = ("v", "t", "host", "kind", "job", "task", "local_step", "global_step", "examples", "loss",
+                   "interval_s", "ps_bytes")
+
+
+def chief_plan(training: dict[str, Any], workers: int = 1) -> ClusterPlan:
+    """2 ps hosts, a host with the `chief` role and a worker host: a `chief` job plus `workers` workers."""
+    hosts: list[dict[str, Any]] = [
+        {"name": f"ps{i}", "address": "127.0.0.1", "roles": ["ps"], "transport": "local"} for i in range(2)
+    ]
+    hosts.append({"name": "boss", "address": "127.0.0.1", "roles": ["chief"], "transport": "local"})
+    hosts.append({"name": "wk", "address": "127.0.0.1", "roles": ["worker"], "workers": workers,
+                  "transport": "local"})
+    import sys
+
+    config = Config.model_validate({
+        "cluster": {"name": "bg", "mode": "between-graph", "base_port": free_port_block(3 + workers)},
+        "remote": {"python": sys.executable},
+        "hosts": hosts,
+        "training": training,
+    })
+    return build_plan(config)
+
+
+def finish(cluster: LocalCluster, timeout: float = EXIT_TIMEOUT) -> None:
+    codes = cluster.wait(timeout)
+    assert all(rc == 0 for rc in codes.values()), f"exit codes {codes}\n{cluster.logs_tail()}"
+
+
+def training_tasks(plan: ClusterPlan) -> list[tuple[str, int]]:
+    return [(t.job, t.index) for t in plan.tasks if t.job in ("chief", "worker")]
+
+
+def check_progress(cluster: LocalCluster, job: str, index: int) -> list[dict[str, Any]]:
+    events = cluster.events(job, index)
+    assert events, f"{job}:{index} wrote no progress events\n{cluster.logs_tail()}"
+    for e in events:
+        missing = [k for k in PROGRESS_FIELDS if k not in e]
+        assert not missing, f"progress event lacks {missing}: {e}"
+        assert (e["job"], e["task"]) == (job, index)
+        assert set(e["ps_bytes"]) <= {"ps-0", "ps-1"}
+    steps = [e["local_step"] for e in events]
+    assert steps == sorted(steps)
+    assert events[-1]["examples"] == events[-1]["local_step"] * cluster.plan.training["batch_size"]
+    return events
+
+
+def landed(cluster: LocalCluster, name: str) -> dict[str, str]:
+    """`variable NAME landed on DEVICE` lines of a task's log: the runtime's real placement."""
+    return dict(re.findall(r"variable (\S+) landed on (\S+)", cluster.log(name)))
+
+
+def checkpoint_files(root: Path) -> list[Path]:
+    return [p for p in root.rglob("*") if p.name.endswith(".index") or ".data-" in p.name]
+
+
+def wait_for(predicate: Any, timeout: float, what: str, cluster: LocalCluster) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{cluster.logs_tail()}"
+        time.sleep(0.2)
+
+
+def test_async_chief_and_worker_train_checkpoint_and_resume(tmp_path: Path) -> None:
+    steps = 300
+    training = {"model": "mlp", "batch_size": 32, "steps": steps, "learning_rate": 0.1,
+                "checkpoint_every_steps": 100, "summary_every_steps": 50, "progress_interval": 0.3}
+    plan = chief_plan(training)
+    run_dir = tmp_path / "run"
+    with running_cluster(plan, run_dir) as cluster:
+        finish(cluster)
+
+        # every training task reported valid progress; together they reached the target global step
+        events = {task: check_progress(cluster, *task) for task in training_tasks(plan)}
+        assert max(e["global_step"] for evs in events.values() for e in evs) >= steps
+        assert all(cluster.events("ps", i) == [] for i in range(2))  # a ps task trains nothing
+
+        # the loss fell (mlp learns its teacher network)
+        chief = events[("chief", 0)]
+        losses = [e["loss"] for e in chief]
+        assert mean(losses[-2:]) < 0.75 * mean(losses[:2]), losses
+
+        # variables spread over both PS tasks (as the runtime placed them), and traffic to both accounted
+        where = landed(cluster, "chief-0")
+        assert {"layer0/kernel", "layer1/kernel", "layer2/kernel", "global_step"} <= set(where), where
+        ps_used = {m.group(1) for d in where.values() if (m := re.search(r"/job:ps/replica:0/task:(\d)", d))}
+        assert ps_used == {"0", "1"}, where
+        assert where == landed(cluster, "worker-0")  # both clients agree on the placement
+        assert re.search(r"tower chief:0 landed on /job:chief/replica:0/task:0/device:CPU:0", cluster.log("chief-0"))
+        for evs in events.values():
+            moving = [e for e in evs if e["steps"] > 0]
+            assert moving and all(set(e["ps_bytes"]) == {"ps-0", "ps-1"} for e in moving)
+            assert all(v["pulled"] > 0 and v["pushed"] > 0 for e in moving for v in e["ps_bytes"].values())
+
+        # only the chief checkpointed: whole (non-sharded, one writer) checkpoints under its checkpoint_dir
+        files = checkpoint_files(run_dir)
+        assert files and all(p.parent == run_dir / "checkpoints" for p in files), files
+        assert all("-of-00001" in p.name for p in files if ".data-" in p.name), files
+        summaries = list(run_dir.rglob("events.out.tfevents.*"))
+        assert summaries and all(p.parent == run_dir / "checkpoints" for p in summaries), summaries
+        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+        assert latest is not None
+        final_step = int(tf.train.load_checkpoint(latest).get_tensor("global_step"))
+        assert final_step >= steps  # the final checkpoint, written at the end
+        saved = {name for name, _ in tf.train.list_variables(latest)}
+        assert {"layer0/kernel", "layer1/kernel", "layer2/kernel", "global_step"} <= saved
+
+    # A fresh cluster on the same run dir (every PS restarted, empty): the chief restores the whole
+    # checkpoint it wrote, and the worker joins at the restored global step instead of 0.
+    more = dict(training, steps=final_step + 200)
+    plan2 = build_plan(Config.model_validate(_config_dict(plan, more)))
+    (run_dir / "events").rename(run_dir / "events-first-run")
+    with running_cluster(plan2, run_dir) as cluster2:
+        finish(cluster2)
+        for task in training_tasks(plan2):
+            evs = check_progress(cluster2, *task)
+            assert evs[0]["global_step"] > final_step, (task, evs[0])  # restored, not started from 0
+            assert evs[-1]["local_step"] < 200 + 50
+        assert max(e["global_step"] for t in training_tasks(plan2) for e in cluster2.events(*t)) >= final_step + 200
+
+
+def _config_dict(plan: ClusterPlan, training: dict[str, Any]) -> dict[str, Any]:
+    """A Config equal to the one behind `plan` (same hosts and ports), with other training settings."""
+    import sys
+
+    hosts: list[dict[str, Any]] = []
+    for h in plan.hosts:
+        entry: dict[str, Any] = {"name": h.name, "address": h.address, "roles": list(h.roles), "transport": "local"}
+        if "worker" in h.roles:
+            entry["workers"] = sum(1 for t in plan.tasks if t.host == h.name and t.job == "worker")
+        hosts.append(entry)
+    base_port = min(t.port for t in plan.tasks)
+    return {"cluster": {"name": plan.cluster_name, "mode": plan.mode, "base_port": base_port},
+            "remote": {"python": sys.executable}, "hosts": hosts, "training": training}
+
+
+def test_killed_worker_does_not_stop_the_others(tmp_path: Path) -> None:
+    steps = 2000  # long enough that the kill lands mid-run even if worker 1 starts last
+    plan = local_plan("between-graph", ps=2, workers=3, training={
+        "model": "mlp", "batch_size": 16, "steps": steps, "progress_interval": 0.3, "checkpoint_every_secs": 600,
+    })
+    with running_cluster(plan, tmp_path / "run") as cluster:
+        # wait until worker 1 is really training, then SIGKILL it
+        wait_for(lambda: any(e["global_step"] >= 20 for e in cluster.events("worker", 1)), 90,
+                 "worker 1 to train", cluster)
+        cluster.kill("worker-1")
+        cluster.procs["worker-1"].wait(10)
+        at_kill = max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w))
+        assert at_kill < steps, "the run ended before the kill: make it longer"
+
+        # the chief (worker 0) and worker 2 carry on to the last step and exit cleanly
+        for name in ("worker-0", "worker-2"):
+            deadline = time.monotonic() + EXIT_TIMEOUT
+            while cluster.procs[name].poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert cluster.procs[name].poll() == 0, f"{name}\n{cluster.logs_tail()}"
+        for w in (0, 2):
+            last = check_progress(cluster, "worker", w)[-1]
+            assert last["global_step"] > at_kill
+        assert max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w)) >= steps
+        # the ps tasks keep serving: worker 1 never said it was done (the supervisor restarts it or stops them)
+        assert all(cluster.procs[f"ps-{i}"].poll() is None for i in range(2))
+
+
+def test_sync_replicas_end_cleanly(tmp_path: Path) -> None:
+    steps = 120
+    plan = local_plan("between-graph", ps=2, workers=2, training={
+        "model": "mlp", "batch_size": 16, "steps": steps, "sync_replicas": True, "progress_interval": 0.3,
+        "checkpoint_every_steps": 50,
+    })
+    with running_cluster(plan, tmp_path / "run") as cluster:
+        finish(cluster)
+        for w in (0, 1):
+            events = check_progress(cluster, "worker", w)
+            assert events[-1]["global_step"] == steps
+            # lock step: one update per step, every replica took part in each of them
+            assert events[-1]["local_step"] == steps
+        assert "2 of 2 replicas' gradients per update" in cluster.log("worker-0")
+        latest = tf.train.latest_checkpoint(str(cluster.run_dir / "checkpoints"))
+        assert latest is not None and latest.endswith(f"-{steps}")
