@@ -25,7 +25,7 @@ from pydantic_core import ErrorDetails
 from orchestrator.config import Config, explicit_ssh
 from orchestrator.errors import ConfigError
 from orchestrator.plan import build_plan
-from orchestrator.ssh_config import load_ssh_config, resolve_ssh
+from orchestrator.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
 from orchestrator.toml_lines import KeyPath, find_line, format_key_path, parse_key_path
 
 if sys.version_info >= (3, 11):
@@ -63,11 +63,11 @@ def load_config(path: str | Path) -> Config:
     return config
 
 
-def _check_resolved_endpoints(config: Config, source: str) -> None:
-    """Two [[hosts]] entries that are one machine once ~/.ssh/config aliases are resolved, as OpenSSH
-    would resolve them (HostName, Port, ProxyJump): the plan would start twice the tasks on it."""
+def resolve_hosts_ssh(config: Config, source: str = "hosts.toml") -> dict[str, ResolvedSSH]:
+    """Each SSH host's effective settings as OpenSSH would resolve them (hosts.toml > ~/.ssh/config >
+    defaults), by host name. Local hosts are left out."""
     parsed: dict[str | None, paramiko.SSHConfig | None] = {}
-    seen: dict[tuple[str, int, tuple[tuple[str, int], ...]], int] = {}
+    out: dict[str, ResolvedSSH] = {}
     for i, host in enumerate(config.hosts):
         if host.transport != "ssh":
             continue
@@ -75,10 +75,24 @@ def _check_resolved_endpoints(config: Config, source: str) -> None:
         try:
             if explicit.config_file not in parsed:
                 parsed[explicit.config_file] = load_ssh_config(explicit.config_file)
-            resolved = resolve_ssh(host.address, explicit, ssh_config=parsed[explicit.config_file], load_config_file=False)
+            out[host.name] = resolve_ssh(
+                host.address, explicit, ssh_config=parsed[explicit.config_file], load_config_file=False
+            )
         except ConfigError as exc:  # ssh_config names no file; this error is about ours
             key = exc.key if exc.key and exc.source == "hosts.toml" else f"hosts[{i}].address"
             raise ConfigError(source, key, exc.message, suggestion=exc.suggestion) from None
+    return out
+
+
+def _check_resolved_endpoints(config: Config, source: str) -> None:
+    """Two [[hosts]] entries that are one machine once ~/.ssh/config aliases are resolved, as OpenSSH
+    would resolve them (HostName, Port, ProxyJump): the plan would start twice the tasks on it."""
+    resolved_by_name = resolve_hosts_ssh(config, source)
+    seen: dict[tuple[str, int, tuple[tuple[str, int], ...]], int] = {}
+    for i, host in enumerate(config.hosts):
+        resolved = resolved_by_name.get(host.name)
+        if resolved is None:
+            continue
         jumps = tuple((j.hostname.lower(), j.port) for j in resolved.proxy_jump)
         endpoint = (resolved.hostname.lower(), resolved.port, jumps)
         if endpoint in seen:
@@ -91,6 +105,20 @@ def _check_resolved_endpoints(config: Config, source: str) -> None:
                 "each machine once and give it several tasks with `gpus` or `workers`",
             )
         seen[endpoint] = i
+
+
+def alias_warnings(config: Config, source: str = "hosts.toml") -> list[str]:
+    """Hosts whose address is an ssh-config alias: TF tasks on the other machines dial the address as
+    written in the cluster spec, and an alias only means something to this machine's ssh."""
+    out = []
+    for name, resolved in resolve_hosts_ssh(config, source).items():
+        if resolved.hostname.lower() != resolved.alias.lower():
+            out.append(
+                f"host {name}: `{resolved.alias}` is an ssh config alias for {resolved.hostname}; TensorFlow tasks "
+                f"on the other machines dial `{resolved.alias}` as written, so it must resolve there too "
+                f'(or write address = "{resolved.hostname}")'
+            )
+    return out
 
 
 def _read_text(path: Path, source: str) -> str:

@@ -71,3 +71,13 @@ def test_syntax_error_in_json_mode_is_still_one_line_and_no_json(tmp_path: Path)
     result = tfcluster("plan", "--json", str(bad), home=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.strip().splitlines()) == 1 and "TOML syntax error" in result.stderr
+
+
+def test_plan_warns_about_an_ssh_config_alias_in_the_cluster_spec(tmp_path: Path) -> None:
+    (tmp_path / ".ssh").mkdir()
+    (tmp_path / ".ssh" / "config").write_text("Host gpu-b.internal\n  HostName 10.0.0.12\n  Port 2222\n")
+    result = tfcluster("plan", str(EXAMPLE), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "warning: host gpu-b: `gpu-b.internal` is an ssh config alias for 10.0.0.12" in result.stdout
+    as_json = json.loads(tfcluster("plan", "--json", str(EXAMPLE), home=tmp_path).stdout)
+    assert any("alias for 10.0.0.12" in w for w in as_json["warnings"])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config_load import load_config
+from orchestrator.config_load import alias_warnings, load_config
 from orchestrator.errors import ConfigError
 
 # A valid cluster that each case breaks in one place.
@@ -340,3 +340,14 @@ def test_gpus_and_workers_together_point_at_the_host(tmp_path: Path) -> None:
 def test_positive_float_bound(tmp_path: Path) -> None:
     err = error_for(tmp_path, GOOD + "[ssh]\nconnect_timeout = 0\n")
     assert err.one_line() == f"{tmp_path}/hosts.toml:15: ssh.connect_timeout: `connect_timeout` 0 is out of range (must be > 0 and <= 600)"
+
+
+def test_alias_warning_names_the_real_hostname(tmp_path: Path, isolated_home: Path) -> None:
+    (isolated_home / ".ssh").mkdir()
+    (isolated_home / ".ssh" / "config").write_text("Host box-a\n  HostName 10.0.0.30\n")
+    (tmp_path / "hosts.toml").write_text(GOOD + '[[hosts]]\nname = "a"\naddress = "box-a"\nroles = ["worker"]\n')
+    config = load_config(tmp_path / "hosts.toml")
+    assert alias_warnings(config) == [
+        "host a: `box-a` is an ssh config alias for 10.0.0.30; TensorFlow tasks on the other machines dial "
+        '`box-a` as written, so it must resolve there too (or write address = "10.0.0.30")'
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -13,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.config_load import load_config
+from orchestrator.config_load import alias_warnings, load_config
 from orchestrator.plan import ClusterPlan, TaskPlan, build_plan
 from orchestrator.ps_load import PsLoadEstimate, estimate_ps_load
 
@@ -35,6 +36,8 @@ def plan(
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
     config = load_config(hosts_file)
     cluster = build_plan(config, str(hosts_file))
+    # The plan is pure; what ~/.ssh/config makes of an address is known only here.
+    cluster = dataclasses.replace(cluster, warnings=(*cluster.warnings, *alias_warnings(config, str(hosts_file))))
     estimate = estimate_ps_load(cluster, steps_per_sec)
     if as_json:
         data = cluster.to_json()
