@@ -1,0 +1,274 @@
+"""The collector: one agent stream per host (Transport.stream), typed events into a queue, ClusterState out.
+
+Each host has a thread that runs `python -m training.agent` in the run's code dir and parses its lines.
+When the stream ends or cannot be opened, a `StreamDown` is queued (the state marks the host
+unreachable after 3 intervals, keeping its last values) and the thread reconnects with backoff. A
+stream that goes silent without closing (a dead network path) is closed by the watchdog in `poll`.
+`poll()` runs on the caller's thread (the UI's): it drains the queue into the state and ticks it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from orchestrator.errors import HostError, TfclusterError
+from orchestrator.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
+from orchestrator.plan import HostPlan
+from orchestrator.state import ClusterState
+from orchestrator.transport import LineStream, Transport
+from training.layout import RunLayout
+
+Opener = Callable[[HostPlan], Transport]
+BACKOFF_MAX_S = 30.0
+SILENT_INTERVALS = 5  # no line at all for this long: the stream is treated as dead and reopened
+
+
+def state_from_plan_json(plan: dict[str, Any], run_id: str, interval_s: float, now: float | None = None) -> ClusterState:
+    st = ClusterState(run_id, plan.get("mode", ""), plan.get("cluster_name", ""), interval_s, now)
+    for h in plan.get("hosts", []):
+        st.host(h["name"])
+    for t in plan.get("tasks", []):
+        st.add_task(t["job"], int(t["index"]), t["host"], t.get("gpu"), port=t.get("port"))
+    return st
+
+
+def agent_argv(python: str, run_dir: str, host: str, interval: float) -> list[str]:
+    return [python, "-m", "training.agent", "--run-dir", run_dir, "--host", host, "--interval", f"{interval:g}"]
+
+
+class HostStream(threading.Thread):
+    """Keeps one host's agent stream open for as long as the collector runs."""
+
+    def __init__(self, host: HostPlan, run_dir: str, python: str, interval: float,
+                 out: queue.SimpleQueue[tuple[float, Event]], opener: Opener, stop: threading.Event) -> None:
+        super().__init__(name=f"agent-{host.name}", daemon=True)
+        self.host = host
+        self.run_dir = run_dir
+        self.python = python
+        self.interval = interval
+        self.out = out
+        self.opener = opener
+        self.stop_event = stop
+        self.parser = EventParser()
+        self.last_line = time.monotonic()
+        self.connected = False
+        self.heartbeats = 0  # since the collector started (for --once: enough data seen)
+        self.connects = 0
+        self._stream: LineStream | None = None
+        self._transport: Transport | None = None
+        self._lock = threading.Lock()
+
+    def _put(self, ev: Event) -> None:
+        self.out.put((time.time(), ev))
+
+    def run(self) -> None:
+        backoff = 1.0
+        while not self.stop_event.is_set():
+            started = time.monotonic()
+            reason = self._one_stream()
+            self._put(StreamDown(time.time(), self.host.name, reason))
+            self._close()
+            if self.stop_event.is_set():
+                break
+            if time.monotonic() - started > 10 * self.interval:
+                backoff = 1.0  # it had been working: retry soon
+            self.stop_event.wait(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    def _one_stream(self) -> str:
+        argv = agent_argv(self.python, self.run_dir, self.host.name, self.interval)
+        try:
+            with self._lock:
+                if self._transport is None:
+                    self._transport = self.opener(self.host)
+                transport = self._transport
+            stream = transport.stream(argv, cwd=RunLayout(self.run_dir).code)
+            with self._lock:
+                self._stream = stream
+            if self.stop_event.is_set():
+                return "stopped"
+            self.connected = True
+            self.connects += 1
+            self.last_line = time.monotonic()
+            self._put(StreamUp(time.time(), self.host.name))
+            for line in stream.lines():
+                self.last_line = time.monotonic()
+                ev = self.parser.parse(line)
+                if ev is not None:
+                    if isinstance(ev, HeartbeatEvent):
+                        self.heartbeats += 1
+                    self._put(ev)
+                if self.stop_event.is_set():
+                    return "stopped"
+            tail = getattr(stream, "stderr_tail", "").strip().splitlines()
+            why = f": {tail[-1][:200]}" if tail else ""
+            return f"agent stream ended (exit {stream.exit_code}){why}"
+        except TfclusterError as exc:
+            return exc.one_line()
+        except Exception as exc:  # a broken host must never take the collector down
+            return f"{type(exc).__name__}: {exc}"
+        finally:
+            self.connected = False
+
+    def close_stream(self) -> None:
+        """Close the current stream (from any thread); the run loop then reconnects."""
+        with self._lock:
+            stream = self._stream
+            self._stream = None
+        if stream is not None:
+            with contextlib.suppress(Exception):
+                stream.close()
+
+    def _close(self) -> None:
+        self.close_stream()
+        with self._lock:
+            transport, self._transport = self._transport, None
+        if transport is not None:
+            with contextlib.suppress(Exception):
+                transport.close()
+
+
+class Collector:
+    """A StateSource over live agent streams. `start()` opens them; `close()` ends every thread."""
+
+    def __init__(self, state: ClusterState, hosts: list[HostPlan], run_dirs: dict[str, str],
+                 pythons: dict[str, str], interval: float = 1.0, opener: Opener | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        if opener is None:
+            from orchestrator.transports import transport_for
+
+            opener = transport_for
+        self.state = state
+        self.interval = interval
+        self.clock = clock
+        self.opener = opener
+        self.hosts = {h.name: h for h in hosts}
+        self.run_dirs = run_dirs
+        self._queue: queue.SimpleQueue[tuple[float, Event]] = queue.SimpleQueue()
+        self._stop = threading.Event()
+        self.streams = [HostStream(h, run_dirs[h.name], pythons.get(h.name, h.python), interval, self._queue,
+                                   opener, self._stop) for h in hosts]
+        self._aux: dict[str, Transport] = {}  # for logs and actions, separate from the streams
+        self._aux_lock = threading.Lock()
+
+    @classmethod
+    def for_record(cls, record: Any, interval: float = 1.0, opener: Opener | None = None) -> Collector:
+        """From a run record (orchestrator.runs.RunRecord): its plan, hosts and resolved run dirs."""
+        from orchestrator.remote import host_plan_from_json
+
+        plan = record.plan
+        hosts = [host_plan_from_json(h) for h in plan.get("hosts", [])]
+        run_dirs, pythons = {}, {}
+        for h in hosts:
+            rec = record.host(h.name)
+            run_dirs[h.name] = rec.run_dir or RunLayout.for_run(h.workdir, record.run_id).root
+            pythons[h.name] = rec.python or h.python
+        state = state_from_plan_json(plan, record.run_id, interval)
+        return cls(state, hosts, run_dirs, pythons, interval, opener)
+
+    def start(self) -> Collector:
+        for s in self.streams:
+            s.start()
+        return self
+
+    def poll(self) -> ClusterState:
+        st = self.state
+        try:
+            while True:
+                arrival, ev = self._queue.get_nowait()
+                st.apply(ev, arrival)
+        except queue.Empty:
+            pass
+        st.malformed = sum(s.parser.malformed for s in self.streams)
+        silent = SILENT_INTERVALS * self.interval
+        now_m = time.monotonic()
+        for s in self.streams:
+            if s.connected and now_m - s.last_line > silent:
+                s.last_line = now_m
+                threading.Thread(target=s.close_stream, daemon=True).start()  # closing may block on SSH
+        st.tick(self.clock())
+        return st
+
+    def wait_for_data(self, heartbeats: int = 3, timeout: float = 30.0) -> ClusterState:
+        """Poll until every host sent `heartbeats` heartbeats, or the timeout: what `--once` shows."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(s.heartbeats >= heartbeats for s in self.streams):
+                break
+            time.sleep(min(0.1, self.interval))
+            self.poll()
+        return self.poll()
+
+    # -- logs and actions, over their own connection ---------------------------------------------------
+
+    def _aux_transport(self, host: str) -> Transport:
+        with self._aux_lock:
+            t = self._aux.get(host)
+            if t is None:
+                t = self._aux[host] = self.opener(self.hosts[host])
+            return t
+
+    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0) -> Any:
+        try:
+            return self._aux_transport(host).run(argv, timeout=timeout)
+        except HostError:
+            with self._aux_lock:
+                t = self._aux.pop(host, None)
+            if t is not None:
+                with contextlib.suppress(Exception):
+                    t.close()
+            raise
+
+    def task_log(self, job: str, task: int, lines: int = 200) -> list[str]:
+        tv = self.state.tasks.get(f"{job}-{task}")
+        if tv is None or tv.host not in self.run_dirs:
+            return []
+        path = RunLayout(self.run_dirs[tv.host]).log_file(job, task)
+        res = self._aux_run(tv.host, ["tail", "-n", str(int(lines)), path])
+        if not res.ok:
+            return [f"(cannot read {path}: {res.stderr.strip()[:200]})"]
+        return str(res.stdout).splitlines()
+
+    def signal_task(self, job: str, task: int, sig: str) -> str:
+        tv = self.state.tasks.get(f"{job}-{task}")
+        if tv is None:
+            return f"{job}-{task}: no such task"
+        if tv.pid is None or tv.liveness in ("exited", "unreachable"):
+            return f"{tv.name}: no running process to signal ({tv.liveness})"
+        res = self._aux_run(tv.host, ["kill", "-s", sig, str(tv.pid)])
+        if not res.ok:
+            return f"{tv.name}: kill -{sig} {tv.pid} failed: {res.stderr.strip()[:200]}"
+        return f"{tv.name} (pid {tv.pid} on {tv.host}): sent SIG{sig}"
+
+    def close(self) -> None:
+        self._stop.set()
+        for s in self.streams:
+            threading.Thread(target=s.close_stream, daemon=True).start()
+        for s in self.streams:
+            s.join(timeout=5)
+        with self._aux_lock:
+            aux, self._aux = self._aux, {}
+        for t in aux.values():
+            with contextlib.suppress(Exception):
+                t.close()
+
+
+class CollectorActions:
+    """TaskActions through the collector: the host's supervisor restarts a task that died by signal.
+
+    restart = SIGTERM (the task exits; the supervisor starts it again by its restart policy);
+    kill = SIGKILL (the same, without a chance to clean up)."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+
+    def restart_task(self, job: str, task: int) -> str:
+        return self.collector.signal_task(job, task, "TERM")
+
+    def kill_task(self, job: str, task: int) -> str:
+        return self.collector.signal_task(job, task, "KILL")
