@@ -1,0 +1,178 @@
+"""Collector against real agents over the real LocalTransport (no TF): events become ClusterState; a dropped
+stream makes the host unreachable and is reconnected; a host that cannot be reached never breaks the
+collector; logs and signals reach the task; `tfcluster dash --once --json` prints the state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import runs
+from orchestrator.collect import Collector
+from orchestrator.errors import HostError
+from orchestrator.plan import HostPlan
+from orchestrator.prometheus import render
+from orchestrator.remote import host_plan_from_json, open_transport
+from orchestrator.transport import Transport
+from training.telemetry.schema import dumps, make_event
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL = 0.25
+
+
+def host_json(name: str, workdir: Path) -> dict[str, Any]:
+    return {"name": name, "address": "127.0.0.1", "transport": "local", "python": sys.executable,
+            "workdir": str(workdir), "ssh": {}, "roles": ["worker"], "tasks": []}
+
+
+class FakeRun:
+    """Run dirs for hosts a and b (code/ links to this checkout's training package), a plan, writers
+    appending progress like TF tasks do, and a real `sleep` standing in for worker-0's process."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.run_id = "collect-test"
+        self.dirs: dict[str, Path] = {}
+        for h in ("a", "b"):
+            d = tmp / h / "runs" / self.run_id
+            for sub in ("code", "events", "logs", "state"):
+                (d / sub).mkdir(parents=True)
+            (d / "code" / "training").symlink_to(ROOT / "training")
+            self.dirs[h] = d
+        self.plan = {
+            "cluster_name": "t", "mode": "between-graph",
+            "hosts": [host_json("a", tmp / "a"), host_json("b", tmp / "b")],
+            "tasks": [{"job": "worker", "index": 0, "host": "a", "port": 1, "gpu": None},
+                      {"job": "worker", "index": 1, "host": "b", "port": 2, "gpu": None}],
+        }
+        self.sleeper = subprocess.Popen(["sleep", "60"])
+        (self.dirs["a"] / "logs" / "worker-0.log").write_text("".join(f"line {i}\n" for i in range(50)))
+        self.stop = threading.Event()
+        self.writer = threading.Thread(target=self._write, daemon=True)
+
+    def _write(self) -> None:
+        step = 0
+        for h, i in (("a", 0), ("b", 1)):
+            with open(self.dirs[h] / "events" / f"supervisor-{h}.jsonl", "a") as f:
+                pid = self.sleeper.pid if i == 0 else 4242
+                f.write(dumps(make_event("task_state", h, job="worker", task=i, state="running", pid=pid)) + "\n")
+        while not self.stop.is_set():
+            step += 1
+            for h, i in (("a", 0), ("b", 1)):
+                with open(self.dirs[h] / "events" / f"worker-{i}.jsonl", "a") as f:
+                    f.write(dumps(make_event("progress", h, job="worker", task=i, local_step=step * 4,
+                                             global_step=step * 8, examples=step * 4 * 32, loss=1.0 / step,
+                                             interval_s=INTERVAL)) + "\n")
+            self.stop.wait(INTERVAL)
+
+    def record(self) -> runs.RunRecord:
+        return runs.RunRecord(self.run_id, "hosts.toml", "t", "between-graph", time.time(), self.plan,
+                              [runs.HostRecord(h, str(self.tmp / h), str(d), sys.executable)
+                               for h, d in self.dirs.items()], status="started")
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.sleeper.poll() is None:
+            self.sleeper.kill()
+        self.sleeper.wait()
+
+
+@pytest.fixture
+def fake_run(tmp_path: Path) -> Iterator[FakeRun]:
+    run = FakeRun(tmp_path)
+    run.writer.start()
+    try:
+        yield run
+    finally:
+        run.close()
+
+
+def wait_until(collector: Collector, pred: Any, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred(collector.poll()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not reached; state: {json.dumps(collector.poll().to_json())[:2000]}")
+
+
+def test_collector_builds_state_and_survives_a_dropped_stream(fake_run: FakeRun) -> None:
+    collector = Collector.for_record(fake_run.record(), INTERVAL).start()
+    try:
+        st = collector.wait_for_data(3, timeout=20)
+        for name in ("worker-0", "worker-1"):
+            tv = st.tasks[name]
+            assert tv.liveness == "running", tv
+            assert tv.steps_per_s == pytest.approx(4 / INTERVAL, rel=0.5)
+        assert st.hosts["a"].cpu_pct is not None and st.hosts["a"].reachable
+        assert st.tasks["worker-0"].pid == fake_run.sleeper.pid
+        # drop host b's stream by killing its agent: unreachable, then reconnected and back
+        stream_b = next(s for s in collector.streams if s.host.name == "b")
+        proc = stream_b._stream._proc  # type: ignore[union-attr]
+        os.killpg(proc.pid, signal.SIGKILL)  # the agent and its shell
+        wait_until(collector, lambda s: s.tasks["worker-1"].liveness == "unreachable", timeout=10)
+        assert collector.state.tasks["worker-1"].steps_per_s is not None  # last value kept
+        wait_until(collector, lambda s: s.tasks["worker-1"].liveness == "running", timeout=20)
+        assert stream_b.connects >= 2
+        kinds = [e.kind for e in collector.state.log]
+        assert "host-lost" in kinds and "host-back" in kinds
+        # logs and actions reach the host
+        assert collector.task_log("worker", 0, 5) == [f"line {i}" for i in range(45, 50)]
+        msg = collector.signal_task("worker", 0, "KILL")
+        assert "sent SIGKILL" in msg
+        assert fake_run.sleeper.wait(timeout=5) == -signal.SIGKILL
+        text = render(collector.state)
+        assert 'tfcluster_task_state{task="worker-0",job="worker",host="a",state="running"} 1' in text
+    finally:
+        t0 = time.monotonic()
+        collector.close()
+        assert time.monotonic() - t0 < 10
+    assert not any(s.is_alive() for s in collector.streams)
+
+
+def test_unreachable_host_never_breaks_the_collector(fake_run: FakeRun) -> None:
+    def opener(host: HostPlan) -> Transport:
+        if host.name == "b":
+            raise HostError("b", "unreachable", "connection refused")
+        return open_transport(host)
+
+    record = fake_run.record()
+    collector = Collector.for_record(record, INTERVAL, opener=opener).start()
+    try:
+        wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running"
+                   and s.tasks["worker-1"].liveness == "unreachable")
+        assert any("connection refused" in e.text for e in collector.state.log)
+        assert host_plan_from_json(record.plan["hosts"][1]).name == "b"
+    finally:
+        collector.close()
+
+
+def test_dash_once_json_cli(fake_run: FakeRun, tmp_path: Path) -> None:
+    env = {**os.environ, runs.STATE_DIR_ENV: str(tmp_path / "state")}
+    os.environ[runs.STATE_DIR_ENV] = env[runs.STATE_DIR_ENV]
+    try:
+        runs.save(fake_run.record())
+    finally:
+        del os.environ[runs.STATE_DIR_ENV]
+    res = subprocess.run([sys.executable, "-m", "tfcluster", "dash", fake_run.run_id, "--once", "--json",
+                          "--interval", str(INTERVAL)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    tasks = {t["name"]: t for t in out["tasks"]}
+    assert tasks["worker-0"]["state"] == "running" and tasks["worker-0"]["steps_per_s"] > 0
+    assert out["totals"]["counts"]["running"] == 2
+    bad = subprocess.run([sys.executable, "-m", "tfcluster", "dash", "no-such-run", "--once"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "unknown run" in bad.stderr and "Traceback" not in bad.stderr
