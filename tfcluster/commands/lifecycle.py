@@ -137,8 +137,14 @@ def status(
     run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host.")] = 15.0,
+    watch: Annotated[bool, typer.Option("--watch", help="Live table from the telemetry agents until Ctrl-C.")] = False,
 ) -> None:
     """Every task's state, restarts, pid and host; exit code 1 when a task failed."""
+    if watch:  # the dashboard's state as a Rich live table (tfcluster/commands/dash.py)
+        from tfcluster.commands.dash import watch_status
+
+        watch_status(run)
+        return
     record = runs.resolve(run)
     st = lifecycle.status(record, timeout=timeout)
     if as_json:
