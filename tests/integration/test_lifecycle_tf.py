@@ -1,0 +1,168 @@
+"""Real TensorFlow runs started by `tfcluster start` over real sshd on 3 loopback machines: the built-in
+task programs in both modes, a restarted worker, and the user's own classic between-graph script.
+Tiny models and few steps: TensorFlow's import time dominates on a small machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import runs
+from tests.integration.lifecycle_helpers import cli, kill_run, records, run_processes, status_json, wait_for
+from tests.integration.sshd import Machines
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("tensorflow")
+
+FINISH_TIMEOUT = 180.0
+TINY = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
+
+# The user's own program, in the classic TF1 style: flags, ClusterSpec, Server, replica_device_setter,
+# and a done-queue on every PS that each finishing worker signals so the PS tasks can exit 0.
+CLASSIC_TRAIN_PY = '''\
+import argparse, os, sys
+import tensorflow as tf
+
+tf.compat.v1.disable_eager_execution()
+p = argparse.ArgumentParser()
+p.add_argument("--job_name"); p.add_argument("--task_index", type=int)
+p.add_argument("--ps_hosts"); p.add_argument("--worker_hosts"); p.add_argument("--steps", type=int, default=30)
+a = p.parse_args()
+ps_hosts, worker_hosts = a.ps_hosts.split(","), a.worker_hosts.split(",")
+cluster = tf.train.ClusterSpec({"ps": ps_hosts, "worker": worker_hosts})
+server = tf.distribute.Server(cluster, job_name=a.job_name, task_index=a.task_index)
+
+def done_queue(i):
+    with tf.compat.v1.device(f"/job:ps/task:{i}"):
+        return tf.queue.FIFOQueue(len(worker_hosts), tf.int32, shared_name=f"done_queue{i}")
+
+if a.job_name == "ps":
+    queue = done_queue(a.task_index)
+    config = tf.compat.v1.ConfigProto(device_filters=[f"/job:ps/task:{a.task_index}"])
+    with tf.compat.v1.Session(server.target, config=config) as sess:
+        for _ in worker_hosts:
+            sess.run(queue.dequeue())
+    print("ps: every worker is done", flush=True)
+    os._exit(0)
+
+with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
+        worker_device=f"/job:worker/task:{a.task_index}", cluster=cluster)):
+    step = tf.compat.v1.train.get_or_create_global_step()
+    x = tf.random.normal([8, 4])
+    w = tf.compat.v1.get_variable("w", [4, 1])
+    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
+    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
+signals = [done_queue(i).enqueue(1) for i in range(len(ps_hosts))]
+config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{a.task_index}"])
+hooks = [tf.compat.v1.train.StopAtStepHook(last_step=a.steps)]
+with tf.compat.v1.train.MonitoredTrainingSession(master=server.target, is_chief=a.task_index == 0,
+                                                 hooks=hooks, config=config) as sess:
+    while not sess.should_stop():
+        _, s = sess.run([train, step])
+print(f"worker {a.task_index}: done at global step {s}", flush=True)
+with tf.compat.v1.Session(server.target, config=config) as sess:
+    for op in signals:
+        sess.run(op)
+os._exit(0)
+'''
+
+
+@pytest.fixture(scope="module")
+def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
+    return sshd_machines(3)
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    state = tmp_path / "state"
+    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
+    yield state
+    for record in records(state):  # a failed test's run: stop it for real, then make sure
+        if run_processes(record["run_id"]):
+            cli(state, "stop", record["run_id"], "--grace", "1")
+        kill_run(record["run_id"])
+
+
+def _start(state_dir: Path, hosts: Path, *args: str) -> str:
+    res = cli(state_dir, "start", str(hosts), "--timeout", "120", *args)
+    assert res.returncode == 0, res.stdout + res.stderr
+    match = re.search(r"started (\S+) in", res.stdout)
+    assert match, res.stdout
+    return match.group(1)
+
+
+def _finish(state_dir: Path, run_id: str) -> dict[str, Any]:
+    def finished() -> dict[str, Any] | None:
+        code, st = status_json(state_dir, run_id)
+        assert st["state"] not in ("failed", "stopped"), _logs(state_dir, run_id)
+        return st if st["state"] == "finished" else None
+
+    st = wait_for(finished, FINISH_TIMEOUT, f"run {run_id} to finish", interval=1.0)
+    assert all(t["exit_code"] == 0 for t in st["tasks"])
+    wait_for(lambda: not run_processes(run_id), 15, "every process of the run to exit")
+    return st
+
+
+def _logs(state_dir: Path, run_id: str) -> str:
+    return cli(state_dir, "logs", run_id, "-n", "15").stdout
+
+
+def _all_running(state_dir: Path, run_id: str, n: int) -> dict[str, Any]:
+    code, st = status_json(state_dir, run_id)
+    assert code == 0 and len(st["tasks"]) == n
+    assert all(t["state"] in ("running", "exited") for t in st["tasks"]), st
+    return st
+
+
+def test_in_graph_run_finishes(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]],
+                                mode="between-graph", training={**TINY, "steps": 40})
+    run_id = _start(state_dir, hosts, "--mode", "in-graph")  # the flag overrides the file
+    st = _all_running(state_dir, run_id, 4)
+    assert {t["name"] for t in st["tasks"]} == {"ps:0", "chief:0", "worker:0", "worker:1"}
+    assert runs.load(run_id).mode == "in-graph"
+    _finish(state_dir, run_id)
+
+
+def test_between_graph_worker_killed_is_restarted_and_the_run_finishes(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
+                                training={**TINY, "steps": 150})
+    run_id = _start(state_dir, hosts)
+    st = _all_running(state_dir, run_id, 3)
+    worker1 = next(t for t in st["tasks"] if t["name"] == "worker:1")
+    os.kill(worker1["pid"], signal.SIGKILL)
+    killed_at = time.time()
+    st = _finish(state_dir, run_id)
+    w1 = next(t for t in st["tasks"] if t["name"] == "worker:1")
+    assert w1["restarts"] == 1 and w1["exit_code"] == 0
+    # It rejoined: the restarted process connected and ran the training program to its end.
+    log = Path(runs.load(run_id).host("m2").run_dir, "logs", "worker-1.log").read_text()
+    assert "(attempt 2)" in log, log
+    events = Path(runs.load(run_id).host("m2").run_dir, "events", "supervisor-m2.jsonl").read_text()
+    restarted = [json.loads(line) for line in events.splitlines()]
+    assert any(e["state"] == "running" and e["restarts"] == 1 and e["t"] > killed_at for e in restarted)
+
+
+def test_user_classic_between_graph_script(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "train.py").write_text(CLASSIC_TRAIN_PY)
+    command = ("{python} train.py --job_name {job} --task_index {task} "
+               "--ps_hosts {ps_hosts} --worker_hosts {worker_hosts} --steps 30")
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
+                                training={"command": command, "sync": ["train.py"]})
+    run_id = _start(state_dir, hosts)
+    _all_running(state_dir, run_id, 3)
+    _finish(state_dir, run_id)
+    out = cli(state_dir, "logs", run_id).stdout
+    assert "ps:0@m0 ps: every worker is done" in out, out
+    assert re.search(r"^worker:1@m2 worker 1: done at global step \d+", out, re.M), out
