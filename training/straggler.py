@@ -8,6 +8,7 @@ TF runtime without burning a core). Its duration is a tensor, so the client can 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,25 +38,31 @@ def sleep_op(delay_us: Any) -> Any:
 class DelayPacer:
     """How long the straggler sleeps in the next step: (factor - 1) x the step time without the delay.
 
-    The undelayed step time is the client's wall time of a step minus the delay it injected, smoothed
-    (EMA) so one slow step does not snowball; the first steps (graph warm-up) are ignored.
+    The undelayed step time is the client's wall time of a step minus the delay it injected, taken as the
+    median of the last `window` steps (step times have a heavy tail: a mean would overshoot and one slow
+    step must not snowball); the first steps (session start, graph warm-up) are ignored.
     """
 
-    def __init__(self, factor: float, warmup_steps: int = 2, smoothing: float = 0.2) -> None:
+    def __init__(self, factor: float, warmup_steps: int = 2, window: int = 25) -> None:
         self.factor = factor
         self.warmup_steps = warmup_steps
-        self.smoothing = smoothing
-        self.base_s: float | None = None
+        self._recent: deque[float] = deque(maxlen=window)
         self._seen = 0
+
+    @property
+    def base_s(self) -> float | None:
+        if not self._recent:
+            return None
+        ordered = sorted(self._recent)
+        return ordered[len(ordered) // 2]
 
     def observe(self, wall_s: float, injected_s: float) -> None:
         self._seen += 1
-        if self._seen <= self.warmup_steps:
-            return
-        base = max(0.0, wall_s - injected_s)
-        self.base_s = base if self.base_s is None else (1 - self.smoothing) * self.base_s + self.smoothing * base
+        if self._seen > self.warmup_steps:
+            self._recent.append(max(0.0, wall_s - injected_s))
 
     def next_delay_s(self) -> float:
-        if self.factor <= 1.0 or self.base_s is None:
+        base = self.base_s
+        if self.factor <= 1.0 or base is None:
             return 0.0
-        return (self.factor - 1.0) * self.base_s
+        return (self.factor - 1.0) * base

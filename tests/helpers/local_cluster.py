@@ -52,6 +52,8 @@ class LocalCluster:
     run_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     run_id: str = "itest"
+    # optional CPU pinning per task name ("worker-1": {1}): emulates one machine per task on a shared box
+    affinity: dict[str, set[int]] = field(default_factory=dict)
 
     @property
     def code(self) -> Path:
@@ -74,10 +76,12 @@ class LocalCluster:
 
     def start_task(self, task: TaskPlan) -> subprocess.Popen[bytes]:
         log = open(self.run_dir / "logs" / f"{task.name}.log", "ab")  # noqa: SIM115 (owned by the child)
+        cpus = self.affinity.get(task.name)
         try:
             proc = subprocess.Popen(
                 task.command, cwd=self.code, env=self.env_for(task), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
             )
         finally:
             log.close()
@@ -134,8 +138,9 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def running_cluster(plan: ClusterPlan, run_dir: Path) -> Iterator[LocalCluster]:
-    cluster = LocalCluster(plan, run_dir)
+def running_cluster(plan: ClusterPlan, run_dir: Path,
+                    affinity: Mapping[str, set[int]] | None = None) -> Iterator[LocalCluster]:
+    cluster = LocalCluster(plan, run_dir, affinity=dict(affinity or {}))
     try:
         yield cluster.start()
     finally:
