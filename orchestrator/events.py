@@ -24,6 +24,7 @@ class TaskStateEvent:
     pid: int | None = None
     exit_code: int | None = None
     restarts: int = 0
+    signal: int | None = None  # the signal that ended the process, when one did
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +179,7 @@ def from_dict(d: dict[str, Any]) -> Event | None:
                 if not isinstance(state, str):
                     raise Malformed("task_state without state")
                 return TaskStateEvent(t, host, job, task, state, _int(d, "pid"), _int(d, "exit_code"),
-                                      _int(d, "restarts", 0) or 0)
+                                      _int(d, "restarts", 0) or 0, _int(d, "signal"))
             return ProgressEvent(t, host, job, task, _int(d, "local_step", 0) or 0, _int(d, "global_step", 0) or 0,
                                  _int(d, "examples", 0) or 0, _num(d, "loss"), _num(d, "interval_s"),
                                  _ps_bytes(d.get("ps_bytes")))

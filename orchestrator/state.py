@@ -83,6 +83,7 @@ class TaskView:
     exit_code: int | None = None
     restarts: int = 0
     t_state: float | None = None
+    down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
     # from progress
     local_step: int | None = None
     global_step: int | None = None
@@ -270,21 +271,29 @@ class ClusterState:
         t = host.local(ev.t)
         if tv.t_state is not None and t < tv.t_state:
             return  # an older line (files replayed out of order): the newer state stands
-        before = tv.proc_state
         tv.proc_state, tv.t_state, tv.restarts = ev.state, t, max(ev.restarts, tv.restarts)
         if ev.pid is not None:
             tv.pid = ev.pid
+        # Python's convention: a process ended by signal N has exit code -N.
+        code = ev.exit_code if ev.exit_code is not None else (-ev.signal if ev.signal else None)
         if ev.state == "exited":
-            tv.exit_code = ev.exit_code
-            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {ev.exit_code})")
+            tv.exit_code = code
+            tv.down = True
+            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {code})")
         elif ev.state == "restarting":
-            self._log(t, "restart", f"{tv.name} on {tv.host} restarting (restart {ev.restarts})")
-        elif ev.state == "running":
-            tv.exit_code = None
+            if code is not None:
+                tv.exit_code = code
+            after = f" after exit code {code}" if code is not None else ""
+            self._log(t, "restart", f"{tv.name} on {tv.host} restarting{after} (restart {ev.restarts})")
+            tv.down = True
+        elif ev.state in ("starting", "running"):
             tv._prev = None  # a new process starts its counters from zero
             tv.t_step_moved = None
-            if before in ("exited", "restarting"):
-                self._log(t, "recover", f"{tv.name} on {tv.host} running again (pid {ev.pid})")
+            if ev.state == "running":
+                tv.exit_code = None
+                if tv.down:
+                    self._log(t, "recover", f"{tv.name} on {tv.host} running again (pid {ev.pid})")
+                tv.down = False
 
     def _host_sample(self, ev: HostSampleEvent, host: HostView, now: float) -> None:
         host.cpu_pct, host.mem_pct, host.gpus, host.t_sample = ev.cpu_pct, ev.mem_pct, ev.gpus, now
@@ -327,9 +336,12 @@ class ClusterState:
                 h.reachable = ok
                 if ok:
                     self._log(now, "host-back", f"host {h.name} back")
-                else:
+                elif h.t_heard is not None:  # (a host not heard from yet was never "lost")
                     why = f": {h.stream_reason}" if h.stream_reason else ""
                     self._log(now, "host-lost", f"host {h.name} unreachable{why}")
+                else:
+                    why = f": {h.stream_reason}" if h.stream_reason else ""
+                    self._log(now, "host-lost", f"host {h.name} not reachable yet{why}")
                 self.version += 1
         counts = dict.fromkeys(LIVENESS_STATES, 0)
         steps = examples = 0.0

@@ -292,3 +292,30 @@ def test_to_json_is_serialisable() -> None:
     out = json.loads(json.dumps(st.to_json()))
     assert out["tasks"][0]["name"] == "worker-0" and out["tasks"][0]["state"] == "running"
     assert out["totals"]["counts"]["running"] == 1
+
+
+def test_supervisor_sequence_restarting_starting_running_with_signal() -> None:
+    """What training/supervisor.py writes for a SIGKILLed task: restarting (signal 9), starting, running."""
+    st = ClusterState(now=T0)
+    t = healthy(st, 3)
+    feed(st, task_state(t + 0.2, "restarting", pid=11, exit_code=None, signal=9, restarts=1))
+    st.tick(t + 0.2)
+    tv = st.tasks["worker-0"]
+    assert (tv.liveness, tv.exit_code, tv.restarts) == ("restarting", -9, 1)
+    feed(st, task_state(t + 1.2, "starting", pid=11, restarts=1))
+    feed(st, hb("a", t + 1.3))
+    feed(st, task_state(t + 1.3, "running", pid=12, restarts=1))
+    st.tick(t + 1.3)
+    assert tv.liveness == "starting" and tv.pid == 12
+    assert [e.text for e in st.log] == ["worker-0 on a restarting after exit code -9 (restart 1)",
+                                        "worker-0 on a running again (pid 12)"]
+
+
+def test_host_never_heard_is_not_reported_lost_but_not_reachable_yet() -> None:
+    st = ClusterState(now=T0)
+    st.add_task("worker", 0, "late")
+    st.tick(T0 + 4)
+    assert st.log[-1].text == "host late not reachable yet"
+    feed(st, hb("late", T0 + 5))
+    st.tick(T0 + 5)
+    assert st.log[-1].kind == "host-back"
