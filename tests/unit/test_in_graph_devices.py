@@ -115,3 +115,10 @@ def test_task_of_parses_devices() -> None:
     assert task_of("/job:worker/replica:0/task:1/device:GPU:0") == "worker:1"
     assert task_of("/job:ps/task:0") == "ps:0"
     assert task_of("") == ""
+
+
+def test_optimizer_slots_stay_on_the_ps_tasks() -> None:
+    _, built = build(gpu_plan(optimizer="adam"))
+    slots = [v for v in built.variables if "Adam" in v.name or "power" in v.name]
+    assert slots, [v.name for v in built.variables]
+    assert all(v.device.startswith("/job:ps/task:") for v in built.variables), built.variables
