@@ -77,6 +77,22 @@ class WorkerSessionCreator(v1.train.WorkerSessionCreator):  # type: ignore[misc,
         return self._session_manager
 
 
+class SessionLogHook(v1.train.SessionRunHook):  # type: ignore[misc,name-defined]
+    """Logs the global step each time a session is (re)created: after a PS restart the session fails
+    over and the chief restores the latest checkpoint, which shows here as the step it resumed from."""
+
+    def __init__(self, name: str, global_step: Any) -> None:
+        self.name = name
+        self.global_step = global_step
+        self.sessions = 0
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.sessions += 1
+        step = int(session.run(self.global_step))
+        what = "session ready" if self.sessions == 1 else "session re-created (a task of the cluster restarted)"
+        log.info("%s: %s at global step %d", self.name, what, step)
+
+
 def training_tasks(ctx: TaskContext) -> list[str]:
     return [f"{job}:{i}" for job in ("chief", "worker") for i in ctx.tasks_of(job)]
 
@@ -127,7 +143,7 @@ def run(ctx: TaskContext) -> int:
     log.info("%s: bytes per ps task: %s", ctx.name, bytes_per_ps(variables))
 
     scaffold, checkpoint_dir = _checkpointing(ctx, own)
-    hooks: list[Any] = [v1.train.StopAtStepHook(last_step=steps)]
+    hooks: list[Any] = [v1.train.StopAtStepHook(last_step=steps), SessionLogHook(ctx.name, global_step)]
     if sync_hook is not None:
         hooks.append(sync_hook)
     if ctx.is_chief:
@@ -155,7 +171,6 @@ def run(ctx: TaskContext) -> int:
         with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
                                        stop_grace_period_secs=SYNC_STOP_GRACE_SECS if sync else STOP_GRACE_SECS
                                        ) as sess:
-            log.info("%s: session ready", ctx.name)
             while not sess.should_stop():
                 started = time.perf_counter()
                 if local_step == 0:  # the first step reports where the runtime really placed every node

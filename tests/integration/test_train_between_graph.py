@@ -6,6 +6,8 @@ Nothing is faked; the only stand-in is that every "machine" is 127.0.0.1 and sha
 from __future__ import annotations
 
 import re
+import signal
+import sys
 import time
 from pathlib import Path
 from statistics import mean
@@ -34,8 +36,6 @@ def chief_plan(training: dict[str, Any], workers: int = 1) -> ClusterPlan:
     hosts.append({"name": "boss", "address": "127.0.0.1", "roles": ["chief"], "transport": "local"})
     hosts.append({"name": "wk", "address": "127.0.0.1", "roles": ["worker"], "workers": workers,
                   "transport": "local"})
-    import sys
-
     config = Config.model_validate({
         "cluster": {"name": "bg", "mode": "between-graph", "base_port": free_port_block(3 + workers)},
         "remote": {"python": sys.executable},
@@ -144,8 +144,6 @@ def test_async_chief_and_worker_train_checkpoint_and_resume(tmp_path: Path) -> N
 
 def _config_dict(plan: ClusterPlan, training: dict[str, Any]) -> dict[str, Any]:
     """A Config equal to the one behind `plan` (same hosts and ports), with other training settings."""
-    import sys
-
     hosts: list[dict[str, Any]] = []
     for h in plan.hosts:
         entry: dict[str, Any] = {"name": h.name, "address": h.address, "roles": list(h.roles), "transport": "local"}
@@ -181,16 +179,33 @@ def test_killed_worker_does_not_stop_the_others(tmp_path: Path) -> None:
             last = check_progress(cluster, "worker", w)[-1]
             assert last["global_step"] > at_kill
         assert max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w)) >= steps
-        # the ps tasks keep serving: worker 1 never said it was done (the supervisor restarts it or stops them)
+        # the ps tasks keep serving: worker 1 never said it was done (the supervisor restarts it or stops
+        # them); SIGTERM, as the supervisor's stop sends it, ends a ps task cleanly
         assert all(cluster.procs[f"ps-{i}"].poll() is None for i in range(2))
+        cluster.kill("ps-0", signal.SIGTERM)
+        assert cluster.procs["ps-0"].wait(15) == 0, cluster.log("ps-0")
+        assert "received SIGTERM, stopping" in cluster.log("ps-0")
 
 
-def test_sync_replicas_end_cleanly(tmp_path: Path) -> None:
+def gpu_worker_plan(training: dict[str, Any]) -> ClusterPlan:
+    """2 ps hosts and a worker host with GPUs 0 and 1: each worker task's compute is planned on a GPU."""
+    hosts: list[dict[str, Any]] = [
+        {"name": f"ps{i}", "address": "127.0.0.1", "roles": ["ps"], "transport": "local"} for i in range(2)
+    ]
+    hosts.append({"name": "gpu", "address": "127.0.0.1", "roles": ["worker"], "gpus": [0, 1], "transport": "local"})
+    return build_plan(Config.model_validate({
+        "cluster": {"name": "gpu", "mode": "between-graph", "base_port": free_port_block(4)},
+        "remote": {"python": sys.executable}, "hosts": hosts, "training": training,
+    }))
+
+
+def test_sync_replicas_end_cleanly_on_a_gpu_plan_without_gpus(tmp_path: Path) -> None:
+    """The plan puts each worker's compute on a GPU; this machine has none (tensorflow-cpu), so soft
+    placement runs each tower on its own worker's CPU. Sync training must still end cleanly."""
     steps = 120
-    plan = local_plan("between-graph", ps=2, workers=2, training={
-        "model": "mlp", "batch_size": 16, "steps": steps, "sync_replicas": True, "progress_interval": 0.3,
-        "checkpoint_every_steps": 50,
-    })
+    plan = gpu_worker_plan({"model": "mlp", "batch_size": 16, "steps": steps, "sync_replicas": True,
+                            "progress_interval": 0.3, "checkpoint_every_steps": 50})
+    assert plan.task("worker", 1).device == "/job:worker/task:1/device:GPU:0"
     with running_cluster(plan, tmp_path / "run") as cluster:
         finish(cluster)
         for w in (0, 1):
@@ -198,6 +213,42 @@ def test_sync_replicas_end_cleanly(tmp_path: Path) -> None:
             assert events[-1]["global_step"] == steps
             # lock step: one update per step, every replica took part in each of them
             assert events[-1]["local_step"] == steps
+            log = cluster.log(f"worker-{w}")
+            assert f"tower worker:{w} (loss) placed on /job:worker/task:{w}/device:GPU:0 (no GPU visible" in log
+            assert f"tower worker:{w} landed on /job:worker/replica:0/task:{w}/device:CPU:0" in log
         assert "2 of 2 replicas' gradients per update" in cluster.log("worker-0")
         latest = tf.train.latest_checkpoint(str(cluster.run_dir / "checkpoints"))
         assert latest is not None and latest.endswith(f"-{steps}")
+
+
+def test_ps_restart_mid_run_restores_the_shared_sharded_checkpoint(tmp_path: Path) -> None:
+    """shared_checkpoint_dir = true: every PS writes its own shard into one (absolute, shared) directory.
+    A PS killed mid-run and started again comes back empty; the chief restores the latest checkpoint."""
+    steps = 800
+    shared = tmp_path / "shared-ckpt"
+    plan = local_plan("between-graph", ps=2, workers=2, training={
+        "model": "mlp", "batch_size": 16, "steps": steps, "progress_interval": 0.3,
+        "checkpoint_dir": str(shared), "shared_checkpoint_dir": True, "checkpoint_every_steps": 50,
+    })
+    with running_cluster(plan, tmp_path / "run") as cluster:
+        wait_for(lambda: tf.train.latest_checkpoint(str(shared)) is not None
+                 and any(e["global_step"] >= 150 for e in cluster.events("worker", 0)), 90, "a checkpoint", cluster)
+        cluster.kill("ps-1")
+        cluster.procs["ps-1"].wait(10)
+        saved_step = int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(shared))).get_tensor("global_step"))
+        assert saved_step < steps, "the run ended before the kill: make it longer"
+        cluster.start_task(plan.task("ps", 1))
+        finish(cluster)
+
+        # the chief's session failed over and resumed from a checkpoint, not from scratch
+        resumed = [int(n) for n in re.findall(r"session re-created .* at global step (\d+)", cluster.log("worker-0"))]
+        assert resumed and resumed[0] >= saved_step, cluster.log("worker-0")
+        for w in (0, 1):
+            events = check_progress(cluster, "worker", w)
+            assert events[-1]["global_step"] >= steps
+        # sharded: one data file per PS task, all in the shared directory
+        latest = tf.train.latest_checkpoint(str(shared))
+        assert latest is not None
+        data = sorted(p.name for p in shared.glob(Path(latest).name + ".data-*"))
+        assert data == [f"{Path(latest).name}.data-0000{i}-of-00002" for i in range(2)], data
+        assert checkpoint_files(tmp_path / "run") == []  # nothing under the run's own checkpoint dir
