@@ -27,6 +27,7 @@ SyncReplicasOptimizer.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any
@@ -54,6 +55,7 @@ log = logging.getLogger("tfcluster.between_graph")
 
 RECOVERY_WAIT_SECS = 1.0  # TF's default (30 s) makes a worker that starts before the chief idle for 30 s
 STOP_GRACE_SECS = 5
+WARMUP_STEPS = 10  # steps excluded from the logged throughput (graph warm-up, placement logging)
 # Sync chief: after the last update its aggregation thread waits for gradients that never come; only a
 # session close ends it, so do not give it TF's default two minutes.
 SYNC_STOP_GRACE_SECS = 1
@@ -153,6 +155,8 @@ def run(ctx: TaskContext) -> int:
     else:
         creator = WorkerSessionCreator(scaffold=scaffold, master=server.target, config=config)
 
+    # TFCLUSTER_TELEMETRY=0 turns the progress events off: only for measuring their overhead (benchmarks/).
+    telemetry = os.environ.get("TFCLUSTER_TELEMETRY", "1") != "0"
     reporter = ProgressReporter(
         ctx.events_file, host=ctx.host, job=ctx.job, task=ctx.index,
         interval=float(tr.get("progress_interval", 1.0)),
@@ -166,7 +170,10 @@ def run(ctx: TaskContext) -> int:
     fetches = [step_after, loss]
     if sync and ctx.is_chief:
         _quiet_cancelled_aggregation_thread()
-    reporter.start()
+    if telemetry:
+        reporter.start()
+    warm_at: float | None = None  # the loop's own throughput, measured after the warm-up steps
+    loop_end = 0.0
     try:
         with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
                                        stop_grace_period_secs=SYNC_STOP_GRACE_SECS if sync else STOP_GRACE_SECS
@@ -183,12 +190,20 @@ def run(ctx: TaskContext) -> int:
                 took = time.perf_counter() - started
                 local_step += 1
                 examples += batch_size
-                reporter.record(local_step, int(last_global), examples, float(loss_value))
+                if telemetry:
+                    reporter.record(local_step, int(last_global), examples, float(loss_value))
+                if local_step == WARMUP_STEPS:
+                    warm_at = time.perf_counter()
                 if slowdown > 1.0:
                     time.sleep((slowdown - 1.0) * took)
+                loop_end = time.perf_counter()
     finally:
         reporter.close()
     log.info("%s: training done: %d local steps, last global step seen %d", ctx.name, local_step, last_global)
+    if warm_at is not None and local_step > WARMUP_STEPS:
+        loop_s = loop_end - warm_at
+        log.info("%s: throughput: %d steps in %.3f s after warm-up (%.2f steps/s, telemetry %s)", ctx.name,
+                 local_step - WARMUP_STEPS, loop_s, (local_step - WARMUP_STEPS) / loop_s, "on" if telemetry else "off")
     signalled = signal_done(server.target, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
     log.info("%s: signalled the end of training to %s", ctx.name, ", ".join(f"{j}:{i}" for j, i in signalled))
     return 0
