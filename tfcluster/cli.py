@@ -15,7 +15,7 @@ from rich.markup import escape
 from orchestrator.errors import TfclusterError
 
 # Each module registers its commands; listed here so `--help` has a stable order.
-COMMAND_MODULES = ("plan", "check", "lifecycle", "dash")
+COMMAND_MODULES = ("plan", "check", "lifecycle", "dash", "demo")
 
 app = typer.Typer(
     name="tfcluster",

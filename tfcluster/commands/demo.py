@@ -1,0 +1,128 @@
+"""`tfcluster demo`: a local between-graph cluster on this machine (1 ps, 2 workers, `mlp`, local
+transport, no SSH), watched in the dashboard; quitting the dashboard stops the run.
+
+`--headless --steps N` needs no terminal: it trains N steps, waits for the run to finish and prints
+the final ClusterState (a table, or JSON with --json).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from orchestrator import lifecycle
+from orchestrator.collect import Collector, CollectorActions
+from orchestrator.config_load import load_config
+from orchestrator.launch import StartOptions, start
+from orchestrator.state import ClusterState
+
+DEMO_TOML = """\
+# Written by `tfcluster demo`: one local "machine" running 1 ps and 2 CPU workers.
+[cluster]
+name = "demo"
+mode = "between-graph"
+base_port = {base_port}
+
+[remote]
+python = {python}
+workdir = {workdir}
+
+[[hosts]]
+name = "local"
+address = "127.0.0.1"
+transport = "local"
+roles = ["ps", "worker"]
+workers = 2
+
+[training]
+model = "mlp"
+batch_size = 64
+steps = {steps}
+progress_interval = 1.0
+checkpoint_every_secs = 600.0
+restart = "on-failure"
+"""
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+
+
+def _base_port() -> int:
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 60000)
+        ok = True
+        for p in range(base, base + 3):
+            with socket.socket() as s:
+                try:
+                    s.bind(("0.0.0.0", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no 3 consecutive free ports")
+
+
+def _finished(st: ClusterState) -> bool:
+    """Every task exited for good (the supervisor does not restart a task that exited 0)."""
+    return bool(st.tasks) and all(t.liveness == "exited" for t in st.tasks.values())
+
+
+def demo(
+    headless: Annotated[bool, typer.Option("--headless", help="No dashboard: train, then print the final state.")] = False,
+    steps: Annotated[int, typer.Option(min=1, help="Training steps (global).")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="With --headless: print the final state as JSON.")] = False,
+    interval: Annotated[float, typer.Option(min=0.2, max=10, help="Telemetry interval, seconds.")] = 1.0,
+    timeout: Annotated[float, typer.Option(help="With --headless: give up after this many seconds.")] = 600.0,
+) -> None:
+    """Start a local demo cluster (1 ps, 2 workers, between-graph, mlp) and open the dashboard on it."""
+    steps = steps or (500 if headless else 200_000)
+    home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
+    hosts = home / "hosts.toml"
+    hosts.write_text(DEMO_TOML.format(base_port=_base_port(), python=json.dumps(sys.executable),
+                                      workdir=json.dumps(str(home / "work")), steps=steps))
+    console = Console(stderr=True)
+    console.print(f"demo: starting 1 ps + 2 workers on this machine ({hosts})")
+    result = start(load_config(hosts), str(hosts), StartOptions(timeout=180.0))
+    record = result.record
+    console.print(f"demo: run {record.run_id} started in {result.seconds:.1f}s")
+    collector = Collector.for_record(record, interval).start()
+    ok = True
+    try:
+        if headless:
+            deadline = time.monotonic() + timeout
+            st = collector.poll()
+            while time.monotonic() < deadline and not _finished(st):
+                time.sleep(interval / 2)
+                st = collector.poll()
+            ok = _finished(st) and all(t.exit_code == 0 for t in st.tasks.values())
+            if as_json:
+                sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
+            else:
+                from tfcluster.commands.dash import state_table
+
+                Console().print(state_table(st))
+            if not _finished(st):
+                console.print(f"demo: not finished after {timeout:g}s")
+        else:
+            from tui.app import DashboardApp
+
+            DashboardApp(collector, CollectorActions(collector), interval=interval).run()
+    finally:
+        collector.close()
+        console.print(f"demo: stopping run {record.run_id}")
+        lifecycle.stop(record, grace=3.0)
+    if not ok:
+        raise typer.Exit(1)
