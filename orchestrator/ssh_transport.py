@@ -291,7 +291,7 @@ class SSHTransport:
                 if chan.closed or not self._active():
                     raise HostError(self.host, "lost", f"connection lost while running: {_short(command)}")
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._kill_session(chan, split_pid_marker(err)[0])
+                    self._kill_session(chan, _await_pid(chan, err, grace=self.settings.connect_timeout))
                     raise HostError(self.host, "timeout", f"command exceeded {timeout:g}s: {_short(command)}")
             while chan.recv_ready():
                 out += chan.recv(_READ_CHUNK)
@@ -395,6 +395,21 @@ def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
             raise
 
 
+def _await_pid(chan: paramiko.Channel, err: bytearray, grace: float) -> int | None:
+    """The command's pid from its first stderr line, waiting up to `grace` s for it (a loaded host may
+    not have started the command yet when its timeout expires: it must still be killed)."""
+    give_up = time.monotonic() + grace
+    while True:
+        pid = split_pid_marker(err)[0]
+        if pid is not None or chan.closed or time.monotonic() >= give_up:
+            return pid
+        select.select([chan], [], [], 0.05)
+        while chan.recv_stderr_ready():
+            err += chan.recv_stderr(_READ_CHUNK)
+        while chan.recv_ready():
+            chan.recv(_READ_CHUNK)  # drop: the result is an error anyway
+
+
 def send_signal(chan: paramiko.Channel, name: str) -> None:
     """RFC 4254 "signal" request: OpenSSH's sshd (>= 7.9) delivers it to the session's process group,
     so a command that outlives its timeout is killed, not merely cut off from its output."""
@@ -457,7 +472,8 @@ class SSHLineStream:
                     for tail_line in bytes(buf).split(b"\n"):
                         if tail_line:
                             yield tail_line.decode("utf-8", "replace")
-                    if not (chan.exit_status_ready() or chan.eof_received or self._closed_here):
+                    # A clean end sends EOF; a dead connection only closes the channel (exit status -1).
+                    if not (chan.eof_received or self._closed_here):
                         raise HostError(self.host, "lost", "stream closed by the remote side")
                     return
                 transport = chan.get_transport()
@@ -473,8 +489,11 @@ class SSHLineStream:
         self._closed_here = True
         if self._chan.exit_status_ready():
             self._chan.close()
-        else:
-            self._transport._kill_session(self._chan, self._pid)
+            return
+        pid = self._pid
+        if pid is None:  # closed before lines() saw the marker: read it here
+            pid = _await_pid(self._chan, bytearray(), grace=self._transport.settings.connect_timeout) or self._pid
+        self._transport._kill_session(self._chan, pid)
 
     @property
     def exit_code(self) -> int | None:

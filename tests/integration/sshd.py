@@ -10,7 +10,8 @@ API (use it from any integration test; the fixture lives in tests/integration/co
         m.identity_file                 # private key authorised on every machine
         m.known_hosts                   # known_hosts listing every machine's host key
         m.workdir(i)                    # a per-machine workdir (loopback machines share one filesystem)
-        m.stop(i); m.start(i)           # simulate a dead machine (sshd i killed / started again)
+        m.stop(i); m.start(i)           # simulate a dead machine (sshd i, its sessions and their
+                                        # commands killed / sshd started again)
         m.new_host_key(i)               # give machine i a fresh host key (restarts it): "key changed"
         m.write_known_hosts(path, exclude=[i])   # a known_hosts without machine i: "key unknown"
         path = m.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]])
@@ -42,6 +43,8 @@ import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+
+import psutil
 
 SSHD = os.environ.get("TFCLUSTER_TEST_SSHD", "/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
@@ -190,11 +193,20 @@ class Machines:
             self.start(i)
 
     def stop(self, i: int) -> None:
-        """Kill machine i's sshd (and its session children: they share its process group)."""
+        """Kill machine i's sshd and every process under it: its connections (sshd gives each its own
+        session) and their commands, as if the machine died. Processes that detached themselves
+        (setsid + double fork, like a run's supervisor) are not under sshd any more and survive."""
         proc = self._procs[i]
         self._procs[i] = None
         if proc is None:
             return
+        try:
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+        except psutil.Error:
+            descendants = []
+        for child in descendants:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:

@@ -1,0 +1,131 @@
+"""SSHTransport against real sshd machines: quoting, stdin, timeouts, SFTP, streams, ProxyJump, faults."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import SSHOptions
+from orchestrator.errors import HostError
+from orchestrator.ssh_config import resolve_ssh
+from orchestrator.ssh_transport import SSHTransport
+from tests.helpers.procs import is_gone, read_pid
+from tests.integration.sshd import Machines
+from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def machines(sshd_machines: Callable[[int], Machines]) -> Iterator[Machines]:
+    m = sshd_machines(2)
+    yield m
+    m.close()
+
+
+def options(m: Machines, **extra: object) -> SSHOptions:
+    base: dict[str, object] = {
+        "user": m.user, "port": m.port, "identity_file": m.identity_file, "known_hosts": m.known_hosts,
+        "config_file": "none", "use_agent": False, "connect_timeout": 5.0,
+    }
+    base.update(extra)
+    return SSHOptions.model_validate(base)
+
+
+@pytest.fixture
+def ssh(machines: Machines) -> Iterator[SSHTransport]:
+    transport = SSHTransport("m0", resolve_ssh(machines.addresses[0], options(machines)))
+    yield transport
+    transport.close()
+
+
+def test_values_reach_the_remote_verbatim(ssh: SSHTransport) -> None:
+    result = ssh.run([*ECHO_ARGV, *NASTY], env={"IGNORED": "a b"})
+    assert result.ok, result.stderr
+    assert json.loads(result.stdout) == NASTY
+    assert result.stderr == ""  # the pid marker line is stripped
+
+
+def test_stdin_exit_code_env_and_cwd_with_tilde(ssh: SSHTransport, machines: Machines) -> None:
+    result = ssh.run(["/bin/sh", "-c", 'cat; printf "%s|" "$X" "$PWD"; echo bad >&2; exit 4'],
+                     stdin=b"from stdin\n", env={"X": "it's $x"}, cwd="~")
+    assert result.exit_code == 4
+    assert result.stdout.startswith("from stdin\nit's $x|/")
+    assert result.stderr == "bad\n"
+
+
+def test_timeout_kills_the_remote_command(ssh: SSHTransport, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    with pytest.raises(HostError) as info:
+        # a background child of the command: killing only the shell would leave it running
+        ssh.run(["/bin/sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=1.0)
+    assert info.value.reason == "timeout" and info.value.host == "m0"
+    assert time.monotonic() - started < 10
+    assert is_gone(read_pid(pidfile))  # the whole remote process group was killed, not just cut off
+    assert ssh.run(["true"]).ok  # the connection is still usable
+
+
+def test_put_file_over_sftp(ssh: SSHTransport, machines: Machines, tmp_path: Path) -> None:
+    src = tmp_path / "payload"
+    src.write_bytes(b"\x00binary\xffdata")
+    target = Path(machines.workdir(0)) / "deep" / "er" / "file.bin"
+    ssh.put_file(str(src), str(target), mode=0o700)
+    assert target.read_bytes() == b"\x00binary\xffdata"
+    assert target.stat().st_mode & 0o777 == 0o700
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.bin"]
+    with pytest.raises(HostError) as info:
+        ssh.put_file(str(tmp_path / "missing"), str(target))
+    assert info.value.reason == "sftp-failed"
+
+
+def test_stream_lines_and_close_kills(ssh: SSHTransport, tmp_path: Path) -> None:
+    stream = ssh.stream(["/bin/sh", "-c", "for i in 1 2 3; do echo line $i; done; echo warn >&2; exit 2"])
+    assert list(stream.lines()) == ["line 1", "line 2", "line 3"]
+    assert stream.exit_code == 2
+    stream.close()
+    pidfile = tmp_path / "stream.pid"
+    forever = ssh.stream(["/bin/sh", "-c", f"echo $$ > {pidfile}; echo start; exec sleep 60"])
+    lines = forever.lines()
+    assert next(lines) == "start"
+    forever.close()
+    assert is_gone(read_pid(pidfile))
+
+
+def test_proxy_jump_through_another_machine(machines: Machines) -> None:
+    jump = f"{machines.user}@{machines.addresses[1]}:{machines.port}"
+    settings = resolve_ssh(machines.addresses[0], options(machines, proxy_jump=jump))
+    assert [j.hostname for j in settings.proxy_jump] == [machines.addresses[1]]
+    logins = {i: machines.log_file(i).read_text().count("Accepted publickey") for i in (0, 1)}
+    with SSHTransport("m0", settings) as via:
+        result = via.run(["/bin/sh", "-c", "echo $SSH_CONNECTION"])
+    assert result.ok and result.stdout.split()[2] == machines.addresses[0]  # the command ran on m0
+    # we logged in to the jump host m1 too: the connection to m0 went through it
+    assert machines.log_file(1).read_text().count("Accepted publickey") == logins[1] + 1
+    assert machines.log_file(0).read_text().count("Accepted publickey") == logins[0] + 1
+
+
+def test_dead_jump_host_is_refused(machines: Machines) -> None:
+    settings = resolve_ssh(machines.addresses[0], options(machines, proxy_jump=f"127.0.0.1:{machines.port}"))
+    with pytest.raises(HostError) as info:
+        SSHTransport("m0", settings).connect()
+    assert info.value.reason == "refused"
+
+
+def test_connection_lost_while_streaming(sshd_machines: Callable[[int], Machines]) -> None:
+    m = sshd_machines(1)
+    transport = SSHTransport("m0", resolve_ssh(m.addresses[0], options(m)))
+    stream = transport.stream(["/bin/sh", "-c", "while true; do echo tick; sleep 0.1; done"])
+    lines = stream.lines()
+    assert next(lines) == "tick"
+    m.stop(0)  # the machine dies: sshd and its sessions are killed
+    with pytest.raises(HostError) as info:
+        for _ in lines:
+            pass
+    assert info.value.reason == "lost"
+    transport.close()
+    m.close()
