@@ -265,6 +265,24 @@ def _say(message: str) -> None:
     print(f"[in-graph client] {message}", flush=True)
 
 
+_SessionRunHook: Any = v1.train.SessionRunHook
+
+
+class SessionLogHook(_SessionRunHook):
+    """Logs every (re)creation of the session: after a PS or worker restart MonitoredTrainingSession
+    recreates it and restores the variables from the latest checkpoint."""
+
+    def __init__(self, global_step: Any) -> None:
+        self.global_step = global_step
+        self.sessions = 0
+
+    def after_create_session(self, session: Any, coord: Any) -> None:
+        self.sessions += 1
+        step = int(session.run(self.global_step))
+        what = "session ready" if self.sessions == 1 else f"session recreated (#{self.sessions}) after a failure"
+        _say(f"{what} at global step {step}")
+
+
 def log_requested_placement(graph: InGraph) -> None:
     for t in graph.towers:
         _say(f"tower {t.tower.name} requested on {t.loss.device}"
@@ -317,7 +335,7 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
     every_steps = training.get("checkpoint_every_steps")
     every_secs = None if every_steps else training.get("checkpoint_every_secs")
     scaffold = v1.train.Scaffold(saver=graph.saver, summary_op=graph.summary_op)
-    hooks = [v1.train.StopAtStepHook(last_step=steps)]
+    hooks = [v1.train.StopAtStepHook(last_step=steps), SessionLogHook(graph.global_step)]
     n_towers = len(graph.towers)
     reporter = InGraphReporter(
         layout.events_file("chief", 0), host=host, job="chief", task=0,

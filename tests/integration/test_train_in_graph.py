@@ -110,3 +110,38 @@ def test_in_graph_worker_input_one_ps(tmp_path: Path) -> None:
         assert all("input_bytes" not in e for e in events)  # each tower drew its own batch on its worker
         assert all(set(e["ps_bytes"]) == {"ps-0"} for e in events[1:])
         assert set(landed(cluster).values()) <= {"/job:ps/replica:0/task:0/device:CPU:0"}
+
+
+def wait_for_step(cluster: LocalCluster, step: int, timeout: float) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        events = cluster.events("chief", 0)
+        if events and events[-1]["global_step"] >= step:
+            return
+        assert cluster.procs["chief-0"].poll() is None, cluster.logs_tail()
+        time.sleep(0.2)
+    raise AssertionError(f"global step {step} not reached in {timeout}s\n{cluster.logs_tail()}")
+
+
+def test_in_graph_client_recovers_when_a_ps_task_restarts(tmp_path: Path) -> None:
+    """SIGKILL ps-1 mid-run and start it again (what the supervisor does): the client's session fails,
+    is recreated, restores the variables from its own (non-sharded) checkpoint, and training finishes."""
+    steps = 500
+    plan = local_plan("in-graph", ps=2, workers=2, training={
+        "model": "mlp", "batch_size": 16, "steps": steps, "input": "worker", "checkpoint_every_steps": 40,
+        "progress_interval": 0.3,
+    })
+    with running_cluster(plan, tmp_path / "run") as cluster:
+        wait_for_step(cluster, 100, timeout=90)
+        cluster.kill("ps-1")
+        cluster.procs["ps-1"].wait(timeout=10)
+        cluster.start_task(plan.task("ps", 1))
+        finish(cluster)
+        events = cluster.events("chief", 0)
+        assert events[-1]["global_step"] == steps
+        latest = tf.train.latest_checkpoint(str(cluster.run_dir / "checkpoints"))
+        assert latest is not None and tf.train.load_checkpoint(latest).get_tensor("global_step") == steps
+        # the restart really hit the client: its session was recreated (and restored from a checkpoint)
+        assert "session recreated" in cluster.log("chief-0"), cluster.log("chief-0")[-3000:]

@@ -1,0 +1,58 @@
+"""The straggler switch, qualitatively, on real local clusters (`slowdown = {"worker:1" = 4.0}`, 2 workers).
+
+Timing-robust, not timing-precise (the exact figures live in benchmarks/bench_straggler.py): the margins
+are wide enough for a loaded 2-core machine. In-graph, one slow tower must slow the whole synchronous
+step (>= 2x, expected ~4x); between-graph, the fast worker must keep going at its own pace, far ahead of
+the slow one (>= 2x its step rate, expected ~4x or more).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import pytest
+
+from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
+
+pytestmark = pytest.mark.integration
+pytest.importorskip("tensorflow")
+
+SKIP = 2  # the first progress events include session start-up
+
+
+def run(mode: str, tmp: Path, steps: int, straggler: bool) -> LocalCluster:
+    training: dict[str, Any] = {"model": "mlp", "batch_size": 16, "steps": steps, "input": "worker",
+                                "progress_interval": 0.5}
+    if straggler:
+        training["slowdown"] = {"worker:1": 4.0}
+    plan = local_plan(mode, ps=1, workers=2, training=training)
+    with running_cluster(plan, tmp / f"{mode}-{straggler}") as cluster:
+        codes = cluster.wait(120)
+        assert all(rc == 0 for rc in codes.values()), f"{codes}\n{cluster.logs_tail()}"
+    return cluster
+
+
+def rates(events: list[dict[str, Any]]) -> list[float]:
+    return [e["steps"] / e["interval_s"] for e in events[SKIP:] if e["steps"] and e["interval_s"] > 0]
+
+
+def test_in_graph_straggler_slows_every_step(tmp_path: Path) -> None:
+    base = run("in-graph", tmp_path, steps=80, straggler=False).events("chief", 0)[SKIP:]
+    slow = run("in-graph", tmp_path, steps=80, straggler=True).events("chief", 0)[SKIP:]
+    assert base and slow
+    base_step = median(e["step_s"] for e in base)
+    slow_step = median(e["step_s"] for e in slow)
+    assert slow_step >= 2.0 * base_step, (base_step, slow_step)
+    # the sleep ran on worker 1 only; the fast tower still computes quickly, then waits for it
+    assert all(e["towers"]["worker-0"]["delay_s"] == 0.0 for e in slow)
+    assert median(e["towers"]["worker-1"]["delay_s"] for e in slow) > 0.0
+    assert median(e["towers"]["worker-0"]["compute_s"] for e in slow) < 0.5 * slow_step
+
+
+def test_between_graph_fast_worker_outpaces_the_straggler(tmp_path: Path) -> None:
+    cluster = run("between-graph", tmp_path, steps=1500, straggler=True)
+    fast, slow = rates(cluster.events("worker", 0)), rates(cluster.events("worker", 1))
+    assert fast and slow, cluster.logs_tail()
+    assert median(fast) >= 2.0 * median(slow), (median(fast), median(slow))
