@@ -34,7 +34,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.context import TaskContext
+from training.context import TaskContext, TaskSetupError
 from training.devices import (
     bytes_per_ps,
     placed_variables,
@@ -119,7 +119,10 @@ def run(ctx: TaskContext) -> int:
     batch_size = int(tr.get("batch_size", 128))
     steps = int(tr.get("steps", 1000))
     sync = bool(tr.get("sync_replicas", False))
-    model = get_model(str(tr.get("model", "mlp")), tr.get("model_args") or {})
+    try:
+        model = get_model(str(tr.get("model", "mlp")), tr.get("model_args") or {})
+    except ValueError as e:  # unknown model, or the user's module cannot be imported: one line, exit 2
+        raise TaskSetupError(f"[training] model: {e}") from e
 
     setter, strategy = variable_setter(ctx.cluster_spec, ctx.device)
     with v1.device(setter):
@@ -238,6 +241,10 @@ def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
         # Scaffold's default saver is sharded: each PS writes its own shard into this shared directory.
         scaffold = v1.train.Scaffold()
         log.info("%s: sharded checkpoints in the shared directory %s", ctx.name, checkpoint_dir)
+        if not os.path.isabs(str(tr.get("checkpoint_dir", ""))):
+            log.warning("%s: shared_checkpoint_dir is set but checkpoint_dir is relative: every PS writes its "
+                        "shard under its own run dir, which is only one directory on a shared filesystem",
+                        ctx.name)
     else:
         # Pinned to this task's CPU: SaveV2/RestoreV2 run in the chief's process, on the chief's disk.
         with tf.device(f"{own}/device:CPU:0"):

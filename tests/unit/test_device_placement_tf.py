@@ -134,3 +134,23 @@ def test_session_configs_soft_placement_filters_and_cpu_only_ps() -> None:
     assert worker.allow_soft_placement
     assert list(worker.device_filters) == ["/job:ps", "/job:worker/task:1"]
     assert session_config(cpu_only=True).device_count["GPU"] == 0
+
+
+def test_done_queue_contract() -> None:
+    from training.ps import expected_finishers, serving_targets
+
+    spec = {"chief": ["h:1"], "ps": ["h:2", "h:3"], "worker": ["h:4", "h:5"]}
+    assert expected_finishers("between-graph", spec) == {"chief:0", "worker:0", "worker:1"}
+    assert serving_targets("between-graph", spec) == [("ps", 0), ("ps", 1)]
+    assert expected_finishers("in-graph", spec) == {"chief:0"}
+    assert serving_targets("in-graph", spec) == [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]
+
+
+def test_done_queue_is_shared_by_name_and_placed_on_its_task() -> None:
+    from training.ps import done_queue
+
+    graph = tf.Graph()
+    with graph.as_default():
+        queue = done_queue("ps", 1)
+    assert queue.queue_ref.op.get_attr("shared_name") == b"done_queue_ps1"
+    assert queue.queue_ref.device == "/job:ps/task:1/device:CPU:0"
