@@ -176,3 +176,48 @@ def test_dash_once_json_cli(fake_run: FakeRun, tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "tfcluster", "dash", "no-such-run", "--once"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown run" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
+    """The Textual app on real agent streams: rows turn running, the task screen tails the real log over
+    the transport, and `k` + `y` SIGKILLs the real process behind worker-0."""
+    import asyncio
+
+    from orchestrator.collect import CollectorActions
+    from tui.app import DashboardApp
+    from tui.screens import TaskScreen
+
+    collector = Collector.for_record(fake_run.record(), INTERVAL).start()
+
+    async def drive() -> None:
+        app = DashboardApp(collector, CollectorActions(collector), interval=INTERVAL)
+        async with app.run_test(size=(80, 24)) as pilot:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                await pilot.pause(0.2)
+                if app.state and all(t.liveness == "running" for t in app.state.tasks.values()):
+                    break
+            table = app.query_one("#tasks")
+            assert "running" in str(table.get_cell("worker-0", "state"))  # type: ignore[attr-defined]
+            await pilot.press("enter")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                await pilot.pause(0.2)
+                screen = app.screen
+                if isinstance(screen, TaskScreen) and screen._log_lines:
+                    break
+            assert isinstance(app.screen, TaskScreen)
+            assert app.screen._log_lines[-1] == "line 49"
+            await pilot.press("escape")
+            await pilot.press("k")
+            await pilot.pause(0.2)
+            await pilot.press("y")
+            await pilot.pause(0.5)
+            await app.workers.wait_for_complete()
+            await pilot.press("q")
+
+    try:
+        asyncio.run(drive())
+        assert fake_run.sleeper.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        collector.close()
