@@ -128,13 +128,13 @@ def wait_for_step(cluster: LocalCluster, step: int, timeout: float) -> None:
 def test_in_graph_client_recovers_when_a_ps_task_restarts(tmp_path: Path) -> None:
     """SIGKILL ps-1 mid-run and start it again (what the supervisor does): the client's session fails,
     is recreated, restores the variables from its own (non-sharded) checkpoint, and training finishes."""
-    steps = 500
+    steps = 300
     plan = local_plan("in-graph", ps=2, workers=2, training={
-        "model": "mlp", "batch_size": 16, "steps": steps, "input": "worker", "checkpoint_every_steps": 40,
+        "model": "mlp", "batch_size": 16, "steps": steps, "input": "worker", "checkpoint_every_steps": 30,
         "progress_interval": 0.3,
     })
     with running_cluster(plan, tmp_path / "run") as cluster:
-        wait_for_step(cluster, 100, timeout=90)
+        wait_for_step(cluster, 80, timeout=90)
         cluster.kill("ps-1")
         cluster.procs["ps-1"].wait(timeout=10)
         cluster.start_task(plan.task("ps", 1))
