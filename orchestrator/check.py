@@ -6,8 +6,8 @@ command first prints the remote clock (`date`), then the probe prints one JSON r
 TensorFlow versions, GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk and
 writability of the workdir. A slow or dead host only delays its own row, never the others'.
 
-The TensorFlow version is read from package metadata, not by importing TensorFlow (seconds per host);
-`import_tf=True` imports it for real.
+The TensorFlow version is read from its package's .dist-info directory, not by importing TensorFlow
+(seconds per host); `import_tf=True` imports it for real.
 """
 
 from __future__ import annotations
@@ -37,26 +37,33 @@ _CONNECT_REASONS = ("refused", "timeout", "unreachable")
 
 # Runs on the host under its own `python`: stdlib only, compatible with Python 3.6+, prints one JSON line.
 PROBE_SCRIPT = r"""
-import json, os, shutil, socket, subprocess, sys, time
+import json, os, sys, time
 args = json.loads(sys.argv[1])
 r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}
+# TensorFlow: locate the package and read its version from the *.dist-info next to it (a directory
+# listing; importlib.metadata or `import tensorflow` would cost far more on every host).
+r["tf_found"], r["tf_version"] = False, None
 try:
     import importlib.util
-    r["tf_found"] = importlib.util.find_spec("tensorflow") is not None
+    spec = importlib.util.find_spec("tensorflow")
+    r["tf_found"] = spec is not None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    for site in {os.path.dirname(p) for p in locations}:
+        for name in sorted(os.listdir(site)):
+            stem, _, ext = name.rpartition(".")
+            dist, _, version = stem.partition("-")
+            if ext == "dist-info" and dist.lower().replace("_", "-") in args["tf_distributions"]:
+                r["tf_version"] = version
+    if r["tf_found"] and r["tf_version"] is None:  # unusual layout: ask the (slower) metadata API
+        import importlib.metadata as md
+        for dist in args["tf_distributions"]:
+            try:
+                r["tf_version"] = md.version(dist)
+                break
+            except md.PackageNotFoundError:
+                pass
 except Exception as e:
-    r["tf_found"] = False
     r["tf_error"] = repr(e)
-r["tf_version"] = None
-try:
-    import importlib.metadata as md
-    for dist in args["tf_distributions"]:
-        try:
-            r["tf_version"] = md.version(dist)
-            break
-        except md.PackageNotFoundError:
-            pass
-except ImportError:
-    pass
 if args["import_tf"] and r["tf_found"]:
     try:
         import tensorflow as tf
@@ -64,20 +71,24 @@ if args["import_tf"] and r["tf_found"]:
     except Exception as e:
         r["tf_found"] = False
         r["tf_error"] = "import tensorflow failed: %r" % (e,)
-try:
-    out = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
-    if out.returncode == 0:
-        r["gpus"] = sum(1 for line in out.stdout.decode(errors="replace").splitlines() if line.startswith("GPU "))
-    else:
-        r["gpus"] = 0
-        r["gpu_error"] = "nvidia-smi -L exited %d: %s" % (out.returncode, out.stderr.decode(errors="replace").strip()[:200])
-except FileNotFoundError:
-    r["gpus"] = 0
-    r["gpu_error"] = None
-except Exception as e:
-    r["gpus"] = 0
-    r["gpu_error"] = "nvidia-smi -L failed: %r" % (e,)
+# GPUs: `nvidia-smi -L`; absent = 0 GPUs (subprocess is only imported when it exists)
+smi = [os.path.join(d, "nvidia-smi") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+smi = [p for p in smi if os.access(p, os.X_OK)]
+r["gpus"], r["gpu_error"] = 0, None
+if smi:
+    try:
+        import subprocess
+        out = subprocess.run([smi[0], "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
+        if out.returncode == 0:
+            r["gpus"] = sum(1 for l in out.stdout.decode(errors="replace").splitlines() if l.startswith("GPU "))
+        else:
+            err = out.stderr.decode(errors="replace").strip()[:200]
+            r["gpu_error"] = "nvidia-smi -L exited %d: %s" % (out.returncode, err)
+    except Exception as e:
+        r["gpu_error"] = "nvidia-smi -L failed: %r" % (e,)
 ports = {}
+if args["ports"]:
+    import socket
 for port in args["ports"]:
     # Bind like TensorFlow does (every interface). SO_REUSEADDR: TIME_WAIT leftovers are no conflict,
     # a listener is.
@@ -116,7 +127,8 @@ while not os.path.isdir(probe):
 r["workdir_exists"] = os.path.isdir(wd)
 r["workdir_writable"] = os.access(probe, os.W_OK | os.X_OK)
 try:
-    r["disk_free_bytes"] = shutil.disk_usage(probe).free
+    st = os.statvfs(probe)
+    r["disk_free_bytes"] = st.f_bavail * st.f_frsize
 except OSError:
     r["disk_free_bytes"] = None
 r["t_end"] = time.time()
