@@ -165,8 +165,8 @@ class _Starter:
         delay = 0.05
         while True:
             self._check(host.name)
-            seen = remote.probe(self._left())
-            tasks = {f"{t['job']}-{t['task']}": t for t in seen.get("tasks", [])}
+            states, alive = remote.read_states(out.supervisor_pid, self._left())
+            tasks = {f"{t['job']}-{t['task']}": t for t in states if t.get("kind") == "task"}
             ready = 0
             for name in names:
                 t = tasks.get(name)
@@ -183,8 +183,7 @@ class _Starter:
             self.progress(host.name, "wait", ready, len(names))
             if ready == len(names):
                 break
-            sups = seen.get("supervisors", [])
-            if sups and not any(s.get("alive") for s in sups) and ready < len(names):
+            if out.supervisor_pid and not alive:
                 raise HostError(host.name, "supervisor", "the supervisor exited before its tasks ran "
                                 f"(see {remote.layout.logs}/supervisor-{host.name}.log)")
             time.sleep(delay)

@@ -30,15 +30,17 @@ from tests.integration.sshd import Machines
 
 pytestmark = pytest.mark.integration
 
-# The "training program": prints, then sleeps; worker 1 fails when FAIL_WORKER1 is in argv.
+# The "training program": prints, then ticks until the release file exists (the loopback machines
+# share this filesystem, so the test ends the "training" by creating it) or `seconds` have passed;
+# worker 1 fails when FAIL_WORKER1 is in argv.
 TASK_PY = """\
-import sys, time
-job, task, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+import os, sys, time
+job, task, seconds, release = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 print(f"hello from {job}:{task}", flush=True)
 if "FAIL_WORKER1" in sys.argv and job == "worker" and task == "1":
     sys.exit(4)
 end = time.time() + seconds
-while time.time() < end:
+while time.time() < end and not os.path.exists(release):
     print(f"tick {job}:{task}", flush=True)
     time.sleep(0.2)
 """
@@ -60,7 +62,7 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
 
 def _hosts(machines: Machines, tmp_path: Path, seconds: float, *extra: str, **training: Any) -> Path:
     (tmp_path / "task.py").write_text(TASK_PY)
-    args = " ".join([str(seconds), *extra])
+    args = " ".join([str(seconds), str(tmp_path / "release"), *extra])
     return machines.hosts_toml(tmp_path / "hosts.toml", training={
         "command": "{python} task.py {job} {task} " + args, "sync": ["task.py"], **training})
 
@@ -72,7 +74,7 @@ def _run_id(stdout: str) -> str:
 
 
 def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
-    hosts = _hosts(machines, tmp_path, 8.0)
+    hosts = _hosts(machines, tmp_path, 120.0)
     res = cli(state_dir, "start", str(hosts))
     assert res.returncode == 0, res.stderr
     run_id = _run_id(res.stdout)
@@ -84,6 +86,7 @@ def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path:
     assert {t["host"] for t in st["tasks"]} == {"m0", "m1", "m2"}
     assert all(t["state"] == "running" and t["pid"] for t in st["tasks"]), st
 
+    (tmp_path / "release").touch()  # the "training" ends
     st = wait_for(lambda: (s := status_json(state_dir, run_id)[1])["state"] == "finished" and s, 30, "finished")
     assert all(t["state"] == "exited" and t["exit_code"] == 0 and t["restarts"] == 0 for t in st["tasks"])
     wait_for(lambda: not run_processes(run_id), 10, "every supervisor to exit")
@@ -93,7 +96,7 @@ def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path:
     config = load_config(hosts)
     again = launch.start(config, str(hosts), launch.StartOptions(timeout=60))
     assert all(o.ok and o.uploaded == 0 and o.shipped > 10 for o in again.outcomes.values())
-    (tmp_path / "task.py").write_text(TASK_PY + "# changed\n")
+    (tmp_path / "task.py").write_text(TASK_PY + "# changed\n")  # (release exists: these runs end at once)
     third = launch.start(config, str(hosts), launch.StartOptions(timeout=60))
     assert all(o.uploaded == 1 for o in third.outcomes.values())
     for rec in (again.record, third.record):
