@@ -26,6 +26,7 @@ SyncReplicasOptimizer.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -177,6 +178,10 @@ def run(ctx: TaskContext) -> int:
         reporter.start()
     warm_at: float | None = None  # the loop's own throughput, measured after the warm-up steps
     loop_end = 0.0
+    # Benchmarks only (benchmarks/bench_telemetry.py): the wall time of every step, written at the end, so
+    # two runs side by side can be compared over exactly the same time window.
+    step_times_path = os.environ.get("TFCLUSTER_STEP_TIMES")
+    step_times: list[float] | None = [] if step_times_path else None
     try:
         with v1.train.MonitoredSession(session_creator=creator, hooks=hooks,
                                        stop_grace_period_secs=SYNC_STOP_GRACE_SECS if sync else STOP_GRACE_SECS
@@ -200,6 +205,8 @@ def run(ctx: TaskContext) -> int:
                 if slowdown > 1.0:
                     time.sleep((slowdown - 1.0) * took)
                 loop_end = time.perf_counter()
+                if step_times is not None:
+                    step_times.append(time.time())
     finally:
         reporter.close()
     log.info("%s: training done: %d local steps, last global step seen %d", ctx.name, local_step, last_global)
@@ -207,6 +214,9 @@ def run(ctx: TaskContext) -> int:
         loop_s = loop_end - warm_at
         log.info("%s: throughput: %d steps in %.3f s after warm-up (%.2f steps/s, telemetry %s)", ctx.name,
                  local_step - WARMUP_STEPS, loop_s, (local_step - WARMUP_STEPS) / loop_s, "on" if telemetry else "off")
+    if step_times_path and step_times is not None:
+        with open(step_times_path, "w", encoding="utf-8") as f:
+            json.dump(step_times, f)
     signalled = signal_done(server.target, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
     log.info("%s: signalled the end of training to %s", ctx.name, ", ".join(f"{j}:{i}" for j, i in signalled))
     return 0
