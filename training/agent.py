@@ -114,6 +114,7 @@ class EventsTailer:
 
 _ADDR_RE = re.compile(r"^\[?(?P<ip>.*?)\]?:(?P<port>\d+|\*)$")
 _COUNTER_RE = re.compile(r"\b(bytes_acked|bytes_received):(\d+)")
+_PID_RE = re.compile(r"\bpid=(\d+)")
 
 
 def _split_addr(addr: str) -> tuple[str, int]:
@@ -134,12 +135,14 @@ class TcpConn:
     peer_port: int
     bytes_out: int  # bytes_acked: sent and acknowledged by the peer
     bytes_in: int  # bytes_received
+    pid: int | None = None  # owning process (ss -p), when ss may show it
 
 
 def parse_ss(output: str) -> list[TcpConn]:
-    """Parse `ss -tinH state established ...`: an address line, then an indented line of counters."""
+    """Parse `ss -tin[p]H state established ...`: an address line (with `users:((...pid=N...))` under -p),
+    then an indented line of counters."""
     conns: list[TcpConn] = []
-    current: tuple[int, str, int] | None = None
+    current: tuple[int, str, int, int | None] | None = None
     for line in output.splitlines():
         if not line.strip():
             continue
@@ -152,7 +155,8 @@ def parse_ss(output: str) -> list[TcpConn]:
                 try:
                     _, lport = _split_addr(addrs[0])
                     pip, pport = _split_addr(addrs[1])
-                    current = (lport, pip, pport)
+                    pid = _PID_RE.search(line)
+                    current = (lport, pip, pport, int(pid.group(1)) if pid else None)
                 except ValueError:
                     current = None
             continue
@@ -160,14 +164,19 @@ def parse_ss(output: str) -> list[TcpConn]:
             continue
         counters = dict(_COUNTER_RE.findall(line))
         conns.append(TcpConn(current[0], current[1], current[2], int(counters.get("bytes_acked", 0)),
-                             int(counters.get("bytes_received", 0))))
+                             int(counters.get("bytes_received", 0)), current[3]))
         current = None
     return conns
 
 
 @dataclass
 class PsCounters:
-    """Monotonic per-port and per-peer byte counters built from per-connection deltas.
+    """Monotonic per-PS-task and per-peer byte counters built from per-connection deltas.
+
+    A PS task's traffic flows on two kinds of connections: those its server accepts (local port = the PS
+    port: workers' requests) and those the PS process opens itself to other tasks' ports (TensorFlow's
+    RecvTensor is issued by the receiver, so a PS pulls the gradients it applies from the workers'
+    servers). The second kind is attributed by owning pid (`ss -p`), learnt from the first kind.
 
     The kernel's counters live and die with each connection; summing them would go backwards when a
     connection closes. So each sample adds, per connection, what moved since that connection was last
@@ -175,16 +184,24 @@ class PsCounters:
     sets the baseline. Bytes a connection moved between its last sample and its close are not seen."""
 
     ports: dict[str, int]  # PS task name -> port
+    peer_ports: set[int] = field(default_factory=set)  # other tasks' ports the PS may connect to
     _last: dict[tuple[int, str, int], tuple[int, int]] = field(default_factory=dict)
     totals: dict[str, list[int]] = field(default_factory=dict)  # name -> [in, out]
     peers: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    pids: dict[int, str] = field(default_factory=dict)  # PS process pid -> task name
     _baselined: bool = False
 
     def update(self, conns: Iterable[TcpConn]) -> None:
+        conns = list(conns)
         by_port = {p: n for n, p in self.ports.items()}
+        for c in conns:
+            if c.local_port in by_port and c.pid is not None:
+                self.pids[c.pid] = by_port[c.local_port]
         seen: dict[tuple[int, str, int], tuple[int, int]] = {}
         for c in conns:
             name = by_port.get(c.local_port)
+            if name is None and c.peer_port in self.peer_ports and c.pid is not None:
+                name = self.pids.get(c.pid)
             if name is None:
                 continue
             key = (c.local_port, c.peer_ip, c.peer_port)
@@ -211,17 +228,17 @@ class PsCounters:
         return out
 
 
-def ss_command(ports: Iterable[int]) -> list[str]:
-    expr = " or ".join(f"sport = :{p}" for p in sorted(ports))
-    return ["ss", "-tinH", "state", "established", f"( {expr} )"]
+def ss_command(ports: Iterable[int], peer_ports: Iterable[int] = ()) -> list[str]:
+    terms = [f"sport = :{p}" for p in sorted(ports)] + [f"dport = :{p}" for p in sorted(peer_ports)]
+    return ["ss", "-tinpH", "state", "established", f"( {' or '.join(terms)} )"]
 
 
-def read_tcp(ports: Iterable[int]) -> list[TcpConn]:
+def read_tcp(ports: Iterable[int], peer_ports: Iterable[int] = ()) -> list[TcpConn]:
     ports = list(ports)
     if not ports or shutil.which("ss") is None:
         return []
     try:
-        res = subprocess.run(ss_command(ports), capture_output=True, text=True, timeout=5)
+        res = subprocess.run(ss_command(ports, peer_ports), capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_ss(res.stdout) if res.returncode == 0 else []
@@ -304,37 +321,47 @@ def read_gpus() -> list[dict[str, Any]]:
 # -- the agent --------------------------------------------------------------------------------------
 
 
-def ps_ports_from_run(run_dir: str, host: str) -> dict[str, int]:
-    """PS tasks of this host and their ports, from the plan in the run's run.json."""
+def ports_from_run(run_dir: str, host: str) -> tuple[dict[str, int], set[int]]:
+    """This host's PS tasks and their ports, and every other task's port, from the plan in run.json."""
     try:
         with open(os.path.join(run_dir, RUN_FILE)) as f:
             plan = json.load(f).get("plan", {})
     except (OSError, ValueError):
-        return {}
-    ports = {}
+        return {}, set()
+    ps: dict[str, int] = {}
+    others: set[int] = set()
     for t in plan.get("tasks", []):
+        if t.get("port") is None:
+            continue
         if t.get("job") == "ps" and t.get("host") == host:
-            ports[f"ps-{t.get('index')}"] = int(t.get("port"))
-    return ports
+            ps[f"ps-{t.get('index')}"] = int(t["port"])
+        else:
+            others.add(int(t["port"]))
+    return ps, others
+
+
+def ps_ports_from_run(run_dir: str, host: str) -> dict[str, int]:
+    return ports_from_run(run_dir, host)[0]
 
 
 class Agent:
     def __init__(self, run_dir: str, host: str, interval: float, out: TextIO,
-                 ps_ports: dict[str, int] | None = None) -> None:
+                 ps_ports: dict[str, int] | None = None, peer_ports: set[int] | None = None) -> None:
         self.run_dir = run_dir
         self.host = host
         self.interval = interval
         self.out = out
         self.tailer = EventsTailer(os.path.join(run_dir, "events"))
         self._explicit_ports = ps_ports
-        self.counters = PsCounters(dict(ps_ports or {}))
+        self.counters = PsCounters(dict(ps_ports or {}), set(peer_ports or ()))
         self.cpu = CpuMem()
         self.gpu_tool = shutil.which("nvidia-smi") is not None
         self.stop = threading.Event()
 
     def _ports(self) -> dict[str, int]:
         if self._explicit_ports is None and not self.counters.ports:
-            self.counters.ports = ps_ports_from_run(self.run_dir, self.host)  # run.json may appear later
+            # run.json may appear after the agent started
+            self.counters.ports, self.counters.peer_ports = ports_from_run(self.run_dir, self.host)
         return self.counters.ports
 
     def emit(self, lines: Iterable[str]) -> None:
@@ -350,7 +377,7 @@ class Agent:
         cpu, mem = self.cpu.sample()
         ports = self._ports()
         if ports:
-            self.counters.update(read_tcp(ports.values()))
+            self.counters.update(read_tcp(ports.values(), self.counters.peer_ports))
         return dumps(make_event(KIND_HOST_SAMPLE, self.host, cpu_pct=cpu, mem_pct=mem,
                                 gpus=read_gpus() if self.gpu_tool else [], ps_tcp=self.counters.snapshot()))
 
@@ -390,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--interval", type=float, default=1.0)
     ap.add_argument("--ps-port", action="append", default=None, metavar="NAME=PORT",
                     help="PS task port to measure (default: this host's PS tasks from run.json)")
+    ap.add_argument("--peer-port", action="append", type=int, default=None, metavar="PORT",
+                    help="another task's port the PS connects to (default: every other task's, from run.json)")
     ap.add_argument("--exit-on-stdin-eof", action="store_true",
                     help="stop when stdin closes (for callers that keep stdin open for the agent's lifetime)")
     args = ap.parse_args(argv)
@@ -403,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             if not port.isdigit():
                 ap.error(f"--ps-port {spec!r}: expected NAME=PORT")
             ports[name] = int(port)
-    agent = Agent(args.run_dir, args.host, args.interval, sys.stdout, ports)
+    agent = Agent(args.run_dir, args.host, args.interval, sys.stdout, ports, set(args.peer_port or ()))
 
     def on_signal(signum: int, frame: object) -> None:
         agent.stop.set()

@@ -14,6 +14,7 @@ from training.agent import (
     TcpConn,
     parse_nvidia_smi,
     parse_ss,
+    ports_from_run,
     ps_ports_from_run,
     ss_command,
 )
@@ -40,8 +41,21 @@ def test_parse_plain_ipv4_and_garbage() -> None:
 
 
 def test_ss_command_filters_every_port() -> None:
-    assert ss_command([23001, 23000]) == ["ss", "-tinH", "state", "established",
-                                          "( sport = :23000 or sport = :23001 )"]
+    assert ss_command([23001, 23000], [23005]) == ["ss", "-tinpH", "state", "established",
+                                                   "( sport = :23000 or sport = :23001 or dport = :23005 )"]
+
+
+def test_outbound_connections_of_the_ps_process_are_attributed_by_pid() -> None:
+    """TF's RecvTensor is issued by the receiver: a PS pulls gradients over connections it opens to the
+    workers' ports. Those count for the PS (same pid as its server sockets); another process's do not."""
+    c = PsCounters({"ps-0": 23000}, peer_ports={23001})
+    c.update([])  # baseline: nothing open yet
+    conns = parse_ss((DATA / "ss_tinpH.txt").read_text())
+    assert [x.pid for x in conns] == [4321, 4321, 999]
+    c.update(conns)
+    snap = c.snapshot()["ps-0"]
+    assert (snap["bytes_in"], snap["bytes_out"]) == (1000 + 500_000, 2001 + 301)
+    assert snap["peers"] == {"127.0.0.3": {"in": 501_000, "out": 2302}}
 
 
 def test_ps_counters_are_monotonic_across_connection_churn() -> None:
@@ -103,12 +117,13 @@ def test_nvidia_smi_parser() -> None:
     ]
 
 
-def test_ps_ports_from_run_json(tmp_path: Path) -> None:
+def test_ports_from_run_json(tmp_path: Path) -> None:
     plan = {"tasks": [{"job": "ps", "index": 0, "host": "a", "port": 23000},
                       {"job": "ps", "index": 1, "host": "b", "port": 23001},
                       {"job": "worker", "index": 0, "host": "a", "port": 23002}]}
     (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "plan": plan}))
     assert ps_ports_from_run(str(tmp_path), "a") == {"ps-0": 23000}
+    assert ports_from_run(str(tmp_path), "a") == ({"ps-0": 23000}, {23001, 23002})
     assert ps_ports_from_run(str(tmp_path / "missing"), "a") == {}
 
 

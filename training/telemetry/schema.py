@@ -19,7 +19,9 @@ KIND_PROGRESS = "progress"  # local_step, global_step, examples, loss, interval_
 # ps_bytes = {"ps-0": {"pulled": int, "pushed": int}, ...}: bytes this task read from / wrote to each PS task
 # during that interval (accounted from variable sizes and placement).
 # host_sample.ps_tcp = {"ps-0": {"port": int, "bytes_in": int, "bytes_out": int, "peers": {ip: {"in": int,
-# "out": int}}}}: monotonic byte counters measured by the agent from the kernel (PS side of each connection).
+# "out": int}}}}: monotonic byte counters measured by the agent from the kernel, PS side: the connections
+# the PS server accepts on its port and the ones the PS process opens to other tasks' ports (TensorFlow's
+# RecvTensor is issued by the receiver, so gradients reach a PS over connections the PS opened).
 # heartbeat carries interval_s (the agent's sampling interval).
 KIND_HOST_SAMPLE = "host_sample"  # cpu_pct, mem_pct, gpus, ps_tcp
 KIND_HEARTBEAT = "heartbeat"
