@@ -1,0 +1,127 @@
+"""The local run record, shipping by content hash (over LocalTransport into a temp dir), task selection
+and the run-state rules of `status`. No network, no TensorFlow."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from orchestrator import runs
+from orchestrator.errors import ConfigError, UsageError
+from orchestrator.lifecycle import HostStatus, TaskStatus, _run_state, select_tasks
+from orchestrator.local_transport import LocalTransport
+from orchestrator.ship import ShipFile, ship, sync_files, training_package_files
+
+
+@pytest.fixture(autouse=True)
+def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+def _record(run_id: str, created: float, tasks: list[dict[str, object]] | None = None) -> runs.RunRecord:
+    return runs.RunRecord(run_id=run_id, config_path="/x/hosts.toml", cluster="demo", mode="between-graph",
+                          created=created, plan={"tasks": tasks or [], "hosts": []},
+                          hosts=[runs.HostRecord(name="m0", workdir="~/.tfcluster")])
+
+
+def test_run_ids_and_names() -> None:
+    assert re.fullmatch(r"my-cluster-\d{8}-\d{6}-[0-9a-f]{4}", runs.new_run_id("my cluster"))
+    assert runs.new_run_id("demo", "exp-1") == "exp-1"
+    with pytest.raises(UsageError, match="--run '../x'"):
+        runs.new_run_id("demo", "../x")
+
+
+def test_record_save_load_list_latest(state_dir: Path) -> None:
+    with pytest.raises(UsageError, match="no run yet"):
+        runs.latest()
+    runs.save(_record("b", 2.0))
+    runs.save(_record("a", 1.0))
+    (state_dir / "runs" / "broken.json").write_text("{not json")
+    assert [r.run_id for r in runs.list_runs()] == ["a", "b"]  # oldest first, the broken one skipped
+    assert runs.latest().run_id == "b" and runs.resolve(None).run_id == "b"
+    loaded = runs.load("a")
+    assert loaded.hosts[0].workdir == "~/.tfcluster" and loaded.config_path == "/x/hosts.toml"
+    with pytest.raises(UsageError, match="unknown run 'zzz'.*known: a, b"):
+        runs.load("zzz")
+    runs.remove("a")
+    assert not runs.exists("a")
+
+
+def test_sync_files_errors_and_paths(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "data" / "sub").mkdir(parents=True)
+    (tmp_path / "data" / "sub" / "x.csv").write_text("1,2\n")
+    (tmp_path / "data" / "__pycache__").mkdir()
+    (tmp_path / "data" / "__pycache__" / "junk.pyc").write_bytes(b"\0")
+    files = sync_files(["train.py", "data/"], str(tmp_path))
+    assert sorted(f.rel for f in files) == ["data/sub/x.csv", "train.py"]
+    with pytest.raises(ConfigError, match=r"hosts.toml: training.sync: 'nope.py' does not exist"):
+        sync_files(["nope.py"], str(tmp_path))
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "a.py").write_text("")
+    with pytest.raises(ConfigError, match="overwrite tfcluster's own `training/`"):
+        sync_files(["training"], str(tmp_path))
+
+
+def test_ship_uploads_only_what_changed(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("v1\n")
+    (src / "same.txt").write_text("same\n")
+    (src / "copy.txt").write_text("same\n")  # same bytes: one cache entry
+    workdir = tmp_path / "work"
+    transport = LocalTransport("local")
+
+    def files() -> list[ShipFile]:
+        return sync_files(["train.py", "same.txt", "copy.txt"], str(src))
+
+    assert ship(transport, files(), str(workdir), str(workdir / "runs/r1/code"), timeout=30) == 2
+    assert (workdir / "runs/r1/code/copy.txt").read_text() == "same\n"
+    assert ship(transport, files(), str(workdir), str(workdir / "runs/r2/code"), timeout=30) == 0
+    (src / "train.py").write_text("v2\n")
+    assert ship(transport, files(), str(workdir), str(workdir / "runs/r3/code"), timeout=30) == 1
+    assert (workdir / "runs/r3/code/train.py").read_text() == "v2\n"
+    assert (workdir / "runs/r1/code/train.py").read_text() == "v1\n"  # earlier runs keep their bytes
+    cached = {p for p in os.listdir(workdir / "cache") if not p.startswith(".")}
+    assert cached == {hashlib.sha256(b).hexdigest() for b in (b"v1\n", b"v2\n", b"same\n")}
+
+
+def test_training_package_is_shipped_without_bytecode() -> None:
+    rels = {f.rel for f in training_package_files()}
+    assert {"training/__init__.py", "training/supervisor.py", "training/layout.py"} <= rels
+    assert not any("__pycache__" in r or r.endswith(".pyc") for r in rels)
+
+
+def test_select_tasks() -> None:
+    tasks: list[dict[str, object]] = [
+        {"job": "ps", "index": 0, "host": "m0"}, {"job": "worker", "index": 0, "host": "m1"},
+        {"job": "worker", "index": 1, "host": "m2"},
+    ]
+    record = _record("r", 1.0, tasks)
+    assert select_tasks(record, []) == tasks
+    assert select_tasks(record, ["worker"]) == tasks[1:]
+    assert select_tasks(record, ["worker:1"]) == [tasks[2]]
+    assert select_tasks(record, ["worker-0", "ps:0@m0"]) == [tasks[1], tasks[0]]
+    with pytest.raises(UsageError, match="no task 'chief:0' in run r"):
+        select_tasks(record, ["chief:0"])
+
+
+def _task(state: str, final: bool = False, code: int | None = None, failed: bool = False) -> TaskStatus:
+    return TaskStatus("worker", 0, "m0", state, final=final, exit_code=code, failed=failed)
+
+
+def test_run_state_rules() -> None:
+    rec = _record("r", 1.0)
+    up = [HostStatus("m0", reachable=True, processes=2)]
+    down = [HostStatus("m0", reachable=True, processes=0)]
+    assert _run_state(rec, [_task("running")], up) == "running"
+    assert _run_state(rec, [_task("exited", True, 0)], down) == "finished"
+    assert _run_state(rec, [_task("exited", True, 1, failed=True), _task("running")], up) == "failed"
+    assert _run_state(rec, [_task("unreachable")], [HostStatus("m0", reachable=False)]) == "partial"
+    rec.status = "stopped"
+    assert _run_state(rec, [_task("exited", True, None)], down) == "stopped"
