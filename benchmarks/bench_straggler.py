@@ -11,9 +11,11 @@ machine's load hits both sides alike; each figure is the median over rounds of t
 rate in the run's steady state (progress events after the first two, which include start-up; between-graph
 only while both workers train). Two variants: "shared" (every process floats over this machine's cores, so
 a sleeping straggler hands its CPU to the fast worker) and "pinned" (each worker on its own core, closer to
-one machine per worker).
+one machine per worker, but too noisy here to be the default), and "paced" (both workers at slowdown 2,
+the straggler at 8: steps half idle like device-bound steps, so the CPU the straggler leaves idle matters
+far less).
 
-    python -m benchmarks.bench_straggler [--rounds 3] [--quick] [--variants shared,pinned]
+    python -m benchmarks.bench_straggler [--rounds 3] [--quick] [--variants shared,paced,pinned]
 
 Writes benchmarks/results/straggler.json and straggler.md.
 """
@@ -34,6 +36,7 @@ from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluste
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FACTOR = 4.0
+PACED_BASE = 2.0  # "paced": every worker idles half of each step, the straggler 4x longer than the others
 SKIP_EVENTS = 2  # the first progress events include session start-up and graph warm-up
 
 
@@ -60,16 +63,17 @@ def worker_affinity(pinned: bool) -> dict[str, set[int]]:
 
 
 def run_cluster(mode: str, straggler: bool, steps: int, workdir: Path, timeout: float,
-                pinned: bool = False) -> LocalCluster:
+                variant: str = "shared") -> LocalCluster:
     training: dict[str, Any] = {
         "model": "mlp", "batch_size": 32, "steps": steps, "input": "worker", "progress_interval": 0.5,
         "checkpoint_every_secs": 600.0, "summary_every_steps": 1000,
     }
-    if straggler:
-        training["slowdown"] = {"worker:1": FACTOR}
+    base = PACED_BASE if variant == "paced" else 1.0
+    slowdown = {"worker:0": base, "worker:1": base * (FACTOR if straggler else 1.0)}
+    training["slowdown"] = {k: v for k, v in slowdown.items() if v > 1.0}
     plan = local_plan(mode, ps=1, workers=2, training=training)
     run_dir = Path(tempfile.mkdtemp(prefix=f"{mode}-{'slow' if straggler else 'base'}-", dir=workdir))
-    with running_cluster(plan, run_dir, affinity=worker_affinity(pinned)) as cluster:
+    with running_cluster(plan, run_dir, affinity=worker_affinity(variant == "pinned")) as cluster:
         codes = cluster.wait(timeout)
         if any(rc != 0 for rc in codes.values()):
             raise RuntimeError(f"{mode} straggler={straggler}: exit codes {codes}\n{cluster.logs_tail(15)}")
@@ -168,7 +172,7 @@ def summarize(raw: dict[str, list[dict[str, float | None]]]) -> dict[str, Any]:
 
 
 def bench(rounds: int, steps_between: int, steps_in_graph: int, timeout: float,
-          variants: tuple[str, ...] = ("shared", "pinned")) -> dict[str, Any]:
+          variants: tuple[str, ...] = ("shared", "paced")) -> dict[str, Any]:
     raw: dict[str, dict[str, list[dict[str, float | None]]]] = {v: {key: [] for key, _, _ in CONFIGS} for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
         workdir = Path(tmp)
@@ -178,7 +182,7 @@ def bench(rounds: int, steps_between: int, steps_in_graph: int, timeout: float,
                     steps = steps_between if mode == "between-graph" else steps_in_graph
                     measure = measure_between if mode == "between-graph" else measure_in_graph
                     started = time.monotonic()
-                    cluster = run_cluster(mode, slow, steps, workdir, timeout, pinned=variant == "pinned")
+                    cluster = run_cluster(mode, slow, steps, workdir, timeout, variant=variant)
                     figures = measure(cluster)
                     raw[variant][key].append(figures)
                     print(f"round {r + 1}/{rounds} {variant} {key}: {figures} "
@@ -190,6 +194,8 @@ def bench(rounds: int, steps_between: int, steps_in_graph: int, timeout: float,
         "variants": {
             "shared": "every task floats over all cores (the workers compete for the same 2 cores)",
             "pinned": "worker-0 and worker-1 each pinned to its own core (one 'machine' each); ps and client float",
+            "paced": "every worker at slowdown 2 (half of each step idle, like a device-bound step that leaves the "
+                     "host CPU free), the straggler at 8 = 4x the others; no CPU left for a straggler to hand over",
         },
         "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0]},
         "rounds": rounds,
@@ -258,12 +264,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 round, fewer steps (a smoke run)")
-    parser.add_argument("--variants", default="shared",
-                        help="comma-separated: shared, pinned (pinned was too noisy on a 2-core box shared with other work)")
+    parser.add_argument("--variants", default="shared,paced",
+                        help="comma-separated: shared, paced, pinned (pinned was too noisy on a 2-core box shared "
+                             "with other work)")
     args = parser.parse_args(argv)
     rounds = 1 if args.quick else args.rounds
-    steps_between, steps_in_graph = (1500, 120) if args.quick else (3000, 400)
-    variants = tuple(v for v in args.variants.split(",") if v in ("shared", "pinned"))
+    steps_between, steps_in_graph = (1500, 120) if args.quick else (2500, 300)
+    variants = tuple(v for v in args.variants.split(",") if v in ("shared", "paced", "pinned"))
     result = bench(rounds, steps_between, steps_in_graph, timeout=300.0, variants=variants or ("shared",))
     json_path, md_path = write_results(result)
     print(to_markdown(result))

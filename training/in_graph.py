@@ -344,7 +344,8 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
         ps_bytes_per_step=ps_bytes_per_step(pulled_variables(graph.variables), pulls_per_step=n_towers),
         input_bytes_per_step=graph.input_bytes_per_step(),
     )
-    pacers = {t.tower.name: DelayPacer(t.tower.slowdown) for t in graph.towers if t.delay_us is not None}
+    pacer = DelayPacer()
+    slowed = [t for t in graph.towers if t.delay_us is not None]
     fetches = {
         "train": graph.train_op, "step": graph.step_after, "loss": graph.loss,
         "times": [(t.started, t.computed) for t in graph.towers],
@@ -360,8 +361,8 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
             config=session_config(),
         ) as sess:
             while not sess.should_stop():
-                delays = {name: p.next_delay_s() for name, p in pacers.items()}
-                feed = {t.delay_us: int(delays[t.tower.name] * 1e6) for t in graph.towers if t.delay_us is not None}
+                delays = {t.tower.name: pacer.delay_s(t.tower.slowdown) for t in slowed}
+                feed = {t.delay_us: int(delays[t.tower.name] * 1e6) for t in slowed}
                 first = local_step == 0
                 options = v1.RunOptions(output_partition_graphs=True) if first else None
                 metadata = v1.RunMetadata() if first else None
@@ -370,8 +371,8 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
                 wall = time.perf_counter() - started
                 if first:
                     log_actual_placement(graph, metadata)
-                for name, pacer in pacers.items():
-                    pacer.observe(wall, delays[name])
+                if slowed:
+                    pacer.observe(wall, max(delays.values()))
                 local_step += 1
                 examples += graph.examples_per_step
                 reporter.towers = {

@@ -36,15 +36,15 @@ def sleep_op(delay_us: Any) -> Any:
 
 
 class DelayPacer:
-    """How long the straggler sleeps in the next step: (factor - 1) x the step time without the delay.
+    """How long each straggler sleeps in the next step: (factor - 1) x the step time without any delay.
 
-    The undelayed step time is the client's wall time of a step minus the delay it injected, taken as the
-    median of the last `window` steps (step times have a heavy tail: a mean would overshoot and one slow
-    step must not snowball); the first steps (session start, graph warm-up) are ignored.
+    The undelayed step time is the client's wall time of a step minus the longest delay injected in it
+    (the towers sleep in parallel), taken as the median of the last `window` steps (step times have a
+    heavy tail: a mean would overshoot, and one slow step must not snowball); the first steps (session
+    start, graph warm-up) are ignored. One pacer serves every slowed tower of the step.
     """
 
-    def __init__(self, factor: float, warmup_steps: int = 2, window: int = 25) -> None:
-        self.factor = factor
+    def __init__(self, warmup_steps: int = 2, window: int = 25) -> None:
         self.warmup_steps = warmup_steps
         self._recent: deque[float] = deque(maxlen=window)
         self._seen = 0
@@ -61,8 +61,8 @@ class DelayPacer:
         if self._seen > self.warmup_steps:
             self._recent.append(max(0.0, wall_s - injected_s))
 
-    def next_delay_s(self) -> float:
+    def delay_s(self, factor: float) -> float:
         base = self.base_s
-        if self.factor <= 1.0 or base is None:
+        if factor <= 1.0 or base is None:
             return 0.0
-        return (self.factor - 1.0) * base
+        return (factor - 1.0) * base

@@ -13,26 +13,32 @@ def test_slowdown_factor_reads_job_index_keys() -> None:
 
 
 def test_pacer_sleeps_factor_minus_one_times_the_undelayed_step() -> None:
-    pacer = DelayPacer(4.0, warmup_steps=2, window=5)
-    assert pacer.next_delay_s() == 0.0  # nothing measured yet
+    pacer = DelayPacer(warmup_steps=2, window=5)
+    assert pacer.delay_s(4.0) == 0.0  # nothing measured yet
     pacer.observe(1.0, 0.0)  # warm-up steps are ignored
     pacer.observe(1.0, 0.0)
     pacer.observe(0.010, 0.0)
-    assert abs(pacer.next_delay_s() - 0.030) < 1e-9
+    assert abs(pacer.delay_s(4.0) - 0.030) < 1e-9
     # a delayed step: the wall time minus the injected delay is the undelayed step again
     pacer.observe(0.040, 0.030)
-    assert abs(pacer.next_delay_s() - 0.030) < 1e-9
+    assert abs(pacer.delay_s(4.0) - 0.030) < 1e-9
+    assert pacer.delay_s(1.0) == 0.0
 
 
 def test_pacer_ignores_a_heavy_tail_and_does_not_snowball() -> None:
-    pacer = DelayPacer(4.0, warmup_steps=0, window=25)
+    pacer = DelayPacer(warmup_steps=0, window=25)
     for i in range(100):
         wall = 0.5 if i % 10 == 0 else 0.010  # one step in ten hiccups
-        pacer.observe(wall + pacer.next_delay_s(), pacer.next_delay_s())
-    assert abs(pacer.next_delay_s() - 0.030) < 1e-9
+        pacer.observe(wall + pacer.delay_s(4.0), pacer.delay_s(4.0))
+    assert abs(pacer.delay_s(4.0) - 0.030) < 1e-9
 
 
-def test_no_delay_without_slowdown() -> None:
-    pacer = DelayPacer(1.0, warmup_steps=0)
-    pacer.observe(0.01, 0.0)
-    assert pacer.next_delay_s() == 0.0
+def test_two_slowed_towers_sleep_in_parallel_without_runaway() -> None:
+    """worker:0 at 2x and worker:1 at 8x: the step lasts base + the longest sleep, not their sum."""
+    pacer = DelayPacer(warmup_steps=0, window=25)
+    base = 0.010
+    for _ in range(50):
+        delays = [pacer.delay_s(2.0), pacer.delay_s(8.0)]
+        pacer.observe(base + max(delays), max(delays))
+    assert abs(pacer.delay_s(2.0) - 0.010) < 1e-9
+    assert abs(pacer.delay_s(8.0) - 0.070) < 1e-9
