@@ -17,6 +17,7 @@ from rich.table import Table
 
 from orchestrator import runs
 from orchestrator.collect import Collector, CollectorActions
+from orchestrator.errors import UsageError
 from orchestrator.state import ClusterState, task_sort_key
 
 ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
@@ -24,6 +25,9 @@ ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every
 
 def register(app: typer.Typer) -> None:
     app.command("dash")(dash)
+    from tfcluster.commands import lifecycle
+
+    lifecycle.open_dashboard = open_dashboard  # `start --dash`
 
 
 def state_table(st: ClusterState) -> Table:
@@ -94,6 +98,12 @@ def dash(
         else:
             Console().print(state_table(st))
         return
+    open_dashboard(run, readonly=readonly, interval=interval, prometheus=prometheus)
+
+
+def open_dashboard(run: str | None, *, readonly: bool = False, interval: float = 1.0,
+                   prometheus: int | None = None) -> None:
+    """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out."""
     record = runs.resolve(run)
     collector = Collector.for_record(record, interval).start()
     exporter = None
@@ -101,7 +111,10 @@ def dash(
         if prometheus is not None:
             from orchestrator.prometheus import PrometheusExporter
 
-            exporter = PrometheusExporter(prometheus).start()
+            try:
+                exporter = PrometheusExporter(prometheus).start()
+            except OSError as exc:
+                raise UsageError(f"--prometheus {prometheus}: cannot listen ({exc.strerror or exc})") from exc
             source = exporter.wrap(collector)
         else:
             source = collector
