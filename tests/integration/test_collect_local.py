@@ -221,3 +221,26 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
         assert fake_run.sleeper.wait(timeout=5) == -signal.SIGKILL
     finally:
         collector.close()
+
+
+def test_status_watch_live_table_until_ctrl_c(fake_run: FakeRun, tmp_path: Path) -> None:
+    env = {**os.environ, runs.STATE_DIR_ENV: str(tmp_path / "state"), "COLUMNS": "160"}
+    os.environ[runs.STATE_DIR_ENV] = env[runs.STATE_DIR_ENV]
+    try:
+        runs.save(fake_run.record())
+    finally:
+        del os.environ[runs.STATE_DIR_ENV]
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "status", fake_run.run_id, "--watch"], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        time.sleep(6)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, err
+    last = out[out.rfind("run collect-test"):]
+    assert "worker-0" in last and "worker-1" in last and "running" in last, out[-2000:]
