@@ -313,8 +313,8 @@ class ClusterState:
                 _append_window(ps.history, t, rin + rout)
                 peers: dict[str, tuple[float, float]] = {}
                 for ip, (pin, pout) in m.peers.items():
-                    pp = ps._prev_peers.get(ip)
-                    if pp is not None and pin >= pp[0] and pout >= pp[1]:
+                    pp = ps._prev_peers.get(ip, (0, 0))  # the agent's counters start at 0 for a new peer
+                    if pin >= pp[0] and pout >= pp[1]:
                         peers[ip] = ((pin - pp[0]) / dt, (pout - pp[1]) / dt)
                 ps.peers = peers
             ps._prev = (ev.t, m.bytes_in, m.bytes_out)

@@ -231,6 +231,11 @@ def test_measured_ps_traffic_rates_and_peers() -> None:
     assert (ps.measured_in, ps.measured_out) == (pytest.approx(1000.0), pytest.approx(4000.0))
     assert ps.peers == {"127.0.0.2": (pytest.approx(1000.0), pytest.approx(4000.0))}
     assert st.hosts["p"].cpu_pct == 10.0
+    # a peer first seen in this sample counts from 0 (the agent's counters start there)
+    feed(st, make_event("host_sample", "p", t=T0 + 2.5, cpu_pct=10.0, mem_pct=20.0, gpus=[], ps_tcp={
+        "ps-0": {"port": 2222, "bytes_in": 2500, "bytes_out": 8000,
+                 "peers": {"127.0.0.2": {"in": 2000, "out": 8000}, "127.0.0.4": {"in": 500, "out": 0}}}}))
+    assert ps.peers["127.0.0.4"] == (pytest.approx(1000.0), 0.0)
     # counters going backwards (agent restarted) do not produce a negative rate
     feed(st, make_event("host_sample", "p", t=T0 + 3, cpu_pct=1.0, mem_pct=1.0,
                         ps_tcp={"ps-0": {"port": 2222, "bytes_in": 5, "bytes_out": 5}}))
