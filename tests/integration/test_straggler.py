@@ -22,15 +22,17 @@ pytest.importorskip("tensorflow")
 SKIP = 2  # the first progress events include session start-up
 
 
-def run(mode: str, tmp: Path, steps: int, straggler: bool) -> LocalCluster:
+def plan_for(mode: str, steps: int, straggler: bool) -> Any:
     training: dict[str, Any] = {"model": "mlp", "batch_size": 16, "steps": steps, "input": "worker",
                                 "progress_interval": 0.5}
     if straggler:
         training["slowdown"] = {"worker:1": 4.0}
-    plan = local_plan(mode, ps=1, workers=2, training=training)
-    with running_cluster(plan, tmp / f"{mode}-{straggler}") as cluster:
-        codes = cluster.wait(120)
-        assert all(rc == 0 for rc in codes.values()), f"{codes}\n{cluster.logs_tail()}"
+    return local_plan(mode, ps=1, workers=2, training=training)
+
+
+def finished(cluster: LocalCluster, timeout: float = 150.0) -> LocalCluster:
+    codes = cluster.wait(timeout)
+    assert all(rc == 0 for rc in codes.values()), f"{codes}\n{cluster.logs_tail()}"
     return cluster
 
 
@@ -39,8 +41,12 @@ def rates(events: list[dict[str, Any]]) -> list[float]:
 
 
 def test_in_graph_straggler_slows_every_step(tmp_path: Path) -> None:
-    base = run("in-graph", tmp_path, steps=80, straggler=False).events("chief", 0)[SKIP:]
-    slow = run("in-graph", tmp_path, steps=80, straggler=True).events("chief", 0)[SKIP:]
+    # Both clusters run at once: start-up costs overlap, and machine load hits both alike. The baseline
+    # runs more steps (it is ~4x faster) so that both leave several steady-state progress events.
+    with running_cluster(plan_for("in-graph", 200, False), tmp_path / "base") as base_cluster, \
+            running_cluster(plan_for("in-graph", 80, True), tmp_path / "slow") as slow_cluster:
+        base = finished(base_cluster).events("chief", 0)[SKIP:]
+        slow = finished(slow_cluster).events("chief", 0)[SKIP:]
     assert base and slow
     base_step = median(e["step_s"] for e in base)
     slow_step = median(e["step_s"] for e in slow)
@@ -52,7 +58,8 @@ def test_in_graph_straggler_slows_every_step(tmp_path: Path) -> None:
 
 
 def test_between_graph_fast_worker_outpaces_the_straggler(tmp_path: Path) -> None:
-    cluster = run("between-graph", tmp_path, steps=1500, straggler=True)
+    with running_cluster(plan_for("between-graph", 1500, True), tmp_path / "bg") as cluster:
+        finished(cluster)
     fast, slow = rates(cluster.events("worker", 0)), rates(cluster.events("worker", 1))
     assert fast and slow, cluster.logs_tail()
     assert median(fast) >= 2.0 * median(slow), (median(fast), median(slow))
