@@ -13,12 +13,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from orchestrator.check import HostCheck, run_check
 from orchestrator.config_load import load_config
 from orchestrator.plan import build_plan
 from orchestrator.transports import transport_for
 from tests.integration.sshd import Machines
+from tfcluster.cli import app
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -31,9 +33,11 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
 
 
 def check_json(hosts_toml: Path) -> tuple[int, dict[str, Any]]:
-    proc = cli("check", str(hosts_toml), "--json")
-    assert proc.stdout, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    """`tfcluster check --json` in this process (the same Typer app; a fresh process per call would
+    double this module's run time). The table output is tested through the real CLI with `cli`."""
+    result = CliRunner().invoke(app, ["check", str(hosts_toml), "--json"])
+    assert result.stdout, result.output
+    return result.exit_code, json.loads(result.stdout)
 
 
 def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -59,18 +63,16 @@ def test_all_ready_then_one_machine_stopped(machines: Machines, tmp_path: Path) 
 
     machines.stop(2)
     try:
-        started = time.monotonic()
         proc = cli("check", str(hosts))
-        elapsed = time.monotonic() - started
         code, report = check_json(hosts)
     finally:
         machines.start(2)
     assert proc.returncode == 1
     assert "NOT READY" in proc.stdout and "refused" in proc.stdout
-    assert elapsed < 3 + 10  # the connect timeout plus CLI start-up: never a hang
     assert code == 1 and not report["ready"]
     by_host = rows(report)
     assert by_host["m2"]["reachable"] is False and by_host["m2"]["failure"] == "refused"
+    assert by_host["m2"]["duration_s"] < 3  # reported within the connect timeout, never a hang
     assert by_host["m0"]["ready"] and by_host["m1"]["ready"]
 
 
@@ -154,9 +156,11 @@ def test_silent_host_times_out_without_delaying_the_others(machines: Machines, t
     acceptor = threading.Thread(target=accept, daemon=True)
     acceptor.start()
     try:
+        # The silent host comes first (a serial check would hold the others back behind it) and has a
+        # longer timeout than the others need even on a loaded machine.
         hosts = machines.hosts_toml(
-            tmp_path / "hosts.toml", connect_timeout=2,
-            host_extra={2: {"address": "127.0.0.1", "ssh": {"port": silent.getsockname()[1]}}},
+            tmp_path / "hosts.toml", roles=[["worker"], ["ps"], ["chief", "worker"]], connect_timeout=5,
+            host_extra={0: {"address": "127.0.0.1", "ssh": {"port": silent.getsockname()[1], "connect_timeout": 6.0}}},
         )
         plan = build_plan(load_config(hosts), str(hosts))
         done: dict[str, float] = {}
@@ -173,7 +177,7 @@ def test_silent_host_times_out_without_delaying_the_others(machines: Machines, t
             conn.close()
         silent.close()
     by_host = {h.host: h for h in report.hosts}
-    assert by_host["m2"].failure == "timeout", by_host["m2"].problems
-    assert by_host["m0"].ready and by_host["m1"].ready
-    assert done["m0"] < done["m2"] and done["m1"] < done["m2"]  # the others' rows were not held back
-    assert done["m2"] < 2 + 5  # bounded by the connect timeout
+    assert by_host["m0"].failure == "timeout", by_host["m0"].problems
+    assert by_host["m1"].ready and by_host["m2"].ready
+    assert done["m1"] < done["m0"] and done["m2"] < done["m0"]  # the others' rows were not held back
+    assert done["m0"] < 6 + 5  # bounded by its connect timeout
