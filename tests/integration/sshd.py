@@ -21,6 +21,9 @@ venv's interpreter, each host with its own workdir, and an `[ssh]` section that 
 developer's ~/.ssh (`config_file = "none"`, explicit `identity_file` and `known_hosts`, no agent).
 Keyword arguments override the policy, timeouts, mode, base port and add `[training]` keys.
 
+The login shell runs without the developer's ~/.bashrc (`SetEnv SHLVL=1` in sshd_config): a simulated
+machine should not depend on this machine's interactive shell set-up.
+
 Every machine set gets its own temporary directory and sshd processes; all are killed at the end of
 the test session (and at interpreter exit as a last resort). sshd is started only when a test asks
 for machines, so unit-only runs never pay for it. Works as root (CI) and as a normal user (sshd then
@@ -157,6 +160,10 @@ class Machines:
             "LoginGraceTime 30",
             "LogLevel VERBOSE",
             "Subsystem sftp internal-sftp",
+            # bash sources ~/.bashrc for commands run by sshd when it is a top-level shell (SHLVL < 2).
+            # The developer's interactive rc (pyenv init, ...) is not part of a simulated machine and
+            # costs each session a second on a loaded box; SHLVL=1 makes bash skip it.
+            "SetEnv SHLVL=1",
         ]
         self._sshd_config(i).write_text("\n".join(lines) + "\n")
 
