@@ -45,9 +45,14 @@ def test_in_graph_straggler_slows_every_step(tmp_path: Path) -> None:
     # runs more steps (it is ~4x faster) so that both leave several steady-state progress events.
     with running_cluster(plan_for("in-graph", 200, False), tmp_path / "base") as base_cluster, \
             running_cluster(plan_for("in-graph", 80, True), tmp_path / "slow") as slow_cluster:
-        base = finished(base_cluster).events("chief", 0)[SKIP:]
-        slow = finished(slow_cluster).events("chief", 0)[SKIP:]
+        base_all = finished(base_cluster).events("chief", 0)
+        slow_all = finished(slow_cluster).events("chief", 0)
+    base, slow = base_all[SKIP:], slow_all[SKIP:]
     assert base and slow
+    # (input = "worker" with one ps task, also checked here: no client input crossed the network)
+    for events, steps in ((base_all, 200), (slow_all, 80)):
+        assert events[-1]["global_step"] == steps
+        assert all("input_bytes" not in e and set(e["ps_bytes"]) <= {"ps-0"} for e in events)
     base_step = median(e["step_s"] for e in base)
     slow_step = median(e["step_s"] for e in slow)
     assert slow_step >= 2.0 * base_step, (base_step, slow_step)

@@ -98,20 +98,6 @@ def test_in_graph_client_input_trains_checkpoints_and_stops(tmp_path: Path) -> N
                 assert cluster.events(job, i) == []
 
 
-def test_in_graph_worker_input_one_ps(tmp_path: Path) -> None:
-    steps = 60
-    plan = local_plan("in-graph", ps=1, workers=2, training={
-        "model": "mlp", "batch_size": 16, "steps": steps, "input": "worker", "progress_interval": 0.5,
-    })
-    with running_cluster(plan, tmp_path / "run") as cluster:
-        finish(cluster)
-        events = cluster.events("chief", 0)
-        check_progress_events(events, steps, examples_per_step=32)
-        assert all("input_bytes" not in e for e in events)  # each tower drew its own batch on its worker
-        assert all(set(e["ps_bytes"]) == {"ps-0"} for e in events[1:])
-        assert set(landed(cluster).values()) <= {"/job:ps/replica:0/task:0/device:CPU:0"}
-
-
 def wait_for_step(cluster: LocalCluster, step: int, timeout: float) -> None:
     import time
 
