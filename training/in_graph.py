@@ -19,7 +19,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
@@ -79,7 +79,7 @@ class TowerOutputs:
 
 @dataclass
 class InGraph:
-    """Handles to everything the client runs, plus what was requested where (for logs and telemetry)."""
+    """Handles to everything the client runs, and the variables with their requested devices."""
 
     global_step: tf.Variable
     train_op: tf.Operation
@@ -90,7 +90,6 @@ class InGraph:
     variables: list[PlacedVariable]
     summary_op: tf.Tensor | None
     saver: Any  # tf.compat.v1.train.Saver
-    requested: dict[str, str] = field(default_factory=dict)  # op name -> requested device
 
     def input_bytes_per_step(self) -> dict[str, int]:
         return {t.tower.name: t.input_bytes for t in self.towers if t.input_bytes}
@@ -149,7 +148,6 @@ def build_in_graph(
     opt = optimizer or make_optimizer(str(training.get("optimizer", "sgd")),
                                       float(training.get("learning_rate", 0.05)))
     strategy = ps_strategy if ps_strategy is not None else GreedyByBytes(n_ps)
-    requested: dict[str, str] = {}
 
     with v1.device(_tower_setter(CLIENT_DEVICE, n_ps, cluster, strategy)):
         global_step = v1.train.get_or_create_global_step()
@@ -186,7 +184,6 @@ def build_in_graph(
                 with tf.control_dependencies([computed]):
                     slept = sleep_op(delay_us)
                 grads = [(_gated(g, slept), var) for g, var in grads]
-            requested[f"tower_{tower.index}/loss"] = loss.device
         outputs.append(TowerOutputs(tower, loss, started, computed, delay_us, input_bytes))
         tower_grads.append(grads)
 
@@ -197,7 +194,6 @@ def build_in_graph(
         for name, var in variables_by_name.items():
             per_tower = [dict((v.op.name, g) for g, v in grads)[name] for grads in tower_grads]
             averaged.append((_average(per_tower), var))
-        requested["aggregate/loss"] = loss.device
     with v1.device(_tower_setter(CLIENT_DEVICE, n_ps, cluster, strategy)):
         train_op = opt.apply_gradients(averaged, global_step=global_step)
     with tf.device(CLIENT_DEVICE):
@@ -210,12 +206,9 @@ def build_in_graph(
     trainable = {var.op.name for var in v1.trainable_variables()}
     placed = [PlacedVariable(var.op.name, var.device, _static_nbytes(var), trainable=var.op.name in trainable)
               for var in v1.global_variables()]
-    for var in placed:
-        requested[var.name] = var.device
     return InGraph(
         global_step=global_step, train_op=train_op, step_after=step_after, loss=loss, towers=outputs,
         examples_per_step=batch_size * n, variables=placed, summary_op=summary_op, saver=saver,
-        requested=requested,
     )
 
 
