@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from orchestrator.errors import HostError, TfclusterError
 from orchestrator.lifecycle import stop_hosts
 from orchestrator.plan import ClusterPlan, HostPlan, build_plan
 from orchestrator.remote import RemoteRun, open_transport
-from orchestrator.ship import ShipFile, ship, sync_files, training_package_files
+from orchestrator.ship import ShipFile, list_cache_command, ship, sync_files, training_package_files
 from orchestrator.transport import Transport, remote_path
 from training.layout import RunLayout
 
@@ -80,7 +79,7 @@ def plan_for(config: Config, mode: str | None, source: str) -> ClusterPlan:
 
 
 class _Starter:
-    def __init__(self, plan: ClusterPlan, record: runs.RunRecord, files: list[ShipFile], run_json: str,
+    def __init__(self, plan: ClusterPlan, record: runs.RunRecord, files: list[ShipFile], run_json: bytes,
                  options: StartOptions, progress: ProgressFn | None,
                  opener: Callable[[HostPlan], Transport]) -> None:
         self.plan = plan
@@ -122,13 +121,14 @@ class _Starter:
         self.progress(host.name, "prepare", 0, 1)
         run_rel = f"runs/{self.record.run_id}"
         dirs = " ".join(shlex.quote(f"{run_rel}/{d}") for d in ("code", "events", "logs", "state"))
+        # One round trip: the run dir, the absolute workdir, and what the content-hash cache holds.
         result = transport.run(
             ["sh", "-c", f"mkdir -p {remote_path(host.workdir)} && cd {remote_path(host.workdir)} && "
-                         f"mkdir -p {dirs} && pwd"], timeout=self._left())
+                         f"mkdir -p {dirs} && pwd && {list_cache_command('.')}"], timeout=self._left())
         if not result.ok:
             raise HostError(host.name, "prepare", f"cannot create the run dir in {host.workdir}: "
                             f"{result.stderr.strip()[-200:]}")
-        workdir = result.stdout.strip().splitlines()[-1]
+        workdir, *cached = result.stdout.strip().splitlines()
         layout = RunLayout.for_run(workdir, self.record.run_id)
         remote = RemoteRun(host, layout.root, self.opener)
         remote._transport = transport
@@ -139,12 +139,12 @@ class _Starter:
             runs.save(self.record)
         self._check(host.name)
         out.uploaded = ship(
-            transport, self.files, workdir, layout.code, timeout=self._left(),
+            transport, self.files, workdir, layout.code, timeout=self._left(), have=set(cached),
+            write_file=(layout.run_file, self.run_json),
             progress=lambda done, total: self.progress(host.name, "ship", done, total),
             cancelled=self.cancel.is_set,
         )
         out.shipped = len(self.files)
-        transport.put_file(self.run_json, layout.run_file, 0o644)
         out.seconds = time.monotonic() - t0
 
     # phase 2
@@ -157,29 +157,14 @@ class _Starter:
         with self.lock:
             self.record.host(host.name).started = True  # before: a crash right after must still stop it
             runs.save(self.record)
-        out.supervisor_pid = remote.launch_supervisor(self._left())
+        out.supervisor_pid, states, alive = remote.launch_supervisor(self._left())
         with self.lock:
             self.record.host(host.name).supervisor_pid = out.supervisor_pid
             runs.save(self.record)
         names = set(host.tasks)
         delay = 0.05
         while True:
-            self._check(host.name)
-            states, alive = remote.read_states(out.supervisor_pid, self._left())
-            tasks = {f"{t['job']}-{t['task']}": t for t in states if t.get("kind") == "task"}
-            ready = 0
-            for name in names:
-                t = tasks.get(name)
-                if t is None:
-                    continue
-                if t.get("final") and t.get("exit_code") != 0:
-                    code = t.get("exit_code")
-                    how = f"exit code {code}" if code is not None else f"signal {t.get('signal')}"
-                    raise HostError(host.name, "task-failed",
-                                    f"{name} exited with {how} (see `tfcluster logs {self.record.run_id} "
-                                    f"{name.replace('-', ':')}`)")
-                if t.get("state") == "running" or (t.get("final") and t.get("exit_code") == 0):
-                    ready += 1
+            ready = self._ready(host, names, states)
             self.progress(host.name, "wait", ready, len(names))
             if ready == len(names):
                 break
@@ -188,9 +173,30 @@ class _Starter:
                                 f"(see {remote.layout.logs}/supervisor-{host.name}.log)")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
+            self._check(host.name)
+            states, alive = remote.read_states(out.supervisor_pid, self._left())
         out.ok = True
         out.seconds += time.monotonic() - t0
         self.progress(host.name, "running", len(names), len(names))
+
+    def _ready(self, host: HostPlan, names: set[str], states: list[dict[str, Any]]) -> int:
+        """How many of the host's tasks are running (or already done with exit 0); a task that failed
+        for good fails the host."""
+        tasks = {f"{t['job']}-{t['task']}": t for t in states if t.get("kind") == "task"}
+        ready = 0
+        for name in names:
+            t = tasks.get(name)
+            if t is None:
+                continue
+            if t.get("final") and t.get("exit_code") != 0:
+                code = t.get("exit_code")
+                how = f"exit code {code}" if code is not None else f"signal {t.get('signal')}"
+                raise HostError(host.name, "task-failed",
+                                f"{name} exited with {how} (see `tfcluster logs {self.record.run_id} "
+                                f"{name.replace('-', ':')}`)")
+            if t.get("state") == "running" or (t.get("final") and t.get("exit_code") == 0):
+                ready += 1
+        return ready
 
     def run_phase(self, fn: Callable[[HostPlan], None], hosts: list[HostPlan]) -> None:
         if not hosts:
@@ -265,9 +271,7 @@ def start(
     runs.save(record)
     run_data: dict[str, Any] = {"run_id": run_id, "created": created, "plan": plan_json,
                                 "supervisor": {"grace": options.stop_grace, **options.supervisor}}
-    fd, run_json = tempfile.mkstemp(prefix="tfcluster-run-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(run_data, f)
+    run_json = json.dumps(run_data).encode()
     starter = _Starter(plan, record, files, run_json, options, progress, opener)
     hosts = list(plan.hosts)
     try:
@@ -285,7 +289,6 @@ def start(
             + "nothing of it is left running") from None
     finally:
         starter.close()
-        os.unlink(run_json)
     failed = [h for h in hosts if starter.outcomes[h.name].error is not None]
     if failed and not (options.allow_partial and len(failed) < len(hosts)):
         error = _first_error(starter, failed)

@@ -220,6 +220,8 @@ def _run_state(record: runs.RunRecord, tasks: list[TaskStatus], hosts: list[Host
         return "finished"
     if any(t.failed for t in tasks):
         return "failed"
+    if any(not h.reachable for h in hosts):
+        return "partial"  # what runs there is unknown: never call such a run stopped or running
     alive = any(h.processes for h in hosts)
     if not alive and (record.status in ("stopped", "purged", "failed-to-start", "interrupted")
                       or any(h.supervisor == "stopped" for h in hosts)):

@@ -38,15 +38,22 @@ def open_transport(host: HostPlan) -> Transport:
     return transport_for(host)
 
 
+# A host that refuses or cannot be routed to is most likely down: a few quick tries, not the whole budget.
+DOWN_REASONS = {"refused", "unreachable"}
+DOWN_ATTEMPTS = 3
+
+
 def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: float = 0.2) -> T:
-    """Call fn until it succeeds; on a (non-permanent) HostError wait with exponential backoff, never
-    past `deadline` (time.monotonic()): then the last error is raised."""
+    """Call fn until it succeeds; on a transient HostError (a lost connection, a timeout) wait with
+    exponential backoff, never past `deadline` (time.monotonic()): then the last error is raised."""
     delay = first_delay
+    down = 0
     while True:
         try:
             return fn()
         except HostError as exc:
-            if exc.reason in PERMANENT_REASONS or time.monotonic() + delay >= deadline:
+            down += exc.reason in DOWN_REASONS
+            if exc.reason in PERMANENT_REASONS or down >= DOWN_ATTEMPTS or time.monotonic() + delay >= deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
@@ -96,21 +103,29 @@ class RemoteRun:
     def probe(self, timeout: float) -> dict[str, Any]:
         return self._supervisor_call(["--probe"], timeout)
 
-    def read_states(self, supervisor_pid: int | None, timeout: float) -> tuple[list[dict[str, Any]], bool]:
-        """The run's state files (each one JSON line) and whether the supervisor pid still lives: a
-        shell one-liner, much cheaper than a Python probe while `start` polls many hosts."""
+    def _states_script(self, pid_var: str) -> str:
         state = shlex.quote(self.layout.state)
-        alive = f"kill -0 {int(supervisor_pid)} 2>/dev/null && echo ALIVE; " if supervisor_pid else ""
-        script = f"{alive}for f in {state}/*.json; do [ -f \"$f\" ] && cat \"$f\"; done; true"
-        result = self.transport.run(["sh", "-c", script], timeout=timeout)
+        return (f"for f in {state}/*.json; do [ -f \"$f\" ] && cat \"$f\"; done; "
+                f"kill -0 {pid_var} 2>/dev/null && echo ALIVE; true")
+
+    @staticmethod
+    def _parse_states(stdout: str) -> tuple[list[dict[str, Any]], bool]:
         states = []
-        for line in result.stdout.splitlines():
+        lines = stdout.splitlines()
+        for line in lines:
             if line.startswith("{"):
                 try:
                     states.append(json.loads(line))
                 except ValueError:
                     continue
-        return states, "ALIVE" in result.stdout.splitlines()
+        return states, "ALIVE" in lines
+
+    def read_states(self, supervisor_pid: int | None, timeout: float) -> tuple[list[dict[str, Any]], bool]:
+        """The run's state files (each one JSON line) and whether the supervisor pid still lives: a
+        shell one-liner, much cheaper than a Python probe while `start` polls many hosts."""
+        script = self._states_script(str(int(supervisor_pid or 0)))
+        result = self.transport.run(["sh", "-c", script], timeout=timeout)
+        return self._parse_states(result.stdout)
 
     def stop(self, grace: float, timeout: float) -> dict[str, Any]:
         return self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
@@ -120,16 +135,30 @@ class RemoteRun:
         if not result.ok:
             raise HostError(self.host.name, "purge", result.stderr.strip()[-200:])
 
-    def launch_supervisor(self, timeout: float) -> int | None:
-        """Start the host's supervisor detached: its own session (setsid), stdio away from the SSH
-        channel so the command returns at once, the run marker in its environment."""
+    def launch_supervisor(self, timeout: float) -> tuple[int | None, list[dict[str, Any]], bool]:
+        """Start the host's supervisor detached (its own session via setsid, stdio away from the SSH
+        channel, the run marker in its environment), wait on the host until it has spawned its tasks,
+        and return (its pid, the state files, alive): one round trip for the common case."""
         root = self.layout.root
         launch = shlex.join(["env", f"TFCLUSTER_RUN_DIR={root}", "setsid", "nohup", self.host.python, "-m",
                              "training.supervisor", "--run-dir", root, "--host", self.host.name])
         log = shlex.quote(f"{self.layout.logs}/supervisor-{self.host.name}.log")
-        script = f"cd {shlex.quote(self.layout.code)} && {launch} >{log} 2>&1 </dev/null & echo $!"
+        sup_state = shlex.quote(self.layout.supervisor_state_file(self.host.name))
+        polls = max(1, int(min(timeout - 1.0, 20.0) / 0.05))
+        script = (
+            f"cd {shlex.quote(self.layout.code)} || exit 1\n"
+            f"{launch} >{log} 2>&1 </dev/null &\n"
+            "pid=$!\necho PID $pid\ni=0\n"
+            # The supervisor writes state "running" once every task was spawned (or a final state).
+            f"while [ $i -lt {polls} ] && kill -0 $pid 2>/dev/null && "
+            f"! grep -qsE '\"state\":\"(running|finished|failed|stopped)\"' {sup_state}; "
+            "do sleep 0.05; i=$((i+1)); done\n"
+            + self._states_script("$pid")
+        )
         result = self.transport.run(["sh", "-c", script], timeout=timeout)
         if not result.ok:
             raise HostError(self.host.name, "launch", result.stderr.strip()[-200:])
-        out = result.stdout.strip()
-        return int(out) if out.isdigit() else None
+        pid = next((int(line.split()[1]) for line in result.stdout.splitlines()
+                    if line.startswith("PID ") and line.split()[1].isdigit()), None)
+        states, alive = self._parse_states(result.stdout)
+        return pid, states, alive

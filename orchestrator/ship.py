@@ -112,6 +112,12 @@ def _chunks(commands: list[str], prefix: str) -> list[str]:
     return scripts
 
 
+def list_cache_command(workdir: str) -> str:
+    """Shell that creates the cache and lists what it holds (callers fold it into a bigger command)."""
+    cache = shlex.quote(f"{workdir}/{CACHE_DIR}")
+    return f"mkdir -p {cache} && ls -1 {cache}"
+
+
 def ship(
     transport: Transport,
     files: list[ShipFile],
@@ -119,16 +125,21 @@ def ship(
     code_dir: str,
     *,
     timeout: float,
+    have: set[str] | None = None,
+    write_file: tuple[str, bytes] | None = None,
     progress: Callable[[int, int], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Put `files` under `code_dir` on the host (both absolute). Returns how many were uploaded."""
+    """Put `files` under `code_dir` on the host (both absolute). Returns how many were uploaded.
+
+    `have`: the cache listing when the caller already has it (saves a round trip); `write_file`:
+    (path, bytes) also written, atomically, by the last command (saves an SFTP session)."""
     cache = f"{workdir}/{CACHE_DIR}"
-    listing = transport.run(["sh", "-c", f"mkdir -p {shlex.quote(cache)} && ls -1 {shlex.quote(cache)}"],
-                            timeout=timeout)
-    if not listing.ok:
-        raise HostError(transport.host, "ship", f"cannot list {cache}: {listing.stderr.strip()[:200]}")
-    have = set(listing.stdout.split())
+    if have is None:
+        listing = transport.run(["sh", "-c", list_cache_command(workdir)], timeout=timeout)
+        if not listing.ok:
+            raise HostError(transport.host, "ship", f"cannot list {cache}: {listing.stderr.strip()[:200]}")
+        have = set(listing.stdout.split())
     missing: dict[str, ShipFile] = {}
     for f in files:
         if f.sha256 not in have:
@@ -156,8 +167,15 @@ def ship(
         src, dst = shlex.quote(f"{cache}/{f.sha256}"), shlex.quote(f"{code_dir}/{f.rel}")
         # A hard link shares the cached inode (the mode of its first upload); cp where links fail.
         links.append(f"ln -f {src} {dst} 2>/dev/null || cp -f {src} {dst}")
-    for script in _chunks(moves + links, "set -e"):
-        result = transport.run(["sh", "-c", script], timeout=timeout)
+    scripts = _chunks(moves + links, "set -e") or ["set -e"]
+    stdin = None
+    if write_file is not None:
+        path, stdin = write_file
+        tmp = shlex.quote(f"{path}.tmp")
+        scripts[-1] += f"\ncat > {tmp}\nmv -f {tmp} {shlex.quote(path)}"
+    for i, script in enumerate(scripts):
+        last = i == len(scripts) - 1
+        result = transport.run(["sh", "-c", script], timeout=timeout, stdin=stdin if last else None)
         if not result.ok:
             raise HostError(transport.host, "ship", f"cannot place files: {result.stderr.strip()[:200]}")
     return total

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -152,19 +153,35 @@ def test_failed_task_makes_status_fail(machines: Machines, tmp_path: Path, state
 def test_sigkill_of_start_process_leaves_run_findable_and_stoppable(
     machines: Machines, tmp_path: Path, state_dir: Path
 ) -> None:
-    hosts = _hosts(machines, tmp_path, 120.0)
+    # m2's python is a wrapper that takes 3 s to start, so `start` is certainly still waiting on m2
+    # when it is killed, after m2's supervisor was launched (detached: it must survive the kill).
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    (tmp_path / "task.py").write_text(TASK_PY)
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={2: {"python": str(slow)}}, training={
+        "command": f"{{python}} task.py {{job}} {{task}} 120 {tmp_path / 'release'}", "sync": ["task.py"]})
     with cli_process(state_dir, "start", str(hosts), "--run", "orphaned-start") as proc:
-        # Kill it once every supervisor has been launched (their pids are recorded), typically while
-        # start still waits for the tasks to report running.
-        wait_for(lambda: (r := records(state_dir)) and all(h["supervisor_pid"] for h in r[0]["hosts"]), 60,
-                 "launch")
+        def m2_launching() -> bool:
+            rec = records(state_dir)
+            by_name = {h["name"]: h for h in rec[0]["hosts"]} if rec else {}
+            return bool(by_name) and by_name["m0"]["supervisor_pid"] and by_name["m1"]["supervisor_pid"] \
+                and by_name["m2"]["started"]
+
+        wait_for(m2_launching, 60, "m0, m1 launched and m2 launching", interval=0.05)
+        time.sleep(0.5)  # m2's launch command has forked the detached supervisor by now
+        assert proc.poll() is None, "start ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
-    time.sleep(0.5)
-    code, st = status_json(state_dir, "orphaned-start")
-    assert code == 0 and st["state"] == "running", st
-    assert all(t["state"] == "running" for t in st["tasks"])
+
+    def all_running() -> dict[str, Any] | None:
+        code, st = status_json(state_dir, "orphaned-start")
+        return st if code == 0 and all(t["state"] == "running" for t in st["tasks"]) else None
+
+    st = wait_for(all_running, 30, "every task running without the start process")
+    assert st["state"] == "running", st
+    assert {t["host"] for t in st["tasks"]} == {"m0", "m1", "m2"}
     assert run_processes("orphaned-start")
     res = cli(state_dir, "stop")  # the latest run, from the record alone
     assert res.returncode == 0, res.stdout + res.stderr
@@ -187,6 +204,32 @@ def test_host_down_before_start_fails_naming_it_and_starts_nothing(
     assert run_processes("host-down") == []
     record = runs.load("host-down")
     assert record.status == "failed-to-start" and not any(h.started for h in record.hosts)
+
+
+def test_stop_reports_an_unreachable_host_and_is_idempotent(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
+    hosts = _hosts(machines, tmp_path, 120.0)
+    assert cli(state_dir, "start", str(hosts), "--run", "lost-host").returncode == 0
+    machines.stop(2)  # the machine's sshd is gone; its supervisor (detached) keeps running
+    try:
+        t0 = time.monotonic()
+        res = cli(state_dir, "stop", "lost-host", "--timeout", "5", "--grace", "1")
+        assert time.monotonic() - t0 < 40  # reported, not hung on
+        assert res.returncode == 1
+        line = next(x for x in res.stdout.splitlines() if "m2" in x)
+        assert "unreachable" in line and "refused" in line, res.stdout
+        code, st = status_json(state_dir, "lost-host")
+        assert st["state"] == "partial"
+        assert {t["name"]: t["state"] for t in st["tasks"]}["worker:1"] == "unreachable"
+        alive = run_processes("lost-host")
+        assert alive and all("/work2/" in p.environ()["TFCLUSTER_RUN_DIR"] for p in alive)  # only m2's
+    finally:
+        machines.start(2)
+    assert cli(state_dir, "stop", "lost-host").returncode == 0
+    assert run_processes("lost-host") == []
+    assert cli(state_dir, "stop", "lost-host", "--purge").returncode == 0  # again: nothing left, dirs removed
+    assert not Path(machines.workdir(2), "runs", "lost-host").exists()
 
 
 def test_logs_follow_streams_lines_until_interrupted(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
