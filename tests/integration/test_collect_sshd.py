@@ -1,0 +1,92 @@
+"""The collector over real SSH (no TF): agents stream from 2 loopback machines behind real sshd; when one
+machine dies (its sshd and sessions killed) its tasks turn `unreachable` with their last values kept,
+the collector keeps retrying with backoff, and when the machine is back so is the stream."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.collect import Collector, state_from_plan_json
+from orchestrator.config_load import load_config
+from orchestrator.plan import build_plan
+from tests.integration.sshd import Machines
+from training.telemetry.schema import dumps, make_event
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
+ROOT = Path(__file__).resolve().parents[2]
+INTERVAL = 0.5
+
+
+@pytest.fixture(scope="module")
+def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
+    return sshd_machines(2)
+
+
+def wait_until(collector: Collector, pred: Callable[[Any], bool], timeout: float, what: str) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if pred(collector.poll()):
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not reached in {timeout}s; log: {[e.text for e in collector.state.log]}")
+
+
+def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None:
+    plan = build_plan(load_config(machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"]])))
+    run_id = f"collect-sshd-{int(time.time())}"
+    run_dirs: dict[str, str] = {}
+    for i, host in enumerate(plan.hosts):
+        d = Path(machines.workdir(i)) / "runs" / run_id
+        for sub in ("code", "events", "logs", "state"):
+            (d / sub).mkdir(parents=True)
+        (d / "code" / "training").symlink_to(ROOT / "training")
+        run_dirs[host.name] = str(d)
+    stop = threading.Event()
+
+    def write() -> None:  # what the worker and the supervisors would append
+        w = next(t for t in plan.tasks if t.job == "worker")
+        for t in plan.tasks:
+            with open(Path(run_dirs[t.host]) / "events" / f"supervisor-{t.host}.jsonl", "a") as f:
+                f.write(dumps(make_event("task_state", t.host, job=t.job, task=t.index, state="running", pid=1)) + "\n")
+        step = 0
+        while not stop.is_set():
+            step += 1
+            with open(Path(run_dirs[w.host]) / "events" / f"{w.name}.jsonl", "a") as f:
+                f.write(dumps(make_event("progress", w.host, job="worker", task=w.index, local_step=step,
+                                         global_step=step, examples=step * 8, loss=1.0, interval_s=INTERVAL)) + "\n")
+            stop.wait(INTERVAL)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    collector = Collector(state_from_plan_json(plan.to_json(), run_id, INTERVAL), list(plan.hosts), run_dirs,
+                          {h.name: h.python for h in plan.hosts}, INTERVAL).start()
+    try:
+        wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running"
+                   and s.tasks["ps-0"].liveness == "running", 30, "both machines streaming")
+        rate = collector.state.tasks["worker-0"].steps_per_s
+        machines.stop(1)  # m1 dies: its sshd, the SSH session and the agent under it
+        took = wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "unreachable", 10, "m1 unreachable")
+        assert took <= 3 * INTERVAL + 1.0, took  # 3 intervals after the last line, plus polling slack
+        assert collector.state.tasks["worker-0"].steps_per_s == rate  # last value kept
+        assert collector.state.tasks["ps-0"].liveness == "running"  # the other machine is unaffected
+        assert any(e.kind == "host-lost" and "m1" in e.text for e in collector.state.log)
+        time.sleep(3)  # reconnect attempts fail meanwhile (connection refused), with backoff
+        assert collector.state.tasks["worker-0"].liveness == "unreachable"
+        machines.start(1)
+        wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running", 40, "m1 back")
+        assert any(e.kind == "host-back" and "m1" in e.text for e in collector.state.log)
+        stream = next(s for s in collector.streams if s.host.name == "m1")
+        assert stream.connects >= 2
+    finally:
+        stop.set()
+        if not machines.is_running(1):
+            machines.start(1)
+        t0 = time.monotonic()
+        collector.close()
+        assert time.monotonic() - t0 < 15
