@@ -58,13 +58,13 @@ def split_pid_marker(err: bytes | bytearray) -> tuple[int | None, bytes]:
     return None, bytes(err)
 
 
-def _load_known_hosts(path: str) -> paramiko.HostKeys:
+def _load_known_hosts(host: str, path: str) -> paramiko.HostKeys:
     keys = paramiko.HostKeys()
     if os.path.exists(path):
         try:
             keys.load(path)
         except (OSError, UnicodeDecodeError) as exc:
-            raise HostError("-", "hostkey-unknown", f"cannot read known_hosts {path}: {exc}") from exc
+            raise HostError(host, "hostkey-unknown", f"cannot read known_hosts {path}: {exc}") from exc
     return keys
 
 
@@ -189,7 +189,7 @@ class SSHTransport:
             if not os.path.exists(path):
                 sock.close()
                 raise HostError(self.host, "auth-failed", f"identity file {path} does not exist")
-        known = _load_known_hosts(s.known_hosts)
+        known = _load_known_hosts(self.host, s.known_hosts)
         client = paramiko.SSHClient()
         # Paramiko checks these keys itself (a mismatch raises BadHostKeyException) and asks the policy
         # only for unknown ones; nothing is ever saved by Paramiko itself.
