@@ -41,3 +41,4 @@ def test_demo_headless_trains_and_prints_final_state(tmp_path: Path) -> None:
     assert st["totals"]["global_step"] >= 200
     assert "stopping run" in res.stderr
     assert not demo_processes(st["run_id"])
+    assert not list((tmp_path / "state" / "runs").glob("*.json"))  # the demo leaves no run record behind

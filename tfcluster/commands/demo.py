@@ -2,12 +2,14 @@
 transport, no SSH), watched in the dashboard; quitting the dashboard stops the run.
 
 `--headless --steps N` needs no terminal: it trains N steps, waits for the run to finish and prints
-the final ClusterState (a table, or JSON with --json).
+the final ClusterState (a table, or JSON with --json). Either way the run is stopped and purged at the
+end (processes, run dir, the generated hosts.toml and the run record).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -17,7 +19,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator import lifecycle
+from orchestrator import lifecycle, runs
 from orchestrator.collect import Collector, CollectorActions
 from orchestrator.config_load import load_config
 from orchestrator.launch import StartOptions, start
@@ -123,6 +125,9 @@ def demo(
     finally:
         collector.close()
         console.print(f"demo: stopping run {record.run_id}")
-        lifecycle.stop(record, grace=3.0)
+        lifecycle.stop(record, grace=3.0, purge=True)
+        # A demo leaves nothing behind: its run dir, config and run record go with it.
+        shutil.rmtree(home, ignore_errors=True)
+        runs.remove(record.run_id)
     if not ok:
         raise typer.Exit(1)
