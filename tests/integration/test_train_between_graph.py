@@ -203,8 +203,8 @@ def test_sync_replicas_end_cleanly_on_a_gpu_plan_without_gpus(tmp_path: Path) ->
     """The plan puts each worker's compute on a GPU; this machine has none (tensorflow-cpu), so soft
     placement runs each tower on its own worker's CPU. Sync training must still end cleanly."""
     steps = 120
-    plan = gpu_worker_plan({"model": "mlp", "batch_size": 16, "steps": steps, "sync_replicas": True,
-                            "progress_interval": 0.3, "checkpoint_every_steps": 50})
+    plan = gpu_worker_plan({"model": "wide", "model_args": {"params": 100_000}, "batch_size": 16, "steps": steps,
+                            "sync_replicas": True, "progress_interval": 0.3, "checkpoint_every_steps": 50})
     assert plan.task("worker", 1).device == "/job:worker/task:1/device:GPU:0"
     with running_cluster(plan, tmp_path / "run") as cluster:
         finish(cluster)
@@ -219,6 +219,9 @@ def test_sync_replicas_end_cleanly_on_a_gpu_plan_without_gpus(tmp_path: Path) ->
         assert "2 of 2 replicas' gradients per update" in cluster.log("worker-0")
         latest = tf.train.latest_checkpoint(str(cluster.run_dir / "checkpoints"))
         assert latest is not None and latest.endswith(f"-{steps}")
+        # wide's four equal shards: the greedy placement gives each PS two (bias and global step are tiny)
+        m = re.search(r"bytes per ps task: \{'ps-0': (\d+), 'ps-1': (\d+)\}", cluster.log("worker-0"))
+        assert m is not None and abs(int(m.group(1)) - int(m.group(2))) <= 64, m
 
 
 def test_ps_restart_mid_run_restores_the_shared_sharded_checkpoint(tmp_path: Path) -> None:
