@@ -227,6 +227,8 @@ class SSHTransport:
         except (paramiko.SSHException, EOFError, OSError) as exc:
             client.close()
             text = str(exc) or type(exc).__name__
+            if "authentication methods available" in text:  # no key at all: no file, empty agent
+                raise HostError(self.host, "auth-failed", f"{where}: no key to offer: {text}") from exc
             cause = exc.__cause__ or exc.__context__
             timed_out = (
                 isinstance(cause, TimeoutError)

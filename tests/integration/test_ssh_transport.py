@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,3 +131,30 @@ def test_connection_lost_while_streaming(sshd_machines: Callable[[int], Machines
     assert info.value.reason == "lost"
     transport.close()
     m.close()
+
+
+def test_key_from_a_real_ssh_agent(
+    machines: Machines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No identity_file: the agent's key is used. HOME points at an empty dir, so the default
+    ~/.ssh/id_* keys Paramiko would also try are not the developer's."""
+    sock = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
+        monkeypatch.setenv("HOME", str(tmp_path))
+        settings = resolve_ssh(machines.addresses[0], options(machines, identity_file=None, use_agent=True))
+        assert settings.identity_files == () and settings.use_agent
+        with pytest.raises(HostError) as info:  # the agent holds no key yet
+            SSHTransport("m0", settings).connect()
+        assert info.value.reason == "auth-failed"
+        subprocess.run(["ssh-add", "-q", machines.identity_file], env=env, check=True, capture_output=True)
+        with SSHTransport("m0", settings) as transport:
+            assert transport.run(["echo", "via agent"]).stdout == "via agent\n"
+    finally:
+        agent.kill()
+        agent.wait()
