@@ -78,6 +78,23 @@ def _append_known_host(path: str, name: str, key: paramiko.PKey) -> None:
             f.write(f"{name} {key.get_name()} {key.get_base64()}\n")
 
 
+def _identity_problem(path: str) -> str | None:
+    """Why a key file cannot be used, or None. An encrypted key is fine here: the agent may hold it,
+    and Paramiko reports it as an authentication failure otherwise."""
+    if not os.path.exists(path):
+        return f"identity file {path} does not exist"
+    try:
+        paramiko.PKey.from_path(path)
+    except paramiko.PasswordRequiredException:
+        return None
+    except (paramiko.SSHException, OSError, ValueError, TypeError) as exc:
+        if "password" in str(exc).lower():  # cryptography's way of saying "encrypted"
+            return None
+        reason = (str(exc).split(".")[0] or type(exc).__name__)[:120]
+        return f"identity file {path} is not a usable private key ({reason})"
+    return None
+
+
 class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
     """Called by Paramiko only when known_hosts has no key of the offered type for the host."""
 
@@ -186,9 +203,10 @@ class SSHTransport:
     ) -> paramiko.SSHClient:
         where = f"{s.user}@{s.hostname}:{s.port}"
         for path in s.identity_files:
-            if not os.path.exists(path):
+            problem = _identity_problem(path)
+            if problem:
                 sock.close()
-                raise HostError(self.host, "auth-failed", f"identity file {path} does not exist")
+                raise HostError(self.host, "auth-failed", problem)
         known = _load_known_hosts(self.host, s.known_hosts)
         client = paramiko.SSHClient()
         # Paramiko checks these keys itself (a mismatch raises BadHostKeyException) and asks the policy

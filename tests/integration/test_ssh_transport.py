@@ -158,3 +158,16 @@ def test_key_from_a_real_ssh_agent(
     finally:
         agent.kill()
         agent.wait()
+
+
+@pytest.mark.parametrize("kind", ["missing", "garbage", "encrypted"])
+def test_unusable_identity_file_is_auth_failed(machines: Machines, tmp_path: Path, kind: str) -> None:
+    key = tmp_path / "key"
+    if kind == "garbage":
+        key.write_text("not a key\n")
+    elif kind == "encrypted":  # no agent holds it, and no passphrase can be asked for
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)], check=True)
+    settings = resolve_ssh(machines.addresses[0], options(machines, identity_file=str(key)))
+    with pytest.raises(HostError) as info:
+        SSHTransport("m0", settings).connect()
+    assert info.value.reason == "auth-failed" and str(key) in info.value.detail
