@@ -48,7 +48,7 @@ class HostError(TfclusterError):
 
     def __init__(self, host: str, reason: str, detail: str = "") -> None:
         self.host = host
-        self.reason = reason  # short machine-readable word: refused, timeout, auth, hostkey-unknown, ...
+        self.reason = reason  # a word: refused, timeout, unreachable, auth-failed, hostkey-unknown, hostkey-changed, lost, sftp-failed, ...
         self.detail = detail
         super().__init__(self.one_line())
 
