@@ -433,8 +433,11 @@ def _append_window(dq: deque[tuple[float, float]], t: float, v: float) -> None:
         dq.popleft()
 
 
-def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int, window_s: float) -> list[float]:
-    """Mean of the samples falling into each of `buckets` slices of [now - window_s, now]."""
+def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int, window_s: float,
+                   fill_forward: bool = False) -> list[float]:
+    """Mean of the samples falling into each of `buckets` slices of [now - window_s, now]; an empty slice
+    is 0 (nothing happened: right for rates), or with fill_forward the previous slice's value (a level,
+    such as loss, did not drop to 0)."""
     sums = [0.0] * buckets
     ns = [0] * buckets
     start = now - window_s
@@ -445,4 +448,9 @@ def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int
         i = min(int((t - start) / width), buckets - 1)
         sums[i] += v
         ns[i] += 1
-    return [s / n if n else 0.0 for s, n in zip(sums, ns, strict=True)]
+    out = [s / n if n else 0.0 for s, n in zip(sums, ns, strict=True)]
+    if fill_forward:
+        for i in range(1, buckets):
+            if not ns[i]:
+                out[i] = out[i - 1]
+    return out

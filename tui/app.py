@@ -38,7 +38,7 @@ class Column:
 
 
 COMPACT = (
-    Column("host", "host", 6), Column("task", "task", 9), Column("state", "state", 13),
+    Column("host", "host", 6), Column("task", "task", 10), Column("state", "state", 13),
     Column("sps", "st/s", 5), Column("eps", "ex/s", 5), Column("spark", "last 60s", 8),
     Column("gpu", "gpu", 4), Column("rst", "rst", 3), Column("age", "age", 5),
 )

@@ -89,7 +89,7 @@ class TaskScreen(Screen[None]):
                     f"{fmt.rate(tv.steps_per_s)} steps/s  {fmt.rate(tv.examples_per_s)} ex/s")
         self.query_one("#task-head", Static).update(head)
         self.query_one("#rate-chart", Sparkline).data = window_buckets(tv.history, st.now, 30, 60.0)
-        self.query_one("#loss-chart", Sparkline).data = window_buckets(tv.loss_history, st.now, 30, 60.0)
+        self.query_one("#loss-chart", Sparkline).data = window_buckets(tv.loss_history, st.now, 30, 60.0, fill_forward=True)
 
     def load_log(self) -> None:
         job, _, idx = self.task_name.rpartition("-")

@@ -274,6 +274,7 @@ def test_window_buckets_for_sparklines() -> None:
     hist = deque([(T0 - 70, 9.0), (T0 - 55, 1.0), (T0 - 1, 3.0), (T0 - 0.5, 5.0)])
     vals = window_buckets(hist, T0, 6, 60.0)
     assert vals == [1.0, 0.0, 0.0, 0.0, 0.0, 4.0]
+    assert window_buckets(hist, T0, 6, 60.0, fill_forward=True) == [1.0, 1.0, 1.0, 1.0, 1.0, 4.0]
 
 
 def test_parser_counts_malformed_and_ignores_unknown() -> None:
