@@ -84,12 +84,23 @@ class TaskScreen(Screen[None]):
         head.append(f" on {tv.host}  ")
         head.append_text(fmt.state_text(tv.liveness, tv.exit_code))
         head.append(f"  pid {tv.pid or '-'}  restarts {tv.restarts}  age {fmt.age(tv.age_s)}\n")
-        head.append(f"local step {fmt.number(tv.local_step)}  global step {fmt.number(tv.global_step)}  "
-                    f"loss {'-' if tv.loss is None else f'{tv.loss:.4f}'}  "
-                    f"{fmt.rate(tv.steps_per_s)} steps/s  {fmt.rate(tv.examples_per_s)} ex/s")
+        ps = st.ps.get(tv.name)
+        if ps is not None:  # a PS writes no progress: show its traffic, measured and accounted, per peer
+            head.append(f"in {fmt.byte_rate(ps.measured_in)} (accounted {fmt.byte_rate(ps.accounted_in)})  "
+                        f"out {fmt.byte_rate(ps.measured_out)} (accounted {fmt.byte_rate(ps.accounted_out)})\n")
+            head.append("peers in/out: " + ("  ".join(f"{ip} {fmt.byte_rate_short(a)}/{fmt.byte_rate_short(b)}"
+                                                        for ip, (a, b) in sorted(ps.peers.items())) or "-"))
+            self.query_one("#rate-label", Label).update("measured in+out B/s, last 60 s")
+            self.query_one("#loss-label", Label).update("(a PS task reports no loss)")
+            self.query_one("#rate-chart", Sparkline).data = window_buckets(ps.history, st.now, 30, 60.0)
+        else:
+            head.append(f"local step {fmt.number(tv.local_step)}  global step {fmt.number(tv.global_step)}  "
+                        f"loss {'-' if tv.loss is None else f'{tv.loss:.4f}'}  "
+                        f"{fmt.rate(tv.steps_per_s)} steps/s  {fmt.rate(tv.examples_per_s)} ex/s")
+            self.query_one("#rate-chart", Sparkline).data = window_buckets(tv.history, st.now, 30, 60.0)
         self.query_one("#task-head", Static).update(head)
-        self.query_one("#rate-chart", Sparkline).data = window_buckets(tv.history, st.now, 30, 60.0)
-        self.query_one("#loss-chart", Sparkline).data = window_buckets(tv.loss_history, st.now, 30, 60.0, fill_forward=True)
+        self.query_one("#loss-chart", Sparkline).data = window_buckets(tv.loss_history, st.now, 30, 60.0,
+                                                                       fill_forward=True)
 
     def load_log(self) -> None:
         job, _, idx = self.task_name.rpartition("-")

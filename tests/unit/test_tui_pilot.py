@@ -256,3 +256,16 @@ async def test_source_errors_never_close_the_app() -> None:
         app.refresh_state()
         await pilot.pause()
         assert app.is_running and app.source_errors == 2
+
+
+@sync
+async def test_ps_task_screen_shows_measured_accounted_and_peers() -> None:
+    app, _, _ = make_app("unreachable")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("down", "down", "down", "down", "enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TaskScreen) and app.screen.task_name == "ps-0"
+        head = str(app.screen.query_one("#task-head", Static).render())
+        assert "in 425.0 kB/s (accounted 400.0 kB/s)" in head
+        assert "127.0.0.2 200k/205k" in head and "127.0.0.3" in head

@@ -40,3 +40,15 @@ def test_task_screen(snap_compare: Any, size: tuple[int, int]) -> None:
 def test_confirm_screen(snap_compare: Any) -> None:
     app, _, _ = make_app("healthy")
     assert snap_compare(app, terminal_size=(80, 24), press=["k"])
+
+
+def test_ps_task_screen(snap_compare: Any) -> None:
+    app, _, _ = make_app("unreachable")
+
+    async def open_ps(pilot: Any) -> None:
+        await pilot.press("down", "down", "down", "down", "enter")  # ps-0: rows are grouped by host
+        await pilot.pause()
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(80, 24), run_before=open_ps)
