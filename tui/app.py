@@ -118,6 +118,7 @@ class DashboardApp(App[None]):
         self.query_one("#ps", Static).border_title = "PS traffic B/s (* accounted)"
         self.query_one("#log", RichLog).border_title = "events"
         self.query_one("#filter", Input).display = False
+        self.watch(self.query_one("#tasks", DataTable), "scroll_y", self._on_table_scroll, init=False)
         self.refresh_state()
         self._start_timer()
 
@@ -240,32 +241,38 @@ class DashboardApp(App[None]):
         order = [t.name for t in tasks]
         spark_width = next(c.width for c in cols if c.key == "spark")
         grouped = self.sort_key == "host" and not self.sort_reverse
-        rows: dict[str, tuple[str, ...]] = {}
-        prev_host = None
-        for tv in tasks:
-            rows[tv.name] = self._row(st, tv, not grouped or tv.host != prev_host, spark_width)
-            prev_host = tv.host
-        by_name = {t.name: t for t in tasks}
+        show_host = [not grouped or i == 0 or tasks[i - 1].host != tv.host for i, tv in enumerate(tasks)]
         if order != self._order:
             cursor = table.cursor_row
             current = self._order[cursor] if 0 <= cursor < len(self._order) else None
             table.clear()
-            for name in order:
-                tv = by_name[name]
-                table.add_row(*(self._cell(c.key, v, tv) for c, v in zip(cols, rows[name], strict=True)), key=name)
+            self._cells = {}
+            for i, tv in enumerate(tasks):
+                row = self._row(st, tv, show_host[i], spark_width)
+                table.add_row(*(self._cell(c.key, v, tv) for c, v in zip(cols, row, strict=True)), key=tv.name)
+                self._cells[tv.name] = row
             self._order = order
             if current in order:
                 table.move_cursor(row=order.index(current), animate=False)
-        else:
-            for name in order:
-                old, new = self._cells.get(name), rows[name]
-                if old == new:
-                    continue
-                tv = by_name[name]
-                for i, c in enumerate(cols):
-                    if old is None or old[i] != new[i]:
-                        table.update_cell(name, c.key, self._cell(c.key, new[i], tv))
-        self._cells = rows
+            return
+        # Same rows in the same order: only the rows on screen are brought up to date (every changed cell
+        # invalidates the table's render cache, and rows off screen are not drawn anyway); the others are
+        # caught up when they scroll into view (see _on_table_scroll).
+        first = max(int(table.scroll_y) - 2, 0)
+        last = first + table.size.height + 4
+        for i in range(first, min(last, len(tasks))):
+            tv = tasks[i]
+            old, new = self._cells.get(tv.name), self._row(st, tv, show_host[i], spark_width)
+            if old == new:
+                continue
+            for j, c in enumerate(cols):
+                if old is None or old[j] != new[j]:
+                    table.update_cell(tv.name, c.key, self._cell(c.key, new[j], tv))
+            self._cells[tv.name] = new
+
+    def _on_table_scroll(self, _old: float, _new: float) -> None:
+        if self.state is not None:
+            self._render_table(self.state)
 
     def _render_ps(self, st: ClusterState) -> None:
         rows = []

@@ -134,6 +134,15 @@ async def test_two_hundred_tasks_update_in_place(monkeypatch: pytest.MonkeyPatch
         total_cells = 204 * len(table.columns)
         assert len(updates) < total_cells / 2  # only cells whose text changed
         assert {a[1] for a in updates} <= {"step", "loss", "spark", "gpu", "sps", "eps", "age"}
+        # rows off screen are caught up when they scroll into view
+        last = [n for n in app._order if n.startswith("worker")][-1]  # far below the first screen
+        before = len(updates)
+        table.move_cursor(row=app._order.index(last), animate=False)
+        await pilot.pause()
+        await pilot.pause()
+        tv = app.state.tasks[last]  # type: ignore[union-attr]
+        assert str(table.get_cell(last, "step")) == f"{tv.global_step:,}"
+        assert any(a[0] == last for a in updates[before:])
 
 
 @sync
