@@ -29,11 +29,21 @@ from orchestrator.errors import HostError, TfclusterError
 from orchestrator.lifecycle import stop_hosts
 from orchestrator.plan import ClusterPlan, HostPlan, build_plan
 from orchestrator.remote import RemoteRun, open_transport
-from orchestrator.ship import ShipFile, list_cache_command, ship, sync_files, training_package_files
+from orchestrator.ship import (
+    CACHE_DIR,
+    TREES_DIR,
+    ShipFile,
+    list_cache_command,
+    ship,
+    sync_files,
+    training_package_files,
+    tree_id,
+)
 from orchestrator.transport import Transport, remote_path
-from training.layout import RunLayout
+from training.layout import RUN_FILE, RunLayout
 
 ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
+WARM_MARK = "TFCLUSTER-CODE-TREE-READY"
 PHASES = ("connect", "prepare", "ship", "launch", "wait", "running", "failed", "cancelled")
 
 
@@ -85,6 +95,7 @@ class _Starter:
         self.plan = plan
         self.record = record
         self.files = files
+        self.tree = tree_id(files)
         self.run_json = run_json
         self.options = options
         self.progress = progress or (lambda host, phase, done, total: None)
@@ -121,14 +132,20 @@ class _Starter:
         self.progress(host.name, "prepare", 0, 1)
         run_rel = f"runs/{self.record.run_id}"
         dirs = " ".join(shlex.quote(f"{run_rel}/{d}") for d in ("code", "events", "logs", "state"))
-        # One round trip: the run dir, the absolute workdir, and what the content-hash cache holds.
-        result = transport.run(
-            ["sh", "-c", f"mkdir -p {remote_path(host.workdir)} && cd {remote_path(host.workdir)} && "
-                         f"mkdir -p {dirs} && pwd && {list_cache_command('.')}"], timeout=self._left())
+        # One round trip: the run dir and the absolute workdir; then, when this host already has the
+        # exact code tree (a warm start), the run's code/ and run.json too; else the cache listing.
+        tree = shlex.quote(f"{CACHE_DIR}/{TREES_DIR}/{self.tree}")
+        code, run_file = shlex.quote(f"{run_rel}/code"), shlex.quote(f"{run_rel}/{RUN_FILE}")
+        script = (
+            f"mkdir -p {remote_path(host.workdir)} && cd {remote_path(host.workdir)} && mkdir -p {dirs} && pwd && "
+            f"if [ -d {tree} ]; then cp -al {tree}/. {code}/ && cat > {run_file}.tmp && "
+            f"mv -f {run_file}.tmp {run_file} && echo {WARM_MARK}; else {list_cache_command('.')}; fi"
+        )
+        result = transport.run(["sh", "-c", script], timeout=self._left(), stdin=self.run_json)
         if not result.ok:
             raise HostError(host.name, "prepare", f"cannot create the run dir in {host.workdir}: "
                             f"{result.stderr.strip()[-200:]}")
-        workdir, *cached = result.stdout.strip().splitlines()
+        workdir, *listing = result.stdout.strip().splitlines()
         layout = RunLayout.for_run(workdir, self.record.run_id)
         remote = RemoteRun(host, layout.root, self.opener)
         remote._transport = transport
@@ -138,12 +155,16 @@ class _Starter:
             rec.run_dir = layout.root
             runs.save(self.record)
         self._check(host.name)
-        out.uploaded = ship(
-            transport, self.files, workdir, layout.code, timeout=self._left(), have=set(cached),
-            write_file=(layout.run_file, self.run_json),
-            progress=lambda done, total: self.progress(host.name, "ship", done, total),
-            cancelled=self.cancel.is_set,
-        )
+        if listing == [WARM_MARK]:
+            out.uploaded = 0
+            self.progress(host.name, "ship", 0, 0)
+        else:
+            out.uploaded = ship(
+                transport, self.files, workdir, layout.code, timeout=self._left(), have=set(listing),
+                write_file=(layout.run_file, self.run_json),
+                progress=lambda done, total: self.progress(host.name, "ship", done, total),
+                cancelled=self.cancel.is_set,
+            )
         out.shipped = len(self.files)
         out.seconds = time.monotonic() - t0
 

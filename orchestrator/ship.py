@@ -21,6 +21,7 @@ from orchestrator.errors import ConfigError, HostError
 from orchestrator.transport import Transport
 
 CACHE_DIR = "cache"
+TREES_DIR = "trees"  # cache/trees/<tree id>/: a complete code tree, hard links into the cache
 SCRIPT_CHUNK = 64 * 1024  # keep every `sh -c` argument far below Linux's 128 KiB per-argument limit
 SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 
@@ -83,6 +84,14 @@ def sync_files(sync: Iterable[str], base_dir: str, source: str = "hosts.toml") -
             raise ConfigError(source, "training.sync", f"{entry!r} would overwrite tfcluster's own `training/` package")
         out.extend(_entry(local, r) for local, r in _walk(full, rel))
     return out
+
+
+def tree_id(files: list[ShipFile]) -> str:
+    """Names one exact set of (path, content): equal ids mean an identical code tree."""
+    h = hashlib.sha256()
+    for f in sorted(files, key=lambda f: f.rel):
+        h.update(f"{f.rel}\0{f.sha256}\n".encode())
+    return h.hexdigest()[:32]
 
 
 def _bundle(files: list[ShipFile]) -> str:
@@ -161,13 +170,26 @@ def ship(
         moves.append(f"tar -xf {shlex.quote(remote_tar)} -C {shlex.quote(cache)} && rm -f {shlex.quote(remote_tar)}")
     if progress:
         progress(total, total)
-    dirs = sorted({os.path.dirname(f"{code_dir}/{f.rel}") for f in files})
-    links = [f"mkdir -p {' '.join(shlex.quote(d) for d in dirs)}"] if dirs else []
+    # The whole code tree for this exact file set is built once per host (hard links into the cache)
+    # and every run copies it as links with one `cp -al`: a warm start costs one process, not one per file.
+    tree = f"{cache}/{TREES_DIR}/{tree_id(files)}"
+    building = f"{tree}.tmp$$"
+    q_tree, q_building = shlex.quote(tree), f"{shlex.quote(tree)}.tmp$$"
+    dirs = sorted({os.path.dirname(f"{building}/{f.rel}") for f in files})
+    links = [f"if [ ! -d {q_tree} ]; then", f"mkdir -p {q_building}"]
+    for d in dirs:
+        if d != building:
+            links.append(f"mkdir -p {q_building}/{shlex.quote(d[len(building) + 1:])}")
     for f in files:
-        src, dst = shlex.quote(f"{cache}/{f.sha256}"), shlex.quote(f"{code_dir}/{f.rel}")
+        src, dst = shlex.quote(f"{cache}/{f.sha256}"), f"{q_building}/{shlex.quote(f.rel)}"
         # A hard link shares the cached inode (the mode of its first upload); cp where links fail.
         links.append(f"ln -f {src} {dst} 2>/dev/null || cp -f {src} {dst}")
-    scripts = _chunks(moves + links, "set -e") or ["set -e"]
+    # Another start may have built the same tree meanwhile: keep theirs.
+    links += [f"mv -T {q_building} {q_tree} 2>/dev/null || rm -rf {q_building}", "fi",
+              f"mkdir -p {shlex.quote(code_dir)}",
+              f"cp -al {q_tree}/. {shlex.quote(code_dir)}/ 2>/dev/null || cp -a {q_tree}/. {shlex.quote(code_dir)}/"]
+    # The tree script must stay in one piece (its if/fi and $$): only the moves are chunked apart.
+    scripts = _chunks(moves, "set -e") + ["set -e\n" + "\n".join(links)]
     stdin = None
     if write_file is not None:
         path, stdin = write_file

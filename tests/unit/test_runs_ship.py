@@ -87,8 +87,11 @@ def test_ship_uploads_only_what_changed(tmp_path: Path) -> None:
     assert ship(transport, files(), str(workdir), str(workdir / "runs/r3/code"), timeout=30) == 1
     assert (workdir / "runs/r3/code/train.py").read_text() == "v2\n"
     assert (workdir / "runs/r1/code/train.py").read_text() == "v1\n"  # earlier runs keep their bytes
-    cached = {p for p in os.listdir(workdir / "cache") if not p.startswith(".")}
+    cached = {p for p in os.listdir(workdir / "cache") if not p.startswith(".")} - {"trees"}
     assert cached == {hashlib.sha256(b).hexdigest() for b in (b"v1\n", b"v2\n", b"same\n")}
+    assert len(os.listdir(workdir / "cache" / "trees")) == 2  # one linked code tree per distinct file set
+    same = workdir / "runs/r2/code/same.txt"
+    assert same.stat().st_ino == (workdir / "runs/r1/code/same.txt").stat().st_ino  # links, not copies
 
 
 def test_training_package_is_shipped_without_bytecode() -> None:
