@@ -84,7 +84,7 @@ def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Pa
         "# Dashboard at 256 tasks, 1 Hz\n\n"
         f"{result['tasks']} tasks on {result['hosts']} hosts, ~{result['events_per_s']} events/s, Textual headless "
         f"160x50, refresh every 1 s, {result['seconds']} s measured.\n\n"
-        "| CPU (% of one core) | target | frames | frame ms median | p95 | max | due events not applied |\n"
+        "| CPU (% of one core) | target | frames | frame ms median | p95 | max | backlog at end (events since the last poll, < 1 interval) |\n"
         "|---|---|---|---|---|---|---|\n"
         f"| {result['cpu_pct_of_one_core']} | < {result['target_pct']} | {result['frames']} | "
         f"{result['frame_ms_median']} | {result['frame_ms_p95']} | {result['frame_ms_max']} | "
