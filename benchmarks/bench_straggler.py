@@ -8,7 +8,7 @@ Method: real local clusters (1 ps, 2 CPU workers, `mlp`), each a set of `python 
 processes started from a real plan (tests/helpers/local_cluster.py). The four configurations run one
 after another, interleaved round by round (baseline, straggler, baseline, ...) so that a change in the
 machine's load hits both sides alike; each figure is the median over rounds of the median per-interval
-rate in the run's steady state (progress events after the first two, which include start-up; between-graph
+rate in the run's steady state, and each ratio the median of the per-round (paired) ratios (progress events after the first two, which include start-up; between-graph
 only while both workers train). Two variants: "shared" (every process floats over this machine's cores, so
 a sleeping straggler hands its CPU to the fast worker) and "pinned" (each worker on its own core, closer to
 one machine per worker, but too noisy here to be the default), and "paced" (both workers at slowdown 2,
@@ -125,6 +125,15 @@ def _median_of(rounds: list[dict[str, float | None]], key: str) -> float | None:
     return median_or_none([r[key] for r in rounds if r.get(key) is not None])  # type: ignore[misc]
 
 
+def _paired(slow: list[dict[str, float | None]], base: list[dict[str, float | None]], key: str) -> list[float]:
+    out = []
+    for s_round, b_round in zip(slow, base, strict=False):
+        r = _ratio(s_round.get(key), b_round.get(key))
+        if r is not None:
+            out.append(r)
+    return out
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or not b else a / b
 
@@ -143,14 +152,16 @@ def summarize(raw: dict[str, list[dict[str, float | None]]]) -> dict[str, Any]:
     slow_slow = _median_of(raw["bg_slow"], "slow_worker_steps_per_s")
     ig_base = _median_of(raw["ig_base"], "tower_steps_per_s")
     ig_slow = _median_of(raw["ig_slow"], "tower_steps_per_s")
-    bg_ratio = _ratio(fast_slow, fast_base)
-    ig_ratio = _ratio(ig_slow, ig_base)
+    # Paired per round (baseline and straggler ran back to back): robust to the load drifting between rounds.
+    bg_ratio = median_or_none(_paired(raw["bg_slow"], raw["bg_base"], "fast_worker_steps_per_s"))
+    ig_ratio = median_or_none(_paired(raw["ig_slow"], raw["ig_base"], "tower_steps_per_s"))
     return {
         "between_graph": {
             "fast_worker_steps_per_s_no_straggler": fast_base,
             "fast_worker_steps_per_s_with_straggler": fast_slow,
             "slow_worker_steps_per_s_with_straggler": slow_slow,
-            "fast_worker_rate_ratio": bg_ratio,
+            "fast_worker_rate_ratio": bg_ratio,  # median over rounds of (with straggler / without)
+            "fast_worker_rate_ratio_per_round": _paired(raw["bg_slow"], raw["bg_base"], "fast_worker_steps_per_s"),
             "fast_worker_within_10pct": None if bg_ratio is None else abs(bg_ratio - 1.0) <= 0.10,
             # on shared cores a sleeping straggler hands its CPU to the fast worker, which then speeds up
             "fast_worker_not_slowed": None if bg_ratio is None else bg_ratio >= 0.90,
@@ -159,7 +170,8 @@ def summarize(raw: dict[str, list[dict[str, float | None]]]) -> dict[str, Any]:
         "in_graph": {
             "tower_steps_per_s_no_straggler": ig_base,
             "tower_steps_per_s_with_straggler": ig_slow,
-            "tower_rate_ratio": ig_ratio,
+            "tower_rate_ratio": ig_ratio,  # median over rounds of (with straggler / without)
+            "tower_rate_ratio_per_round": _paired(raw["ig_slow"], raw["ig_base"], "tower_steps_per_s"),
             "expected_ratio": 1.0 / FACTOR,
             "step_s_no_straggler": _median_of(raw["ig_base"], "step_s"),
             "step_s_with_straggler": _median_of(raw["ig_slow"], "step_s"),
@@ -218,7 +230,7 @@ def variant_table(name: str, result: dict[str, Any]) -> list[str]:
     return [
         f"## {name}",
         "",
-        "| mode | measured | no straggler | worker:1 at 4x | ratio |",
+        "| mode | measured | no straggler | worker:1 at 4x | ratio (median of per-round ratios) |",
         "|---|---|---|---|---|",
         f"| between-graph | fast worker (worker:0) steps/s | {_fmt(bg['fast_worker_steps_per_s_no_straggler'])} "
         f"| {_fmt(bg['fast_worker_steps_per_s_with_straggler'])} | {_fmt(bg['fast_worker_rate_ratio'], 3)} |",
@@ -227,6 +239,10 @@ def variant_table(name: str, result: dict[str, Any]) -> list[str]:
         f"| in-graph | every tower, steps/s | {_fmt(ig['tower_steps_per_s_no_straggler'])} "
         f"| {_fmt(ig['tower_steps_per_s_with_straggler'])} | {_fmt(ig['tower_rate_ratio'], 3)} (1/4 = 0.25) |",
         f"| in-graph | step time, s | {_fmt(ig['step_s_no_straggler'], 4)} | {_fmt(ig['step_s_with_straggler'], 4)} | |",
+        "",
+        "Per-round ratios: between-graph fast worker "
+        + ", ".join(_fmt(r, 3) for r in bg["fast_worker_rate_ratio_per_round"])
+        + "; in-graph towers " + ", ".join(_fmt(r, 3) for r in ig["tower_rate_ratio_per_round"]) + ".",
         "",
         f"- between-graph fast worker within 10 % of its no-straggler rate: **{_fmt(bg['fast_worker_within_10pct'])}**; "
         f"not slowed (ratio >= 0.9): **{_fmt(bg['fast_worker_not_slowed'])}** (on shared cores the sleeping straggler "
@@ -247,6 +263,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         "rounds of the steady-state progress intervals (between-graph: only while both workers train).",
         "",
     ]
+    if result.get("note"):
+        lines += [f"Note: {result['note']}", ""]
     for variant, figures in result["results"].items():
         lines += variant_table(f"{variant}: {result['variants'][variant]}", figures)
     return "\n".join(lines)
