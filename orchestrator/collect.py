@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
@@ -22,6 +22,9 @@ from orchestrator.plan import HostPlan
 from orchestrator.state import ClusterState
 from orchestrator.transport import LineStream, Transport
 from training.layout import RunLayout
+
+if TYPE_CHECKING:
+    from orchestrator.runs import RunRecord
 
 Opener = Callable[[HostPlan], Transport]
 BACKOFF_MAX_S = 30.0
@@ -157,8 +160,8 @@ class Collector:
         self._aux_lock = threading.Lock()
 
     @classmethod
-    def for_record(cls, record: Any, interval: float = 1.0, opener: Opener | None = None) -> Collector:
-        """From a run record (orchestrator.runs.RunRecord): its plan, hosts and resolved run dirs."""
+    def for_record(cls, record: RunRecord, interval: float = 1.0, opener: Opener | None = None) -> Collector:
+        """From a run record: its plan, hosts and the run dirs resolved on each host at start."""
         from orchestrator.remote import host_plan_from_json
 
         plan = record.plan

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rich.table import Table
 from rich.text import Text
+from textual import events
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -362,10 +363,9 @@ class DashboardApp(App[None]):
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self._set_filter(event.value.strip())
 
-    def on_key(self, event: object) -> None:
-        key = getattr(event, "key", "")
+    def on_key(self, event: events.Key) -> None:
         box = self.query_one("#filter", Input)
-        if key == "escape" and box.display:
+        if event.key == "escape" and box.display:
             self._set_filter("")
 
     def _set_filter(self, text: str) -> None:
