@@ -122,3 +122,12 @@ def test_optimizer_slots_stay_on_the_ps_tasks() -> None:
     slots = [v for v in built.variables if "Adam" in v.name or "power" in v.name]
     assert slots, [v.name for v in built.variables]
     assert all(v.device.startswith("/job:ps/task:") for v in built.variables), built.variables
+
+
+def test_shared_checkpoint_dir_shards_the_save_onto_each_ps() -> None:
+    """shared_checkpoint_dir: every PS task writes its own shard (needs a filesystem all of them share)."""
+    graph, built = build(gpu_plan(shared_checkpoint_dir=True, checkpoint_dir="/shared/ckpt"))
+    assert built.saver._sharded
+    saves = [op for op in graph.get_operations() if op.type == "SaveV2"]
+    # one shard per PS device (the global step may get a shard of its own on its PS): none on the client
+    assert {task_of(op.device) for op in saves} == {"ps:0", "ps:1"}, [op.device for op in saves]
