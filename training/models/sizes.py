@@ -36,7 +36,7 @@ def mlp_shapes(args: Mapping[str, object]) -> list[VariableShape]:
     classes = int(args.get("classes", 10))  # type: ignore[call-overload]
     dims = [input_dim, *hidden, classes]
     shapes = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
         shapes.append(VariableShape(f"layer{i}/kernel", (a, b)))
         shapes.append(VariableShape(f"layer{i}/bias", (b,)))
     return shapes
