@@ -6,9 +6,11 @@ mechanics without TF's import time.
 from __future__ import annotations
 
 import os
+import queue
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -232,24 +234,46 @@ def test_stop_reports_an_unreachable_host_and_is_idempotent(
     assert not Path(machines.workdir(2), "runs", "lost-host").exists()
 
 
-def test_logs_follow_streams_lines_until_interrupted(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+def test_logs_follow_streams_lines_reconnects_and_ends_on_ctrl_c(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
     hosts = _hosts(machines, tmp_path, 120.0)
     assert cli(state_dir, "start", str(hosts), "--run", "logs-test").returncode == 0
     try:
         plain = cli(state_dir, "logs", "logs-test", "ps:0")
         assert "ps:0@m0 hello from ps:0" in plain.stdout.splitlines()
         with cli_process(state_dir, "logs", "logs-test", "worker:1", "-f") as proc:
-            assert proc.stdout is not None
-            ticks: list[str] = []
-            deadline = time.monotonic() + 30
-            while len(ticks) < 5 and time.monotonic() < deadline:
-                line = proc.stdout.readline()
-                if line.startswith("worker:1@m2 tick worker:1"):
-                    ticks.append(line)
-            assert len(ticks) == 5
+            lines: queue.Queue[str] = queue.Queue()
+
+            def read() -> None:
+                for line in proc.stdout or []:
+                    lines.put(line)
+
+            threading.Thread(target=read, daemon=True).start()
+
+            def next_lines(prefix: str, n: int, timeout: float = 30) -> list[str]:
+                got: list[str] = []
+                deadline = time.monotonic() + timeout
+                while len(got) < n and time.monotonic() < deadline:
+                    try:
+                        line = lines.get(timeout=0.5)
+                    except queue.Empty:
+                        continue
+                    if line.startswith(prefix):
+                        got.append(line)
+                assert len(got) == n, f"saw {got}"
+                return got
+
+            next_lines("worker:1@m2 tick worker:1", 5)
+            # The SSH connection to m2 is lost (its sshd and sessions die); the task goes on (detached).
+            machines.stop(2)
+            next_lines("-- worker:1@m2: host m2:", 1)
+            machines.start(2)
+            next_lines("worker:1@m2 tick worker:1", 3)  # streaming again, after a reconnect with backoff
             os.kill(proc.pid, signal.SIGINT)
             assert proc.wait(timeout=10) == 0
     finally:
+        machines.start(2)
         assert cli(state_dir, "stop", "logs-test").returncode == 0
     assert run_processes("logs-test") == []
 
