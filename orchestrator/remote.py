@@ -155,7 +155,7 @@ class RemoteRun:
             f"while [ $i -lt {polls} ] && kill -0 $pid 2>/dev/null; do\n"
             f"  s=''; [ -f {sup_state} ] && read -r s < {sup_state}\n"
             "  case $s in *'\"state\":\"running\"'*|*'\"state\":\"finished\"'*|*'\"state\":\"failed\"'*|"
-            "*'\"state\":\"stopped\"'*) break;; esac\n"
+            "*'\"state\":\"stopped\"'*|*'\"state\":\"crashed\"'*) break;; esac\n"
             "  sleep 0.05; i=$((i+1))\ndone\n"
             + self._states_script("$pid")
         )

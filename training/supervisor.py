@@ -271,6 +271,22 @@ class Supervisor:
                 self._record(task, "exited")
 
     def serve(self) -> int:
+        try:
+            return self._serve()
+        except Exception:
+            # A bug here must not leave tasks unsupervised and a state file saying "running".
+            import traceback
+
+            traceback.print_exc()  # to logs/supervisor-<host>.log
+            self.stop_requested = True
+            try:
+                self._stop_tasks()
+            finally:
+                self.state, self.ended_at = "crashed", time.time()
+                self._write_self()
+            return 1
+
+    def _serve(self) -> int:
         signal.signal(signal.SIGTERM, self._handle_term)
         signal.signal(signal.SIGINT, self._handle_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away

@@ -162,6 +162,9 @@ def status(
         for h in st.hosts:
             if h.error:
                 console.print(f"host {h.host}: {escape(h.error)}")
+            elif h.supervisor in ("starting", "running") and not h.supervisor_alive:
+                console.print(f"host {h.host}: its supervisor is gone (killed?): tasks there are not restarted; "
+                              f"`tfcluster stop {st.run_id}` still stops them")
     if st.failed:
         raise typer.Exit(1)
 
