@@ -24,7 +24,7 @@ from pydantic_core import ErrorDetails
 
 from orchestrator.config import Config, explicit_ssh
 from orchestrator.errors import ConfigError
-from orchestrator.plan import build_plan
+from orchestrator.plan import ClusterPlan, build_plan
 from orchestrator.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
 from orchestrator.toml_lines import KeyPath, find_line, format_key_path, parse_key_path
 
@@ -107,16 +107,27 @@ def _check_resolved_endpoints(config: Config, source: str) -> None:
         seen[endpoint] = i
 
 
+def tf_addresses(config: Config, source: str = "hosts.toml") -> dict[str, str]:
+    """The address other TF tasks dial for each SSH host: an ssh-config alias only means something to
+    this machine's ssh, so the cluster spec gets the HostName it stands for (ProxyJump is for the
+    orchestrator's own connection: the tasks dial each other directly)."""
+    return {name: resolved.hostname for name, resolved in resolve_hosts_ssh(config, source).items()}
+
+
+def plan_config(config: Config, source: str = "hosts.toml") -> ClusterPlan:
+    """The plan with ~/.ssh/config applied to the addresses: what `plan`, `check` and `start` use."""
+    return build_plan(config, source, tf_addresses(config, source))
+
+
 def alias_warnings(config: Config, source: str = "hosts.toml") -> list[str]:
-    """Hosts whose address is an ssh-config alias: TF tasks on the other machines dial the address as
-    written in the cluster spec, and an alias only means something to this machine's ssh."""
+    """Hosts whose address is an ssh-config alias: say which HostName the TF tasks will dial instead,
+    since that name must also be reachable from every other machine of the cluster."""
     out = []
     for name, resolved in resolve_hosts_ssh(config, source).items():
         if resolved.hostname.lower() != resolved.alias.lower():
             out.append(
-                f"host {name}: `{resolved.alias}` is an ssh config alias for {resolved.hostname}; TensorFlow tasks "
-                f"on the other machines dial `{resolved.alias}` as written, so it must resolve there too "
-                f'(or write address = "{resolved.hostname}")'
+                f"host {name}: `{resolved.alias}` is an ssh config alias for {resolved.hostname}; the cluster "
+                f"spec uses {resolved.hostname}, which every other machine must be able to reach"
             )
     return out
 

@@ -25,9 +25,10 @@ from typing import Any
 
 from orchestrator import runs
 from orchestrator.config import Config
+from orchestrator.config_load import plan_config
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.lifecycle import stop_hosts
-from orchestrator.plan import ClusterPlan, HostPlan, build_plan
+from orchestrator.plan import ClusterPlan, HostPlan
 from orchestrator.remote import RemoteRun, open_transport
 from orchestrator.ship import (
     CACHE_DIR,
@@ -85,7 +86,7 @@ class StartResult:
 def plan_for(config: Config, mode: str | None, source: str) -> ClusterPlan:
     if mode is not None and mode != config.cluster.mode:
         config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"mode": mode})})
-    return build_plan(config, source)
+    return plan_config(config, source)
 
 
 class _Starter:

@@ -21,6 +21,7 @@ import ipaddress
 import json
 import shlex
 import string
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -106,15 +107,20 @@ class ClusterPlan:
         return data
 
 
-def _host_address(host: HostConfig) -> str:
-    """The address TF tasks use for each other: the SSH address (an alias from ~/.ssh/config is
-    resolved to its HostName by the transport, not here: the plan stays pure)."""
-    return host.address
+def build_plan(
+    config: Config, source: str = "hosts.toml", tf_addresses: Mapping[str, str] | None = None
+) -> ClusterPlan:
+    """Turn a validated Config into the ClusterPlan. Raises ConfigError for plans that cannot run.
 
-
-def build_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
-    """Turn a validated Config into the ClusterPlan. Raises ConfigError for plans that cannot run."""
+    `tf_addresses` maps a host name to the address the other tasks dial (the HostName an ssh-config
+    alias stands for, from `orchestrator.config_load.plan_config`); the plan stays pure, so whoever
+    reads ~/.ssh/config passes it in. Hosts not in it are dialled at their `address` as written."""
     check_rules(config, source)
+    dial = dict(tf_addresses or {})
+
+    def _host_address(host: HostConfig) -> str:
+        return dial.get(host.name, host.address)
+
     mode = config.cluster.mode
     hosts_with = {r: [h for h in config.hosts if r in h.roles] for r in ("ps", "worker", "chief")}
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config_load import alias_warnings, load_config
+from orchestrator.config_load import alias_warnings, load_config, plan_config
 from orchestrator.errors import ConfigError
 
 # A valid cluster that each case breaks in one place.
@@ -348,6 +348,11 @@ def test_alias_warning_names_the_real_hostname(tmp_path: Path, isolated_home: Pa
     (tmp_path / "hosts.toml").write_text(GOOD + '[[hosts]]\nname = "a"\naddress = "box-a"\nroles = ["worker"]\n')
     config = load_config(tmp_path / "hosts.toml")
     assert alias_warnings(config) == [
-        "host a: `box-a` is an ssh config alias for 10.0.0.30; TensorFlow tasks on the other machines dial "
-        '`box-a` as written, so it must resolve there too (or write address = "10.0.0.30")'
+        "host a: `box-a` is an ssh config alias for 10.0.0.30; the cluster spec uses 10.0.0.30, which every "
+        "other machine must be able to reach"
     ]
+    plan = plan_config(config)
+    task = next(t for t in plan.tasks if t.host == "a")
+    assert task.address == "10.0.0.30"
+    assert f"10.0.0.30:{task.port}" in plan.cluster_spec[task.job]
+    assert plan.host("a").address == "box-a"  # ssh still connects through the alias (User, ProxyJump...)
