@@ -27,10 +27,8 @@ from typing import Any
 
 import psutil
 
+from benchmarks.common import ROOT, machine_line, publish
 from tests.helpers.ports import free_port_block
-
-RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -106,20 +104,14 @@ def run(seconds: float, tasks: int) -> dict[str, Any]:
             "load_avg_1m_at_end": round(os.getloadavg()[0], 2)}
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    jp, mp = directory / "agent.json", directory / "agent.md"
-    jp.write_text(json.dumps(result, indent=2) + "\n")
-    mp.write_text(
+def to_markdown(result: dict[str, Any]) -> str:
+    return (
         "# Telemetry agent CPU use\n\n"
         f"{result['tasks']} task event files at 1 line/s each, one live PS connection, interval 1 s, "
         f"{result['seconds']} s measured.\n\n"
         f"| CPU (% of one core) | target | lines streamed |\n|---|---|---|\n"
-        f"| {result['cpu_pct_of_one_core']} | < {result['target_pct']} | {result['lines_out']} |\n")
-    with mp.open("a") as f:
-        f.write(f"\nMachine: {result['machine_cpus']} CPUs, load average (1 min) at the end "
-                f"{result['load_avg_1m_at_end']} (shared with other work: CPU figures are upper bounds).\n")
-    return jp, mp
+        f"| {result['cpu_pct_of_one_core']} | < {result['target_pct']} | {result['lines_out']} |\n"
+        + machine_line(result["machine_cpus"], result["load_avg_1m_at_end"]))
 
 
 def main() -> None:
@@ -128,9 +120,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=8)
     args = ap.parse_args()
     result = run(args.seconds, args.tasks)
-    jp, mp = write_results(result)
-    print(json.dumps(result, indent=2))
-    print(f"wrote {jp} and {mp}")
+    publish("agent", result, to_markdown(result), show_json=True)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,7 @@ Writes benchmarks/results/check.json and check.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,14 +23,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import ROOT, medians, publish
 from orchestrator.check import local_tf_version, run_check
 from orchestrator.config_load import load_config
 from orchestrator.plan import build_plan
 from orchestrator.transports import transport_for
 from tests.integration.sshd import Machines, start_machines, stop_all
 
-RESULTS = Path(__file__).resolve().parent / "results"
-ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 2.0
 
 
@@ -86,8 +83,7 @@ def measure(rounds: int = 7, machines_n: int = 8) -> dict[str, Any]:
     finally:
         machines.close()
         stop_all()
-    med = {n: statistics.median(v) for n, v in raw.items()}
-    cli_med = {n: statistics.median(v) for n, v in cli.items()}
+    med, cli_med = medians(raw), medians(cli)
     ratio = med[machines_n] / med[1]
     return {
         "benchmark": "check",
@@ -128,23 +124,13 @@ def to_markdown(r: dict[str, Any]) -> str:
     ])
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = directory / "check.json", directory / "check.md"
-    json_path.write_text(json.dumps(result, indent=2) + "\n")
-    md_path.write_text(to_markdown(result))
-    return json_path, md_path
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--machines", type=int, default=8)
     args = parser.parse_args(argv)
     result = measure(args.rounds, args.machines)
-    json_path, md_path = write_results(result)
-    print(to_markdown(result))
-    print(f"wrote {json_path} and {md_path}")
+    publish("check", result, to_markdown(result))
     return 0
 
 

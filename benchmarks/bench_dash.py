@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import psutil
 
+from benchmarks.common import machine_line, publish
 from orchestrator.source import ReplaySource
 from orchestrator.synthetic import Scenario, build
 from tui.app import DashboardApp
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def _cpu(p: psutil.Process) -> float:
@@ -76,11 +73,8 @@ async def _run(seconds: float, tasks: int, warmup: float) -> dict[str, Any]:
     }
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    jp, mp = directory / "dash.json", directory / "dash.md"
-    jp.write_text(json.dumps(result, indent=2) + "\n")
-    mp.write_text(
+def to_markdown(result: dict[str, Any]) -> str:
+    return (
         "# Dashboard at 256 tasks, 1 Hz\n\n"
         f"{result['tasks']} tasks on {result['hosts']} hosts, ~{result['events_per_s']} events/s, Textual headless "
         f"160x50, refresh every 1 s, {result['seconds']} s measured.\n\n"
@@ -88,11 +82,8 @@ def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Pa
         "|---|---|---|---|---|---|---|\n"
         f"| {result['cpu_pct_of_one_core']} | < {result['target_pct']} | {result['frames']} | "
         f"{result['frame_ms_median']} | {result['frame_ms_p95']} | {result['frame_ms_max']} | "
-        f"{result['events_due_not_applied_at_end']} |\n")
-    with mp.open("a") as f:
-        f.write(f"\nMachine: {result['machine_cpus']} CPUs, load average (1 min) at the end "
-                f"{result['load_avg_1m_at_end']} (shared with other work: CPU figures are upper bounds).\n")
-    return jp, mp
+        f"{result['events_due_not_applied_at_end']} |\n"
+        + machine_line(result["machine_cpus"], result["load_avg_1m_at_end"]))
 
 
 def main() -> None:
@@ -102,9 +93,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=5.0)
     args = ap.parse_args()
     result = asyncio.run(_run(args.seconds, args.tasks, args.warmup))
-    jp, mp = write_results(result)
-    print(json.dumps(result, indent=2))
-    print(f"wrote {jp} and {mp}")
+    publish("dash", result, to_markdown(result), show_json=True)
 
 
 if __name__ == "__main__":

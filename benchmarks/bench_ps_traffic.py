@@ -16,7 +16,6 @@ Writes benchmarks/results/ps_traffic.json and ps_traffic.md.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -24,10 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import publish
 from orchestrator.collect import Collector, state_from_plan_json
 from tests.helpers.local_cluster import local_plan, running_cluster
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str, Any]:
@@ -73,11 +71,8 @@ def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str,
     }
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    jp, mp = directory / "ps_traffic.json", directory / "ps_traffic.md"
-    jp.write_text(json.dumps(result, indent=2) + "\n")
-    mp.write_text(
+def to_markdown(result: dict[str, Any]) -> str:
+    return (
         "# PS traffic: measured (kernel TCP counters) vs accounted (variable sizes)\n\n"
         f"Model `wide`, {result['params']:,} parameters, 1 ps + 2 workers between-graph on this machine, "
         f"{result['samples']} one-second samples.\n\n"
@@ -87,7 +82,6 @@ def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Pa
         f"| out (pulled by workers) | {result['measured_out_Bps']:,} | {result['accounted_out_Bps']:,} | "
         f"{result['ratio_out']} |\n\n"
         f"Target: within 10 %: {'met' if result['meets_target'] else 'NOT met'}.\n")
-    return jp, mp
 
 
 def main() -> None:
@@ -96,9 +90,7 @@ def main() -> None:
     ap.add_argument("--params", type=int, default=2_000_000)
     args = ap.parse_args()
     result = run(args.seconds, args.params)
-    jp, mp = write_results(result)
-    print(json.dumps(result, indent=2))
-    print(f"wrote {jp} and {mp}")
+    publish("ps_traffic", result, to_markdown(result), show_json=True)
 
 
 if __name__ == "__main__":

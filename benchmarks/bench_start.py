@@ -17,7 +17,6 @@ Writes benchmarks/results/start.json and start.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -29,7 +28,8 @@ from typing import Any
 
 import psutil
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from benchmarks.common import medians, publish
+
 TARGET_RATIO = 2.0
 
 
@@ -88,7 +88,7 @@ def run(trials: int, many: int) -> dict[str, Any]:
                     warm[n].append(seconds)
     finally:
         machines.close()
-    med = {n: statistics.median(v) for n, v in warm.items()}
+    med = medians(warm)
     ratio = med[many] / med[1]
     return {
         "benchmark": "start",
@@ -117,10 +117,7 @@ def run(trials: int, many: int) -> dict[str, Any]:
     }
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    jp, mp = directory / "start.json", directory / "start.md"
-    jp.write_text(json.dumps(result, indent=2) + "\n")
+def to_markdown(result: dict[str, Any]) -> str:
     many = str(result["hosts"][1])
     lines = [
         f"# start: 1 host vs {many} hosts",
@@ -149,8 +146,7 @@ def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Pa
               f"{verdict} the target.", "",
               f"Machine: {result['machine']['cpus']} CPUs, Python {result['machine']['python']}, "
               f"measured {result['measured_at']}.", ""]
-    mp.write_text("\n".join(lines))
-    return jp, mp
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -159,9 +155,7 @@ def main() -> None:
     parser.add_argument("--hosts", type=int, default=16)
     args = parser.parse_args()
     result = run(args.trials, args.hosts)
-    jp, mp = write_results(result)
-    print(mp.read_text())
-    print(f"written: {jp} {mp}")
+    publish("start", result, to_markdown(result))
 
 
 if __name__ == "__main__":

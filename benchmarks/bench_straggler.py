@@ -23,18 +23,16 @@ Writes benchmarks/results/straggler.json and straggler.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
 import time
 from pathlib import Path
-from statistics import median
 from typing import Any
 
+from benchmarks.common import machine, median_or_none, publish
 from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
 
-RESULTS = Path(__file__).resolve().parent / "results"
 FACTOR = 4.0
 PACED_BASE = 2.0  # "paced": every worker idles half of each step, the straggler 4x longer than the others
 SKIP_EVENTS = 2  # the first progress events include session start-up and graph warm-up
@@ -48,10 +46,6 @@ def steady_rates(events: list[dict[str, Any]], skip: int = SKIP_EVENTS) -> list[
         if steps and interval and interval > 0:
             rates.append(steps / interval)
     return rates
-
-
-def median_or_none(values: list[float]) -> float | None:
-    return median(values) if values else None
 
 
 def worker_affinity(pinned: bool) -> dict[str, set[int]]:
@@ -209,7 +203,7 @@ def bench(rounds: int, steps_between: int, steps_in_graph: int, timeout: float,
             "paced": "every worker at slowdown 2 (half of each step idle, like a device-bound step that leaves the "
                      "host CPU free), the straggler at 8 = 4x the others; no CPU left for a straggler to hand over",
         },
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0]},
+        "machine": machine(),
         "rounds": rounds,
         "results": {v: summarize(raw[v]) for v in variants},
     }
@@ -270,14 +264,6 @@ def to_markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = directory / "straggler.json", directory / "straggler.md"
-    json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    md_path.write_text(to_markdown(result), encoding="utf-8")
-    return json_path, md_path
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -290,9 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     steps_between, steps_in_graph = (1500, 120) if args.quick else (2500, 300)
     variants = tuple(v for v in args.variants.split(",") if v in ("shared", "paced", "pinned"))
     result = bench(rounds, steps_between, steps_in_graph, timeout=300.0, variants=variants or ("shared",))
-    json_path, md_path = write_results(result)
-    print(to_markdown(result))
-    print(f"wrote {json_path} and {md_path}")
+    publish("straggler", result, to_markdown(result))
     return 0
 
 

@@ -35,11 +35,11 @@ from pathlib import Path
 from statistics import median, pstdev
 from typing import Any
 
+from benchmarks.common import RESULTS, machine, publish
 from orchestrator.plan import TaskPlan
 from tests.helpers.local_cluster import LocalCluster, local_plan
 from training.telemetry.writer import ProgressReporter
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TARGET = 0.02
 THROUGHPUT = re.compile(r"throughput: (\d+) steps in ([\d.]+) s after warm-up \(([\d.]+) steps/s, telemetry (on|off)\)")
 
@@ -171,7 +171,7 @@ def summarize(raw: dict[str, list[dict[str, Any]]], rounds: int, steps: int,
         "benchmark": "telemetry",
         "cluster": "1 ps, 1 CPU worker (chief), model mlp, batch 32, progress_interval 1 s, local processes; "
                    "the telemetry-on and telemetry-off clusters run at the same time",
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0]},
+        "machine": machine(),
         "rounds": rounds,
         "steps": steps,
         "end_to_end": {
@@ -232,14 +232,6 @@ def to_markdown(result: dict[str, Any]) -> str:
     ])
 
 
-def write_results(result: dict[str, Any], directory: Path = RESULTS) -> tuple[Path, Path]:
-    directory.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = directory / "telemetry.json", directory / "telemetry.md"
-    json_path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    md_path.write_text(to_markdown(result), encoding="utf-8")
-    return json_path, md_path
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -256,9 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         result["machine"] = old["machine"]
     else:
         result = bench(rounds, steps, timeout=300.0)
-    json_path, md_path = write_results(result)
-    print(to_markdown(result))
-    print(f"wrote {json_path} and {md_path}")
+    publish("telemetry", result, to_markdown(result))
     return 0
 
 

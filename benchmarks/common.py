@@ -1,0 +1,52 @@
+"""What every benchmark shares: where its results go, how they are written, the machine they ran on."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(__file__).resolve().parent / "results"
+
+K = TypeVar("K")
+
+
+def write_results(name: str, data: dict[str, Any], markdown: str, directory: Path = RESULTS) -> tuple[Path, Path]:
+    """<directory>/<name>.json (the figures, for tools) and <name>.md (the same for people)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = directory / f"{name}.json", directory / f"{name}.md"
+    json_path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    md_path.write_text(markdown, encoding="utf-8")
+    return json_path, md_path
+
+
+def publish(name: str, data: dict[str, Any], markdown: str, *, show_json: bool = False) -> tuple[Path, Path]:
+    """Write both result files, then print the figures (as JSON or as the Markdown) and where they went."""
+    json_path, md_path = write_results(name, data, markdown)
+    print(json.dumps(data, indent=2) if show_json else markdown)
+    print(f"wrote {json_path} and {md_path}")
+    return json_path, md_path
+
+
+def machine() -> dict[str, Any]:
+    """CPUs and the 1-minute load average now: the machine is shared, so its load colours every figure."""
+    return {"cpus": os.cpu_count(), "load_avg_1m_at_end": os.getloadavg()[0]}
+
+
+def machine_line(cpus: int | None, load_avg_1m: float) -> str:
+    """The closing Markdown line of a CPU-use benchmark."""
+    return (f"\nMachine: {cpus} CPUs, load average (1 min) at the end "
+            f"{load_avg_1m} (shared with other work: CPU figures are upper bounds).\n")
+
+
+def median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def medians(samples: Mapping[K, Iterable[float]]) -> dict[K, float]:
+    """The median of each series, e.g. seconds per host count."""
+    return {key: statistics.median(values) for key, values in samples.items()}
