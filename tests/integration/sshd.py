@@ -49,6 +49,8 @@ from pathlib import Path
 
 import psutil
 
+from orchestrator.ports import free_port_on
+
 SSHD = os.environ.get("TFCLUSTER_TEST_SSHD", "/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
 START_TIMEOUT_S = 10.0
@@ -69,25 +71,6 @@ def _keygen(path: Path, comment: str) -> None:
         [SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
         check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
-
-
-def _free_port(addresses: Sequence[str]) -> int:
-    """A port free on 0.0.0.0 (hence on every loopback address), from the high ephemeral range."""
-    for _ in range(200):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        ok = True
-        for addr in ("0.0.0.0", *addresses):
-            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-                try:
-                    s.bind((addr, port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return port
-    raise RuntimeError("no free port for sshd")
 
 
 def _toml_value(value: object) -> str:
@@ -111,7 +94,7 @@ class Machines:
         self.root = root
         self._owns_root = owns_root
         self.addresses = [f"127.0.0.{first_address + i}" for i in range(n)]
-        self.port = _free_port(self.addresses)
+        self.port = free_port_on(self.addresses)  # one port, free on every address
         self.user = getpass.getuser()
         self.identity_file = str(user_key)
         self.known_hosts = str(root / "known_hosts")

@@ -23,6 +23,7 @@ from orchestrator import lifecycle, runs
 from orchestrator.collect import Collector, CollectorActions
 from orchestrator.config_load import load_config
 from orchestrator.launch import StartOptions, start
+from orchestrator.ports import free_port_block
 from orchestrator.state import ClusterState
 
 DEMO_TOML = """\
@@ -57,26 +58,6 @@ def register(app: typer.Typer) -> None:
     app.command("demo")(demo)
 
 
-def _base_port() -> int:
-    import random
-    import socket
-
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 60000)
-        ok = True
-        for p in range(base, base + 3):
-            with socket.socket() as s:
-                try:
-                    s.bind(("0.0.0.0", p))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return base
-    raise RuntimeError("no 3 consecutive free ports")
-
-
 def _finished(st: ClusterState) -> bool:
     """Every task exited for good (the supervisor does not restart a task that exited 0)."""
     return bool(st.tasks) and all(t.liveness == "exited" for t in st.tasks.values())
@@ -93,7 +74,7 @@ def demo(
     steps = steps or (500 if headless else 200_000)
     home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
     hosts = home / "hosts.toml"
-    hosts.write_text(DEMO_TOML.format(base_port=_base_port(), python=json.dumps(sys.executable),
+    hosts.write_text(DEMO_TOML.format(base_port=free_port_block(3), python=json.dumps(sys.executable),
                                       workdir=json.dumps(str(home / "work")), steps=steps))
     console = Console(stderr=True)
     console.print(f"demo: starting 1 ps + 2 workers on this machine ({hosts})")
