@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,9 +16,10 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120.0
@@ -46,6 +48,32 @@ def cli_process(state_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
         for stream in (proc.stdout, proc.stderr):
             if stream is not None:
                 stream.close()
+
+
+@contextmanager
+def isolated_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                       stop: Literal["never", "if-running", "always"] = "never") -> Iterator[Path]:
+    """TFCLUSTER_STATE_DIR in the test's tmp_path (for the CLI subprocesses too). At the end every run
+    recorded there is cleaned up, whatever the test left behind: first `tfcluster stop --grace 1` when
+    `stop` says so (`if-running`: only while processes of the run are still seen), then any process of it
+    still alive is killed."""
+    state = tmp_path / "state"
+    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
+    try:
+        yield state
+    finally:
+        for record in records(state):
+            run_id = record["run_id"]
+            if stop == "always" or (stop == "if-running" and run_processes(run_id)):
+                cli(state, "stop", run_id, "--grace", "1")
+            kill_run(run_id)
+
+
+def started_run_id(stdout: str) -> str:
+    """The run id in `tfcluster start`'s "started <run id> in ..." line."""
+    match = re.search(r"started (\S+) in", stdout)
+    assert match, stdout
+    return match.group(1)
 
 
 def records(state_dir: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ import pytest
 
 from orchestrator import runs
 from orchestrator.collect import Collector
-from tests.integration.lifecycle_helpers import cli, kill_run, records, status_json, wait_for
+from tests.integration.lifecycle_helpers import cli, isolated_state_dir, started_run_id, status_json, wait_for
 from tests.integration.sshd import Machines
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
@@ -38,21 +37,15 @@ def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
 
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    state = tmp_path / "state"
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
-    yield state
-    for record in records(state):
-        cli(state, "stop", record["run_id"], "--grace", "1")
-        kill_run(record["run_id"])
+    with isolated_state_dir(tmp_path, monkeypatch, stop="always") as state:
+        yield state
 
 
 def test_dash_once_json_and_killed_worker(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training=TRAINING)
     res = cli(state_dir, "start", str(hosts), "--timeout", "120")
     assert res.returncode == 0, res.stdout + res.stderr
-    match = re.search(r"started (\S+) in", res.stdout)
-    assert match, res.stdout
-    run_id = match.group(1)
+    run_id = started_run_id(res.stdout)
 
     def training() -> bool:
         _, st = status_json(state_dir, run_id)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import queue
-import re
 import signal
 import sys
 import threading
@@ -23,9 +22,10 @@ from orchestrator.config_load import load_config
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
-    kill_run,
+    isolated_state_dir,
     records,
     run_processes,
+    started_run_id,
     status_json,
     wait_for,
 )
@@ -56,11 +56,8 @@ def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
 
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    state = tmp_path / "state"
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
-    yield state
-    for record in records(state):  # whatever a failing test left behind
-        kill_run(record["run_id"])
+    with isolated_state_dir(tmp_path, monkeypatch) as state:  # kills whatever a failing test left behind
+        yield state
 
 
 def _hosts(machines: Machines, tmp_path: Path, seconds: float, *extra: str, **training: Any) -> Path:
@@ -70,17 +67,11 @@ def _hosts(machines: Machines, tmp_path: Path, seconds: float, *extra: str, **tr
         "command": "{python} task.py {job} {task} " + args, "sync": ["task.py"], **training})
 
 
-def _run_id(stdout: str) -> str:
-    match = re.search(r"started (\S+) in", stdout)
-    assert match, stdout
-    return match.group(1)
-
-
 def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     hosts = _hosts(machines, tmp_path, 120.0)
     res = cli(state_dir, "start", str(hosts))
     assert res.returncode == 0, res.stderr
-    run_id = _run_id(res.stdout)
+    run_id = started_run_id(res.stdout)
     assert len(run_processes(run_id)) >= 4 + 3  # tasks + one supervisor per host, seen independently
     code, st = status_json(state_dir, run_id)
     assert code == 0

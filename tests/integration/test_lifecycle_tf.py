@@ -17,7 +17,14 @@ from typing import Any
 import pytest
 
 from orchestrator import runs
-from tests.integration.lifecycle_helpers import cli, kill_run, records, run_processes, status_json, wait_for
+from tests.integration.lifecycle_helpers import (
+    cli,
+    isolated_state_dir,
+    run_processes,
+    started_run_id,
+    status_json,
+    wait_for,
+)
 from tests.integration.sshd import Machines
 
 pytestmark = pytest.mark.integration
@@ -83,21 +90,15 @@ def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
 
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    state = tmp_path / "state"
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
-    yield state
-    for record in records(state):  # a failed test's run: stop it for real, then make sure
-        if run_processes(record["run_id"]):
-            cli(state, "stop", record["run_id"], "--grace", "1")
-        kill_run(record["run_id"])
+    # a failed test's run: stopped for real (while it has processes), then killed to make sure
+    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state:
+        yield state
 
 
 def _start(state_dir: Path, hosts: Path, *args: str) -> str:
     res = cli(state_dir, "start", str(hosts), "--timeout", "120", *args)
     assert res.returncode == 0, res.stdout + res.stderr
-    match = re.search(r"started (\S+) in", res.stdout)
-    assert match, res.stdout
-    return match.group(1)
+    return started_run_id(res.stdout)
 
 
 def _finish(state_dir: Path, run_id: str) -> dict[str, Any]:
