@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 from orchestrator.errors import HostError
-from orchestrator.transport import CommandResult, shell_command
+from orchestrator.transport import CommandResult, ShellTransport, shell_command
 
 _SH = "/bin/sh"
 
@@ -28,15 +28,9 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-class LocalTransport:
+class LocalTransport(ShellTransport):
     def __init__(self, host: str) -> None:
         self.host = host
-
-    def run(
-        self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
-        env: Mapping[str, str] | None = None, cwd: str | None = None,
-    ) -> CommandResult:
-        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin)
 
     def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
         start = time.monotonic()

@@ -25,7 +25,7 @@ import paramiko
 
 from orchestrator.errors import HostError
 from orchestrator.ssh_config import ResolvedSSH
-from orchestrator.transport import CommandResult, shell_command
+from orchestrator.transport import CommandResult, ShellTransport, shell_command
 
 log = logging.getLogger("tfcluster.ssh")
 # Paramiko logs a traceback from its reader thread for every failed handshake; we report each failure
@@ -133,7 +133,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         )
 
 
-class SSHTransport:
+class SSHTransport(ShellTransport):
     """One SSH connection to one host (through its ProxyJump chain), opened on first use."""
 
     def __init__(self, host: str, settings: ResolvedSSH) -> None:
@@ -276,12 +276,7 @@ class SSHTransport:
             raise HostError(self.host, "lost", f"cannot open a session: {exc}") from exc
 
     # --- commands ----------------------------------------------------------------------------------
-    def run(
-        self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
-        env: Mapping[str, str] | None = None, cwd: str | None = None,
-    ) -> CommandResult:
-        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin)
-
+    # `run` (an argv) is ShellTransport.run: run_shell of the quoted command.
     def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
         """Run an already quoted POSIX shell command. On timeout the channel is closed (the remote
         command loses its stdio) and HostError(reason="timeout") is raised: never a hang."""

@@ -2,12 +2,14 @@
 
 Implementations: `orchestrator.ssh_transport.SSHTransport` (Paramiko) and
 `orchestrator.local_transport.LocalTransport` (subprocess, for hosts with transport = "local").
-Commands are given as argv lists and shell-quoted exactly once, by `shell_command`.
+Commands are given as argv lists and shell-quoted exactly once, by `shell_command`; both implementations
+get their argv `run` from `ShellTransport` and only say how they run a shell string.
 """
 
 from __future__ import annotations
 
 import shlex
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -73,3 +75,20 @@ class Transport(Protocol):
     ) -> LineStream: ...
 
     def close(self) -> None: ...
+
+
+class ShellTransport(ABC):
+    """A transport that runs POSIX shell strings: its argv `run` is `run_shell` of `shell_command(argv)`,
+    so every implementation quotes an argv the same way."""
+
+    host: str
+
+    @abstractmethod
+    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+        """Run an already quoted POSIX shell command; on timeout raise HostError(reason="timeout"), never hang."""
+
+    def run(
+        self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None,
+    ) -> CommandResult:
+        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin)
