@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,9 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.check import CheckReport, HostCheck, local_tf_version, run_check
-from orchestrator.config_load import load_config
-from orchestrator.plan import build_plan
 from orchestrator.transports import transport_for
+from tfcluster.common import HostsFile, load_plan, widen
 
 MIN_WIDTH = 140
 
@@ -25,7 +23,7 @@ def register(app: typer.Typer) -> None:
 
 
 def check(
-    hosts_file: Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")],
+    hosts_file: HostsFile,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON on stdout, nothing else.")] = False,
     timeout: Annotated[
         float, typer.Option(min=0.1, help="Seconds each host's probe may take once connected.")
@@ -35,11 +33,8 @@ def check(
     ] = False,
 ) -> None:
     """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock."""
-    config = load_config(hosts_file)
-    plan = build_plan(config, str(hosts_file))
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, MIN_WIDTH)
+    _, plan = load_plan(hosts_file)
+    console = widen(Console(highlight=False), MIN_WIDTH)
     err = Console(stderr=True, highlight=False)
 
     def progress(row: HostCheck) -> None:

@@ -10,7 +10,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
@@ -21,11 +20,13 @@ from rich.table import Table
 
 from orchestrator import launch, lifecycle, runs
 from orchestrator.config_load import load_config
+from tfcluster.common import HostsFile, widen
 
 # `start --dash` opens the dashboard on the new run; the dashboard command module sets this hook.
 open_dashboard: Callable[[str], None] | None = None
 
 console = Console(highlight=False)
+MIN_WIDTH = 140  # for the tables when stdout is a pipe
 err = Console(stderr=True, highlight=False)
 
 
@@ -39,14 +40,8 @@ def register(app: typer.Typer) -> None:
     app.command("logs")(logs)
 
 
-def _wide(c: Console) -> Console:
-    if not c.is_terminal:
-        c.width = max(c.width, 140)
-    return c
-
-
 def start(
-    hosts_file: Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")],
+    hosts_file: HostsFile,
     mode: Annotated[
         Literal["in-graph", "between-graph"] | None,
         typer.Option("--mode", help="Override [cluster] mode."),
@@ -75,7 +70,7 @@ def start(
     with progress:
         result = launch.start(config, str(hosts_file), options, progress=report)
     record = result.record
-    out = _wide(console)
+    out = widen(console, MIN_WIDTH)
     table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")
     for col in ("host", "tasks", "files uploaded", "supervisor pid", "state"):
         table.add_column(col)
@@ -121,7 +116,7 @@ def stop(
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
             left = ", ".join(f"{p['pid']} {p['args'][:40]}" for p in r.remaining) or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
-    _wide(console).print(table)
+    widen(console, MIN_WIDTH).print(table)
     if not all(r.ok for r in result.values()):
         raise typer.Exit(1)
 
@@ -158,7 +153,7 @@ def status(
             text = escape(_state_text(t))
             table.add_row(t.name, t.host, f"[{style}]{text}[/]" if style else text, str(t.restarts),
                           str(t.pid or "-"))
-        _wide(console).print(table)
+        widen(console, MIN_WIDTH).print(table)
         for h in st.hosts:
             if h.error:
                 console.print(f"host {h.host}: {escape(h.error)}")
@@ -181,7 +176,7 @@ def list_runs() -> None:
     for r in records:
         table.add_row(r.run_id, r.cluster, r.mode, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
                       ", ".join(h.name for h in r.hosts), r.status)
-    _wide(console).print(table)
+    widen(console, MIN_WIDTH).print(table)
 
 
 def logs(

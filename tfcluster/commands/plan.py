@@ -6,7 +6,6 @@ import dataclasses
 import json
 import shlex
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,9 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.config_load import alias_warnings, load_config
-from orchestrator.plan import ClusterPlan, TaskPlan, build_plan
+from orchestrator.config_load import alias_warnings
+from orchestrator.plan import ClusterPlan, TaskPlan
 from orchestrator.ps_load import PsLoadEstimate, estimate_ps_load
+from tfcluster.common import HostsFile, load_plan, widen
 
 MIN_WIDTH = 160  # a pipe or a test gets 80 columns by default: too narrow for the command column
 
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 
 def plan(
-    hosts_file: Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")],
+    hosts_file: HostsFile,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON on stdout, nothing else.")] = False,
     steps_per_sec: Annotated[
         float,
@@ -34,8 +34,7 @@ def plan(
     ] = 10.0,
 ) -> None:
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
-    config = load_config(hosts_file)
-    cluster = build_plan(config, str(hosts_file))
+    config, cluster = load_plan(hosts_file)
     # The plan is pure; what ~/.ssh/config makes of an address is known only here.
     cluster = dataclasses.replace(cluster, warnings=(*cluster.warnings, *alias_warnings(config, str(hosts_file))))
     estimate = estimate_ps_load(cluster, steps_per_sec)
@@ -44,10 +43,7 @@ def plan(
         data["ps_load_estimate"] = estimate.to_json() if estimate else None
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console.width = max(console.width, MIN_WIDTH)
-    print_plan(console, cluster, estimate)
+    print_plan(widen(Console(highlight=False), MIN_WIDTH), cluster, estimate)
 
 
 def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate | None) -> None:

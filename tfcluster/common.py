@@ -1,0 +1,29 @@
+"""What several commands share: the hosts.toml argument, loading it into a plan, and output wide enough
+for their tables when it goes to a pipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from orchestrator.config import Config
+from orchestrator.config_load import load_config
+from orchestrator.plan import ClusterPlan, build_plan
+
+HostsFile = Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")]
+
+
+def load_plan(hosts_file: Path) -> tuple[Config, ClusterPlan]:
+    """hosts.toml, validated (ConfigError: one line, exit 2), and the plan built from it."""
+    config = load_config(hosts_file)
+    return config, build_plan(config, str(hosts_file))
+
+
+def widen(console: Console, min_width: int) -> Console:
+    """A pipe or a test gets 80 columns by default, too narrow for the tables; a terminal keeps its width."""
+    if not console.is_terminal:
+        console.width = max(console.width, min_width)
+    return console
