@@ -54,6 +54,14 @@ def state_table(st: ClusterState) -> Table:
     return table
 
 
+def print_state(st: ClusterState, as_json: bool) -> None:
+    """A final or one-off state on stdout: JSON for scripts, else the table (dash --once, demo --headless)."""
+    if as_json:
+        sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
+    else:
+        Console().print(state_table(st))
+
+
 def collect_once(run: str | None, interval: float, timeout: float | None = None) -> ClusterState:
     record = runs.resolve(run)
     collector = Collector.for_record(record, interval).start()
@@ -92,11 +100,7 @@ def dash(
     if as_json and not once:
         raise typer.BadParameter("--json needs --once", param_hint="--json")
     if once:
-        st = collect_once(run, interval, timeout)
-        if as_json:
-            sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
-        else:
-            Console().print(state_table(st))
+        print_state(collect_once(run, interval, timeout), as_json)
         return
     open_dashboard(run, readonly=readonly, interval=interval, prometheus=prometheus)
 

@@ -91,12 +91,9 @@ def demo(
                 time.sleep(interval / 2)
                 st = collector.poll()
             ok = _finished(st) and all(t.exit_code == 0 for t in st.tasks.values())
-            if as_json:
-                sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
-            else:
-                from tfcluster.commands.dash import state_table
+            from tfcluster.commands.dash import print_state
 
-                Console().print(state_table(st))
+            print_state(st, as_json)
             if not _finished(st):
                 console.print(f"demo: not finished after {timeout:g}s")
         else:
