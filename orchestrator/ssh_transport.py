@@ -297,10 +297,7 @@ class SSHTransport(ShellTransport):
                     chan.status_event.wait(wait)
                 else:
                     select.select([chan], [], [], wait)
-                while chan.recv_ready():
-                    out += chan.recv(_READ_CHUNK)
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(_READ_CHUNK)
+                _drain(chan, out, err)
                 if chan.exit_status_ready() and chan.eof_received:
                     break
                 if chan.closed or not self._active():
@@ -308,10 +305,7 @@ class SSHTransport(ShellTransport):
                 if deadline is not None and time.monotonic() >= deadline:
                     self._kill_session(chan, _await_pid(chan, err, grace=self.settings.connect_timeout))
                     raise HostError(self.host, "timeout", f"command exceeded {timeout:g}s: {_short(command)}")
-            while chan.recv_ready():
-                out += chan.recv(_READ_CHUNK)
-            while chan.recv_stderr_ready():
-                err += chan.recv_stderr(_READ_CHUNK)
+            _drain(chan, out, err)
             code = chan.recv_exit_status()
             err = bytearray(split_pid_marker(err)[1])
         except HostError:
@@ -408,6 +402,14 @@ def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
     except OSError:
         if not stat.S_ISDIR(sftp.stat(path).st_mode or 0):  # lost a race with another writer: fine
             raise
+
+
+def _drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> None:
+    """Append whatever stdout and stderr the channel holds now (without blocking) to out and err."""
+    while chan.recv_ready():
+        out += chan.recv(_READ_CHUNK)
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(_READ_CHUNK)
 
 
 def _await_pid(chan: paramiko.Channel, err: bytearray, grace: float) -> int | None:
