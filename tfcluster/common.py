@@ -1,5 +1,5 @@
-"""What several commands share: the hosts.toml argument, loading it into a plan, and output wide enough
-for their tables when it goes to a pipe."""
+"""What several commands share: the hosts.toml and run-id arguments, loading hosts.toml into a plan,
+and output wide enough for their tables when it goes to a pipe."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from orchestrator.config_load import load_config
 from orchestrator.plan import ClusterPlan, build_plan
 
 HostsFile = Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")]
+LatestRunId = Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")]
 
 
 def load_plan(hosts_file: Path) -> tuple[Config, ClusterPlan]:

@@ -19,6 +19,7 @@ from orchestrator import runs
 from orchestrator.collect import Collector, CollectorActions
 from orchestrator.errors import UsageError
 from orchestrator.state import ClusterState, task_sort_key
+from tfcluster.common import LatestRunId
 
 ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
 
@@ -88,7 +89,7 @@ def watch_status(run: str | None, interval: float = 1.0) -> None:
 
 
 def dash(
-    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    run: LatestRunId = None,
     readonly: Annotated[bool, typer.Option("--readonly", help="Refuse restart/kill.")] = False,
     once: Annotated[bool, typer.Option("--once", help="Collect ~3 intervals, print the state, exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --once: print the state as JSON.")] = False,

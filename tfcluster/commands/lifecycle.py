@@ -20,7 +20,7 @@ from rich.table import Table
 
 from orchestrator import launch, lifecycle, runs
 from orchestrator.config_load import load_config
-from tfcluster.common import HostsFile, widen
+from tfcluster.common import HostsFile, LatestRunId, widen
 
 # `start --dash` opens the dashboard on the new run; the dashboard command module sets this hook.
 open_dashboard: Callable[[str], None] | None = None
@@ -95,7 +95,7 @@ def start(
 
 
 def stop(
-    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    run: LatestRunId = None,
     purge: Annotated[bool, typer.Option("--purge", help="Also remove the run directories on every host.")] = False,
     grace: Annotated[float, typer.Option(min=0, help="Seconds tasks get after SIGTERM before SIGKILL.")] = 10.0,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host command.")] = 15.0,
@@ -129,7 +129,7 @@ def _state_text(t: lifecycle.TaskStatus) -> str:
 
 
 def status(
-    run: Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")] = None,
+    run: LatestRunId = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host.")] = 15.0,
     watch: Annotated[bool, typer.Option("--watch", help="Live table from the telemetry agents until Ctrl-C.")] = False,
