@@ -10,17 +10,18 @@ import typer
 from rich.console import Console
 
 from orchestrator.config import Config
-from orchestrator.config_load import load_config
-from orchestrator.plan import ClusterPlan, build_plan
+from orchestrator.config_load import load_config, plan_config
+from orchestrator.plan import ClusterPlan
 
 HostsFile = Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")]
 LatestRunId = Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")]
 
 
 def load_plan(hosts_file: Path) -> tuple[Config, ClusterPlan]:
-    """hosts.toml, validated (ConfigError: one line, exit 2), and the plan built from it."""
+    """hosts.toml, validated (ConfigError: one line, exit 2), and the plan built from it, with
+    ~/.ssh/config aliases resolved to the HostName the TF tasks dial."""
     config = load_config(hosts_file)
-    return config, build_plan(config, str(hosts_file))
+    return config, plan_config(config, str(hosts_file))
 
 
 def widen(console: Console, min_width: int) -> Console:
