@@ -38,7 +38,8 @@ def test_demo_dashboard_in_a_terminal_quits_and_stops_the_run(tmp_path: Path) ->
            "COLUMNS": "120", "LINES": "40"}
     master, slave = pty.openpty()
     os.set_blocking(master, False)
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "demo", "--steps", "100000"], cwd=ROOT, env=env,
+    # Exactly what `make demo` runs: no options, so the defaults are exercised too.
+    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "demo"], cwd=ROOT, env=env,
                             stdin=slave, stdout=slave, stderr=slave, start_new_session=True, close_fds=True)
     os.close(slave)
     screen = b""

@@ -65,13 +65,16 @@ def _finished(st: ClusterState) -> bool:
 
 def demo(
     headless: Annotated[bool, typer.Option("--headless", help="No dashboard: train, then print the final state.")] = False,
-    steps: Annotated[int, typer.Option(min=1, help="Training steps (global).")] = 0,
+    steps: Annotated[
+        int | None, typer.Option(min=1, help="Training steps (global; default 500 headless, 200000 with the dashboard).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="With --headless: print the final state as JSON.")] = False,
     interval: Annotated[float, typer.Option(min=0.2, max=10, help="Telemetry interval, seconds.")] = 1.0,
     timeout: Annotated[float, typer.Option(help="With --headless: give up after this many seconds.")] = 600.0,
 ) -> None:
     """Start a local demo cluster (1 ps, 2 workers, between-graph, mlp) and open the dashboard on it."""
-    steps = steps or (500 if headless else 200_000)
+    if steps is None:
+        steps = 500 if headless else 200_000
     home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
     hosts = home / "hosts.toml"
     hosts.write_text(DEMO_TOML.format(base_port=free_port_block(3), python=json.dumps(sys.executable),
