@@ -31,6 +31,9 @@ LOG_STYLE = {"exit": "red", "restart": "magenta", "recover": "green", "stall": "
              "host-lost": "bold red", "host-back": "green"}
 
 
+PS_PANEL_COMPACT = 36  # columns of the PS traffic panel below 120 columns of terminal
+PS_PANEL_WIDE = 58
+
 @dataclass(frozen=True)
 class Column:
     key: str
@@ -285,6 +288,8 @@ class DashboardApp(App[None]):
             return
         self.ps_rows = sig
         wide = self.size.width >= 120
+        # The wide layout adds host and peers columns: widen the panel with them, or every rate is cut.
+        self.query_one("#ps", Static).styles.width = PS_PANEL_WIDE if wide else PS_PANEL_COMPACT
         table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
         table.add_column("task")
         if wide:
