@@ -7,6 +7,9 @@ changed; a full rebuild happens only when the set or order of rows changes (filt
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -125,6 +128,12 @@ class DashboardApp(App[None]):
         self.watch(self.query_one("#tasks", DataTable), "scroll_y", self._on_table_scroll, init=False)
         self.refresh_state()
         self._start_timer()
+        # A closed terminal (SIGHUP) or `kill` ends the app like `q`, so whoever started it (demo,
+        # start --dash) gets to run its clean-up instead of dying mid-frame.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(sig, self.exit)
 
     def _start_timer(self) -> None:
         if self._timer is not None:

@@ -33,7 +33,9 @@ def run_processes(state_dir: Path) -> list[psutil.Process]:
     return found
 
 
-def test_demo_dashboard_in_a_terminal_quits_and_stops_the_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["q", "SIGHUP"])
+def test_demo_dashboard_in_a_terminal_quits_and_stops_the_run(tmp_path: Path, how: str) -> None:
+    """`q`, or the terminal closing (SIGHUP), ends the demo and stops its cluster: nothing is left."""
     env = {**os.environ, "TFCLUSTER_STATE_DIR": str(tmp_path / "state"), "TERM": "xterm-256color",
            "COLUMNS": "120", "LINES": "40"}
     master, slave = pty.openpty()
@@ -64,7 +66,10 @@ def test_demo_dashboard_in_a_terminal_quits_and_stops_the_run(tmp_path: Path) ->
                 break
         text = ANSI.sub(b"", screen[-200_000:]).decode("utf-8", "replace")
         assert "worker-0" in text and "running" in text, text[-3000:]
-        os.write(master, b"q")
+        if how == "q":
+            os.write(master, b"q")
+        else:
+            os.kill(proc.pid, signal.SIGHUP)
         proc.wait(timeout=90)
         read_for(0.5)
         tail = ANSI.sub(b"", screen[-20_000:]).decode("utf-8", "replace")

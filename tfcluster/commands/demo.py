@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -63,6 +64,10 @@ def _finished(st: ClusterState) -> bool:
     return bool(st.tasks) and all(t.liveness == "exited" for t in st.tasks.values())
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def demo(
     headless: Annotated[bool, typer.Option("--headless", help="No dashboard: train, then print the final state.")] = False,
     steps: Annotated[
@@ -75,6 +80,10 @@ def demo(
     """Start a local demo cluster (1 ps, 2 workers, between-graph, mlp) and open the dashboard on it."""
     if steps is None:
         steps = 500 if headless else 200_000
+    # Closing the terminal (SIGHUP) or a plain `kill` must stop the demo's cluster like Ctrl-C does,
+    # through the same clean-up paths (start's roll-back, the finally below), not orphan it.
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
     home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
     hosts = home / "hosts.toml"
     hosts.write_text(DEMO_TOML.format(base_port=free_port_block(3), python=json.dumps(sys.executable),
@@ -103,6 +112,8 @@ def demo(
             from tui.app import DashboardApp
 
             DashboardApp(collector, CollectorActions(collector), interval=interval).run()
+            for sig in (signal.SIGHUP, signal.SIGTERM):  # the app's loop reset them on exit
+                signal.signal(sig, _interrupt)
     finally:
         collector.close()
         console.print(f"demo: stopping run {record.run_id}")
