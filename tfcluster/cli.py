@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestrator.errors import TfclusterError
+from tfcluster.common import interrupt_on_hangup
 
 # Each module registers its commands; listed here so `--help` has a stable order.
 COMMAND_MODULES = ("plan", "check", "lifecycle", "dash", "demo")
@@ -31,6 +32,7 @@ for _name in COMMAND_MODULES:
 
 
 def main() -> None:
+    interrupt_on_hangup()
     try:
         app(standalone_mode=True)
     except TfclusterError as exc:

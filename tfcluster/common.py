@@ -3,6 +3,7 @@ and output wide enough for their tables when it goes to a pipe."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -29,3 +30,15 @@ def widen(console: Console, min_width: int) -> Console:
     if not console.is_terminal:
         console.width = max(console.width, min_width)
     return console
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_on_hangup() -> None:
+    """A closed terminal (SIGHUP) or a plain `kill` (SIGTERM) takes the Ctrl-C path: `start` rolls back,
+    the demo stops its cluster, followers stop following. Textual's loop resets these on exit, so
+    callers that run an app re-install them afterwards."""
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        signal.signal(sig, _interrupt)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -26,6 +25,7 @@ from orchestrator.config_load import load_config
 from orchestrator.launch import StartOptions, start
 from orchestrator.ports import free_port_block
 from orchestrator.state import ClusterState
+from tfcluster.common import interrupt_on_hangup
 
 DEMO_TOML = """\
 # Written by `tfcluster demo`: one local "machine" running 1 ps and 2 CPU workers.
@@ -64,10 +64,6 @@ def _finished(st: ClusterState) -> bool:
     return bool(st.tasks) and all(t.liveness == "exited" for t in st.tasks.values())
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def demo(
     headless: Annotated[bool, typer.Option("--headless", help="No dashboard: train, then print the final state.")] = False,
     steps: Annotated[
@@ -80,10 +76,6 @@ def demo(
     """Start a local demo cluster (1 ps, 2 workers, between-graph, mlp) and open the dashboard on it."""
     if steps is None:
         steps = 500 if headless else 200_000
-    # Closing the terminal (SIGHUP) or a plain `kill` must stop the demo's cluster like Ctrl-C does,
-    # through the same clean-up paths (start's roll-back, the finally below), not orphan it.
-    for sig in (signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, _interrupt)
     home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
     hosts = home / "hosts.toml"
     hosts.write_text(DEMO_TOML.format(base_port=free_port_block(3), python=json.dumps(sys.executable),
@@ -112,8 +104,7 @@ def demo(
             from tui.app import DashboardApp
 
             DashboardApp(collector, CollectorActions(collector), interval=interval).run()
-            for sig in (signal.SIGHUP, signal.SIGTERM):  # the app's loop reset them on exit
-                signal.signal(sig, _interrupt)
+            interrupt_on_hangup()  # the app's loop reset the handlers on exit; the clean-up below needs them
     finally:
         collector.close()
         console.print(f"demo: stopping run {record.run_id}")
