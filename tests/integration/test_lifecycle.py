@@ -270,9 +270,13 @@ def test_logs_follow_streams_lines_reconnects_and_ends_on_ctrl_c(
 
 
 def test_ctrl_c_during_start_stops_what_was_started(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
-    # Supervisors start fine but the tasks never get to run (a missing program), so start keeps waiting.
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", training={"command": "/nonexistent/prog {job}",
-                                                                    "max_restarts": 50})
+    # m2's python takes 3 s to start, so `start` is certainly still launching there when Ctrl-C comes
+    # (the tasks alone cannot hold it: a missing program is `running` for an instant after each spawn).
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
+    slow.chmod(0o755)
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={2: {"python": str(slow)}},
+                                training={"command": "/nonexistent/prog {job}", "max_restarts": 50})
     with cli_process(state_dir, "start", str(hosts), "--run", "ctrl-c") as proc:
         wait_for(lambda: (r := records(state_dir)) and all(h["started"] for h in r[0]["hosts"]), 60, "launch")
         os.kill(proc.pid, signal.SIGINT)
