@@ -337,10 +337,14 @@ def start_machines(n: int, root: Path | None = None) -> Machines:
 
 
 def stop_all() -> None:
+    """Close every machine set and drop the user key; a later start_machines() makes a new one (the
+    benchmark runner starts and stops several sets in one process)."""
+    global _user_key_dir
     for machines in list(_LIVE):
         machines.close()
     if _user_key_dir is not None:
         shutil.rmtree(_user_key_dir, ignore_errors=True)
+        _user_key_dir = None
 
 
 atexit.register(stop_all)
