@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, medians, publish
+from benchmarks.common import ROOT, busy_cpu_seconds, medians, publish
 from orchestrator.check import local_tf_version, run_check
 from orchestrator.config_load import load_config
 from orchestrator.plan import build_plan
@@ -40,11 +40,14 @@ def _hosts_files(machines: Machines, tmp: Path) -> dict[int, Path]:
     return {1: one, n: eight}
 
 
-def _time_check(path: Path) -> float:
+def _time_check(path: Path, busy: list[float] | None = None) -> float:
     plan = build_plan(load_config(path), str(path))
+    busy0 = busy_cpu_seconds()
     started = time.perf_counter()
     report = run_check(plan, transport_for, timeout=60, orchestrator_tf=local_tf_version())
     elapsed = time.perf_counter() - started
+    if busy is not None:
+        busy.append(busy_cpu_seconds() - busy0)
     if not report.ready:
         problems = [f"{h.host}: {p}" for h in report.hosts for p in h.problems]
         raise RuntimeError("check reported hosts not ready: " + "; ".join(problems))
@@ -71,11 +74,12 @@ def measure(rounds: int = 7, machines_n: int = 8) -> dict[str, Any]:
             for path in files.values():  # warm-up: imports, page cache, sshd's first fork
                 _time_check(path)
             raw: dict[int, list[float]] = {n: [] for n in files}
+            busy: dict[int, list[float]] = {n: [] for n in files}
             cli: dict[int, list[float]] = {n: [] for n in files}
             load_before = os.getloadavg()
             for _ in range(rounds):
                 for n, path in files.items():
-                    raw[n].append(_time_check(path))
+                    raw[n].append(_time_check(path, busy[n]))
             for _ in range(max(3, rounds // 2)):
                 for n, path in files.items():
                     cli[n].append(_time_cli(path))
@@ -92,6 +96,7 @@ def measure(rounds: int = 7, machines_n: int = 8) -> dict[str, Any]:
         "run_check_s": {str(n): [round(x, 4) for x in v] for n, v in raw.items()},
         "run_check_median_s": {str(n): round(v, 4) for n, v in med.items()},
         "ratio": round(ratio, 3),
+        "busy_cpu_median_s": {str(n): round(v, 4) for n, v in medians(busy).items()},
         "cli_median_s": {str(n): round(v, 4) for n, v in cli_med.items()},
         "cli_ratio": round(cli_med[machines_n] / cli_med[1], 3),
         "target_ratio": TARGET_RATIO,
@@ -104,7 +109,7 @@ def measure(rounds: int = 7, machines_n: int = 8) -> dict[str, Any]:
 
 def to_markdown(r: dict[str, Any]) -> str:
     n = r["hosts"][1]
-    med, cli = r["run_check_median_s"], r["cli_median_s"]
+    med, cli, busy = r["run_check_median_s"], r["cli_median_s"], r["busy_cpu_median_s"]
     verdict = "meets" if r["meets_target"] else "MISSES"
     return "\n".join([
         f"# check: 1 vs {n} loopback machines",
@@ -119,7 +124,13 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"| {n} | {med[str(n)] * 1000:.0f} ms | {cli[str(n)] * 1000:.0f} ms |",
         f"| ratio | **{r['ratio']:.2f}x** | {r['cli_ratio']:.2f}x |",
         "",
-        f"Target: {n} hosts < {r['target_ratio']:g}x one host: {verdict} it.",
+        f"Target: {n} hosts < {r['target_ratio']:g}x one host: {verdict} it (judged on run_check).",
+        "",
+        f"Machine-wide busy CPU per run_check (median): 1 host {busy['1'] * 1000:.0f} ms, {n} hosts "
+        f"{busy[str(n)] * 1000:.0f} ms. All {n} loopback machines (their sshd and probe python) share these "
+        f"{r['cpu_count']} cores, so the {n}-host wall time cannot fall below {busy[str(n)] * 1000:.0f} ms / "
+        f"{r['cpu_count']} = {busy[str(n)] * 1000 / (r['cpu_count'] or 1):.0f} ms here, however parallel the "
+        "fan-out; on separate machines that work runs side by side.",
         "",
     ])
 

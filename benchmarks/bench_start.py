@@ -26,17 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from benchmarks.common import medians, publish
+from benchmarks.common import busy_cpu_seconds, medians, publish
 
 TARGET_RATIO = 2.0
-
-
-def _busy_seconds() -> float:
-    """Machine-wide CPU time spent busy, all cores (other processes on the machine included)."""
-    t = psutil.cpu_times()
-    return float(sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal")))
 
 
 CPU: dict[int, list[tuple[float, float]]] = {}  # hosts -> [(orchestrator cpu s, machine busy cpu s)]
@@ -47,12 +39,12 @@ def _trial(hosts_file: Path, n: int | None = None) -> tuple[float, int]:
     from orchestrator.config_load import load_config
 
     config = load_config(hosts_file)
-    busy0, own0 = _busy_seconds(), time.process_time()
+    busy0, own0 = busy_cpu_seconds(), time.process_time()
     t0 = time.perf_counter()
     result = launch.start(config, str(hosts_file), launch.StartOptions(timeout=180, op_timeout=60))
     seconds = time.perf_counter() - t0
     if n is not None:
-        CPU.setdefault(n, []).append((time.process_time() - own0, _busy_seconds() - busy0))
+        CPU.setdefault(n, []).append((time.process_time() - own0, busy_cpu_seconds() - busy0))
     uploaded = sum(o.uploaded for o in result.outcomes.values())
     stopped = lifecycle.stop(result.record, grace=1.0, purge=True)
     if not all(s.ok for s in stopped.values()):

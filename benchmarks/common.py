@@ -50,3 +50,12 @@ def median_or_none(values: list[float]) -> float | None:
 def medians(samples: Mapping[K, Iterable[float]]) -> dict[K, float]:
     """The median of each series, e.g. seconds per host count."""
     return {key: statistics.median(values) for key, values in samples.items()}
+
+
+def busy_cpu_seconds() -> float:
+    """Machine-wide CPU time spent busy, all cores (other processes on the machine included). On one
+    machine playing N hosts, wall time cannot fall below busy CPU / cores, however parallel the fan-out."""
+    import psutil
+
+    t = psutil.cpu_times()
+    return float(sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal")))
