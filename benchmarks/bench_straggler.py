@@ -11,9 +11,9 @@ machine's load hits both sides alike; each figure is the median over rounds of t
 rate in the run's steady state, and each ratio the median of the per-round (paired) ratios (progress events after the first two, which include start-up; between-graph
 only while both workers train). Two variants: "shared" (every process floats over this machine's cores, so
 a sleeping straggler hands its CPU to the fast worker) and "pinned" (each worker on its own core, closer to
-one machine per worker, but too noisy here to be the default), and "paced" (both workers at slowdown 2,
-the straggler at 8: steps half idle like device-bound steps, so the CPU the straggler leaves idle matters
-far less).
+one machine per worker, but too noisy here to be the default), and "paced" (both workers at slowdown 5,
+the straggler at 20: four fifths of each step idle, like device-bound steps, so the two cores are not
+saturated and the CPU the straggler leaves idle no longer speeds the fast worker up).
 
     python -m benchmarks.bench_straggler [--rounds 3] [--quick] [--variants shared,paced,pinned]
 
@@ -34,7 +34,7 @@ from benchmarks.common import machine, median_or_none, publish
 from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
 
 FACTOR = 4.0
-PACED_BASE = 2.0  # "paced": every worker idles half of each step, the straggler 4x longer than the others
+PACED_BASE = 5.0  # "paced": every worker idles 4/5 of each step (cores unsaturated), the straggler 4x longer
 SKIP_EVENTS = 2  # the first progress events include session start-up and graph warm-up
 
 
@@ -178,7 +178,7 @@ def summarize(raw: dict[str, list[dict[str, float | None]]]) -> dict[str, Any]:
 
 
 def bench(rounds: int, steps_between: int, steps_in_graph: int, timeout: float,
-          variants: tuple[str, ...] = ("shared", "paced")) -> dict[str, Any]:
+          variants: tuple[str, ...] = ("shared", "paced", "pinned")) -> dict[str, Any]:
     raw: dict[str, dict[str, list[dict[str, float | None]]]] = {v: {key: [] for key, _, _ in CONFIGS} for v in variants}
     with tempfile.TemporaryDirectory(prefix="bench-straggler-") as tmp:
         workdir = Path(tmp)
@@ -200,8 +200,9 @@ def bench(rounds: int, steps_between: int, steps_in_graph: int, timeout: float,
         "variants": {
             "shared": "every task floats over all cores (the workers compete for the same 2 cores)",
             "pinned": "worker-0 and worker-1 each pinned to its own core (one 'machine' each); ps and client float",
-            "paced": "every worker at slowdown 2 (half of each step idle, like a device-bound step that leaves the "
-                     "host CPU free), the straggler at 8 = 4x the others; no CPU left for a straggler to hand over",
+            "paced": "every worker at slowdown 5 (4/5 of each step idle, like a device-bound step that leaves the "
+                     "host CPU free), the straggler at 20 = 4x the others; the cores are not saturated, so a "
+                     "sleeping straggler has no CPU to hand over",
         },
         "machine": machine(),
         "rounds": rounds,
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="1 round, fewer steps (a smoke run)")
-    parser.add_argument("--variants", default="shared,paced",
+    parser.add_argument("--variants", default="shared,paced,pinned",
                         help="comma-separated: shared, paced, pinned (pinned was too noisy on a 2-core box shared "
                              "with other work)")
     args = parser.parse_args(argv)
