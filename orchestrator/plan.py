@@ -227,7 +227,7 @@ def build_plan(
         tasks=tuple(tasks),
         training=config.training.model_dump(),
         uses_user_command=config.training.command is not None,
-        warnings=tuple(_warnings(config)),
+        warnings=tuple(_warnings(config, dial)),
     )
 
 
@@ -303,7 +303,7 @@ def _check_backup_workers(config: Config, tasks: list[TaskPlan], source: str) ->
         )
 
 
-def _warnings(config: Config) -> list[str]:
+def _warnings(config: Config, dial: Mapping[str, str]) -> list[str]:
     out = []
     for h in config.hosts:
         if h.gpus and "worker" not in h.roles and not ("chief" in h.roles and config.cluster.mode == "between-graph"):
@@ -315,13 +315,14 @@ def _warnings(config: Config) -> list[str]:
                 f'host {h.name}: strict_host_key_checking = "no" accepts any host key, so a '
                 "man-in-the-middle would go unnoticed; use \"accept-new\" once, then \"yes\""
             )
+        address = dial.get(h.name, h.address)  # what the tasks dial: an alias's HostName, when known
         try:
-            ip = ipaddress.ip_address(h.address)
+            ip = ipaddress.ip_address(address)
         except ValueError:
-            continue  # a DNS name or alias: `check` resolves and warns
+            continue  # a DNS name: not resolved here, the plan stays pure
         if ip.is_global and not config.cluster.allow_public:
             out.append(
-                f"host {h.name}: {h.address} is a public address and TensorFlow's gRPC server listens "
+                f"host {h.name}: {address} is a public address and TensorFlow's gRPC server listens "
                 "unauthenticated on every interface; firewall the task ports or set cluster.allow_public"
             )
     return out

@@ -342,6 +342,14 @@ def test_positive_float_bound(tmp_path: Path) -> None:
     assert err.one_line() == f"{tmp_path}/hosts.toml:15: ssh.connect_timeout: `connect_timeout` 0 is out of range (must be > 0 and <= 600)"
 
 
+def test_public_address_behind_an_alias_is_warned(tmp_path: Path, isolated_home: Path) -> None:
+    (isolated_home / ".ssh").mkdir()
+    (isolated_home / ".ssh" / "config").write_text("Host box-a\n  HostName 8.8.8.8\n")
+    (tmp_path / "hosts.toml").write_text(GOOD + '[[hosts]]\nname = "a"\naddress = "box-a"\nroles = ["worker"]\n')
+    plan = plan_config(load_config(tmp_path / "hosts.toml"))
+    assert any(w.startswith("host a: 8.8.8.8 is a public address") for w in plan.warnings), plan.warnings
+
+
 def test_alias_warning_names_the_real_hostname(tmp_path: Path, isolated_home: Path) -> None:
     (isolated_home / ".ssh").mkdir()
     (isolated_home / ".ssh" / "config").write_text("Host box-a\n  HostName 10.0.0.30\n")
