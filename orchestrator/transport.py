@@ -30,13 +30,15 @@ class CommandResult:
 def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
     """The one place an argv becomes a remote shell string: every value is quoted.
 
-    A leading `~/` in cwd is expanded by the remote shell ("$HOME"/...), the rest stays quoted."""
+    A leading `~/` in cwd or in the program (argv[0], e.g. `python = "~/venv/bin/python"`) is expanded
+    by the remote shell ("$HOME"/...), the rest stays quoted."""
     parts: list[str] = []
     if cwd is not None:
         parts.append(f"cd {remote_path(cwd)} &&")
     if env:
         parts.append("env " + " ".join(shlex.quote(f"{k}={v}") for k, v in env.items()))
-    parts.append(shlex.join(argv))
+    if argv:
+        parts.append(" ".join([remote_path(argv[0]), *(shlex.quote(a) for a in argv[1:])]))
     return " ".join(parts)
 
 
@@ -67,6 +69,10 @@ class Transport(Protocol):
         self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
         env: Mapping[str, str] | None = None, cwd: str | None = None,
     ) -> CommandResult: ...
+
+    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+        """Run a POSIX shell script as given (the caller quoted every value in it)."""
+        ...
 
     def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None: ...
 

@@ -113,3 +113,25 @@ def test_stream_close_kills_a_running_command() -> None:
     stream.close()
     assert stream.exit_code is not None and stream.exit_code != 0
     assert time.monotonic() - started < 5
+
+
+def test_program_with_tilde_is_the_remote_home_and_the_rest_stays_quoted(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python = "~/venv/bin/python"` in hosts.toml: the program path means the remote home, as in
+    `check`; a `~` anywhere else is a literal value."""
+    home = tmp_path / "home dir"
+    (home / "venv bin").mkdir(parents=True)
+    (home / "venv bin" / "python").symlink_to(sys.executable)
+    monkeypatch.setenv("HOME", str(home))
+    argv = ["~/venv bin/python", "-c", "import json, sys; print(json.dumps(sys.argv[1:]))", "~/not-expanded", "~"]
+    result = LocalTransport("local").run(argv)
+    assert result.ok, result.stderr
+    assert json.loads(result.stdout) == ["~/not-expanded", "~"]
+
+
+def test_ssh_wrapped_script_keeps_its_own_quoting_and_exit_code() -> None:
+    """run_shell sends a script as is (no second `sh -c`): `$$`, `set -e` and exit codes are the script's."""
+    script = "set -e\necho \"me $$\"\nfalse\necho never"
+    proc = subprocess.run(["/bin/sh", "-c", sh_wrap(script)], capture_output=True, timeout=30)
+    pid, _ = split_pid_marker(proc.stderr)
+    assert proc.returncode == 1 and proc.stdout.decode().split() == ["me", str(pid)]
