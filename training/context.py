@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from training.layout import RunLayout
+from training.layout import RUN_DIR_ENV, RunLayout
 
 
 class TaskSetupError(Exception):
@@ -33,10 +33,10 @@ class TaskContext:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TaskContext:
         env = os.environ if environ is None else environ
-        missing = [k for k in ("TFCLUSTER_RUN_DIR", "TFCLUSTER_JOB", "TFCLUSTER_TASK") if not env.get(k)]
+        missing = [k for k in (RUN_DIR_ENV, "TFCLUSTER_JOB", "TFCLUSTER_TASK") if not env.get(k)]
         if missing:
             raise TaskSetupError(f"environment variable(s) {', '.join(missing)} not set (the supervisor sets them)")
-        layout = RunLayout(env["TFCLUSTER_RUN_DIR"])
+        layout = RunLayout(env[RUN_DIR_ENV])
         try:
             with open(layout.run_file, encoding="utf-8") as f:
                 plan = json.load(f)["plan"]

@@ -1,15 +1,26 @@
 """The per-host supervisor: starts this host's tasks, restarts them by policy, stops them on SIGTERM.
 
-Shipped to every host (stdlib only). Started detached by the orchestrator (`setsid`), so it leads its
-own session and process group and every task it spawns stays in that group: `stop` can always kill
-the whole group even when the supervisor itself is gone.
+Shipped to every host (stdlib only). It leads its own session and process group and every task it
+spawns stays in that group: `stop` can always kill the whole group even when the supervisor itself
+is gone.
 
-    python -m training.supervisor --run-dir R --host NAME         # supervise (the normal mode)
-    python -m training.supervisor --probe --run-dir R              # print states + live processes (JSON)
-    python -m training.supervisor --stop --run-dir R [--grace S]   # stop the run on this host (JSON)
+    python -S -m training.supervisor --detach --run-dir R --host NAME   # what `start` runs (see below)
+    python -m training.supervisor --run-dir R --host NAME              # supervise in the foreground
+    python -m training.supervisor --probe --run-dir R                  # print states + live processes (JSON)
+    python -m training.supervisor --stop --run-dir R [--grace S]       # stop the run on this host (JSON)
+
+`--detach` forks the supervisor into its own session (stdio on its log file, away from the SSH
+channel), waits until it has spawned every task, prints `PID <pid>`, the state files (one JSON line
+each) and `ALIVE` if it still runs, and exits: one process and one round trip per host, no polling. A
+lock file makes it idempotent: when this run's supervisor already runs on the host (a launch retried
+after a lost connection), it reports that one instead of starting a second.
 
 Every process of a run carries `TFCLUSTER_RUN_DIR=<run dir>` in its environment; `--stop` and
 `--probe` find the run's processes by that marker in /proc, so orphans cannot hide.
+
+Start-up cost matters (`start` pays it on every host, and on loopback test machines all hosts share
+the same cores): no `subprocess`, `dataclasses` or `typing` at run time, tasks are started with
+`os.posix_spawnp`.
 """
 
 from __future__ import annotations
@@ -19,16 +30,16 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from training.layout import RunLayout
+from training.layout import RUN_DIR_ENV, RunLayout
 from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
 
-RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"
+if TYPE_CHECKING:
+    from typing import Any
+
 TASK_ID_ENV = "TFCLUSTER_TASK_ID"  # "<job>-<index>#<attempt>": finds a task's leftover children
 DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1}
 
@@ -109,22 +120,74 @@ def _signal_pids(pids: list[int], sig: int) -> None:
 
 # ---- supervising ------------------------------------------------------------------------------------
 
-@dataclass
+# Signals the supervisor (or Python) ignores, which a spawned program would otherwise inherit ignored.
+_RESET_SIGNALS = (signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
+
+
+def spawn(argv: list[str], env: dict[str, str], log_path: str) -> int:
+    """Start a task program (PATH lookup), stdin from /dev/null, stdout and stderr appended to its
+    log, in the supervisor's process group and working directory. OSError when it cannot be run."""
+    # `~/` as in hosts.toml's `python = "~/venv/bin/python"`: the remote home, as everywhere else.
+    program = os.path.expanduser(argv[0]) if argv[0].startswith("~/") else argv[0]
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # close-on-exec by default
+    try:
+        return os.posix_spawnp(program, [program, *argv[1:]], env, file_actions=[
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_DUP2, fd, 1),
+            (os.POSIX_SPAWN_DUP2, fd, 2),
+        ], setsigdef=_RESET_SIGNALS)
+    finally:
+        os.close(fd)
+
+
+class Child:
+    """A spawned process: the part of subprocess.Popen the supervisor needs (returncode < 0: signal)."""
+
+    __slots__ = ("pid", "returncode")
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def _reaped(self, flags: int) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, flags)
+            except ChildProcessError:  # reaped elsewhere: its status is lost
+                self.returncode = -signal.SIGKILL
+                return self.returncode
+            if pid != 0:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reaped(os.WNOHANG)
+
+    def wait(self) -> int:
+        code = self._reaped(0)
+        assert code is not None
+        return code
+
+
 class Task:
-    job: str
-    index: int
-    command: list[str]
-    env: dict[str, str]
-    proc: subprocess.Popen[bytes] | None = None
-    state: str = "starting"
-    restarts: int = 0
-    exit_code: int | None = None
-    exit_signal: int | None = None
-    final: bool = False  # done (exit 0), or failed for good: never started again
-    next_start: float = 0.0
-    started_at: float | None = None
-    exited_at: float | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)
+    __slots__ = ("job", "index", "command", "env", "proc", "state", "restarts", "exit_code", "exit_signal",
+                 "final", "next_start", "started_at", "exited_at", "history")
+
+    def __init__(self, job: str, index: int, command: list[str], env: dict[str, str]) -> None:
+        self.job = job
+        self.index = index
+        self.command = command
+        self.env = env
+        self.proc: Child | None = None
+        self.state = "starting"
+        self.restarts = 0
+        self.exit_code: int | None = None
+        self.exit_signal: int | None = None
+        self.final = False  # done (exit 0), or failed for good: never started again
+        self.next_start = 0.0
+        self.started_at: float | None = None
+        self.exited_at: float | None = None
+        self.history: list[dict[str, Any]] = []
 
     @property
     def name(self) -> str:
@@ -136,7 +199,8 @@ class Task:
 
 
 class Supervisor:
-    def __init__(self, run_dir: str, host: str) -> None:
+    def __init__(self, run_dir: str, host: str, ready_fd: int | None = None) -> None:
+        self.ready_fd = ready_fd  # --detach: written and closed once every task was spawned
         self.layout = RunLayout(run_dir)
         self.host = host
         with open(self.layout.run_file, encoding="utf-8") as f:
@@ -161,6 +225,7 @@ class Supervisor:
         self.stop_requested = False
         for d in self.layout.dirs():
             os.makedirs(d, exist_ok=True)
+        os.chdir(self.layout.code)  # the tasks' working directory (posix_spawn has no cwd of its own)
         self._events = open(self.layout.supervisor_events_file(host), "a", encoding="utf-8")  # noqa: SIM115
 
     # -- records
@@ -192,21 +257,20 @@ class Supervisor:
         env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root,
                TASK_ID_ENV: f"{task.name}#{task.restarts}"}
         self._record(task, "starting")
-        log = open(self.layout.log_file(task.job, task.index), "ab")  # noqa: SIM115
-        try:
+        log_path = self.layout.log_file(task.job, task.index)
+        with open(log_path, "ab") as log:
             log.write(f"--- tfcluster: starting {task.name} (attempt {task.restarts + 1}) at {time.ctime()}\n"
                       .encode())
-            log.flush()
-            # Same process group as the supervisor (no new session): `stop` kills the group.
-            task.proc = subprocess.Popen(task.command, cwd=self.layout.code, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+        try:
+            # Same process group as the supervisor (no new session): `stop` kills the group. The
+            # supervisor runs in the code dir, so that is the task's working directory too.
+            task.proc = Child(spawn(task.command, env, log_path))
         except OSError as exc:
-            log.write(f"--- tfcluster: cannot start {task.name}: {exc}\n".encode())
+            with open(log_path, "ab") as log:
+                log.write(f"--- tfcluster: cannot start {task.name}: {exc}\n".encode())
             task.proc = None
             self._exited(task, 127, None)
             return
-        finally:
-            log.close()
         task.started_at = time.time()
         task.exit_code = task.exit_signal = None
         self._record(task, "running")
@@ -243,6 +307,13 @@ class Supervisor:
                 self._exited(task, None, -rc)
             else:
                 self._exited(task, rc, None)
+
+    def _signal_ready(self) -> None:
+        if self.ready_fd is not None:
+            with contextlib.suppress(OSError):  # the launcher may be gone (its SSH channel closed)
+                os.write(self.ready_fd, b"ready\n")
+            os.close(self.ready_fd)
+            self.ready_fd = None
 
     def _handle_term(self, signum: int, frame: object) -> None:
         self.stop_requested = True
@@ -295,6 +366,7 @@ class Supervisor:
             self._spawn(task)
         self.state = "running"
         self._write_self()
+        self._signal_ready()
         while not self.stop_requested:
             self._reap()
             now = time.time()
@@ -381,13 +453,108 @@ def stop(run_dir: str, grace: float) -> dict[str, Any]:
             "remaining": run_processes(run_dir)}
 
 
+# ---- --detach: the launcher `start` runs on every host -----------------------------------------------
+
+def _lock(layout: RunLayout, host: str) -> int | None:
+    """An fd holding this host's supervisor lock for the run, or None when a live supervisor holds it.
+    flock locks die with their last holder, so a crashed supervisor never blocks a new one."""
+    import fcntl
+
+    fd = os.open(os.path.join(layout.state, f"supervisor-{host}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _redirect_stdio(log_path: str) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.dup2(null, 0)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.close(null)
+    os.close(log)
+
+
+def _wait_ready(fd: int, timeout: float) -> None:
+    """Until the supervisor wrote "ready" or closed its end (it exited first), at most `timeout` s."""
+    import select
+
+    select.select([fd], [], [], max(0.0, timeout))
+
+
+def _existing_supervisor(layout: RunLayout, host: str, timeout: float) -> int | None:
+    """The pid of the supervisor that holds the lock, once its state file says it is past starting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        data = _read_json(layout.supervisor_state_file(host)) or {}
+        pid = data.get("pid")
+        if isinstance(pid, int) and data.get("state") != "starting":
+            return pid
+        if time.monotonic() >= deadline:
+            return pid if isinstance(pid, int) else None
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    return _proc_pgid(pid) is not None
+
+
+def detach(run_dir: str, host: str, ready_timeout: float) -> int:
+    """Fork the supervisor into its own session, wait until it has spawned its tasks, report (see the
+    module docstring). Returns the launcher's exit code: 0 when a supervisor was started or found."""
+    layout = RunLayout(run_dir)
+    for d in layout.dirs():
+        os.makedirs(d, exist_ok=True)
+    lock = _lock(layout, host)
+    if lock is None:  # this run's supervisor already runs here (a retried launch): report that one
+        pid = _existing_supervisor(layout, host, ready_timeout)
+    else:
+        read_end, write_end = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the supervisor: it keeps the lock fd (inherited) for as long as it lives
+            code = 1
+            try:
+                os.close(read_end)
+                os.setsid()
+                _redirect_stdio(os.path.join(layout.logs, f"supervisor-{host}.log"))
+                code = Supervisor(run_dir, host, ready_fd=write_end).serve()
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()  # to the supervisor's log
+            finally:
+                os._exit(code)  # never return into the launcher's code (or run its exit handlers)
+        os.close(write_end)
+        os.close(lock)
+        _wait_ready(read_end, ready_timeout)
+        os.close(read_end)
+    lines = [f"PID {pid}"] if pid is not None else []
+    if os.path.isdir(layout.state):
+        for name in sorted(os.listdir(layout.state)):
+            if name.endswith(".json"):
+                with contextlib.suppress(OSError), open(os.path.join(layout.state, name), encoding="utf-8") as f:
+                    lines.append(f.read().strip())
+    if pid is not None and _alive(pid):
+        lines.append("ALIVE")
+    print("\n".join(lines), flush=True)
+    return 0 if pid is not None else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.supervisor")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--host", default="")
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--stop", action="store_true")
+    parser.add_argument("--detach", action="store_true")
     parser.add_argument("--grace", type=float, default=DEFAULTS["grace"])
+    parser.add_argument("--ready-timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
     if args.probe:
@@ -400,9 +567,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--host is required to supervise")
     if os.environ.get(RUN_DIR_ENV) != run_dir:
         # The marker must be in our own /proc/<pid>/environ (set at exec time), so `stop` finds us too.
+        # `start` sets it in the launching shell, which saves this second interpreter start.
         env = {**os.environ, RUN_DIR_ENV: run_dir}
-        os.execve(sys.executable, [sys.executable, "-m", "training.supervisor", "--run-dir", run_dir,
-                                   "--host", args.host], env)
+        flags = ["-S"] if sys.flags.no_site else []
+        again = ["--run-dir", run_dir, "--host", args.host]
+        if args.detach:
+            again += ["--detach", "--ready-timeout", str(args.ready_timeout)]
+        os.execve(sys.executable, [sys.executable, *flags, "-m", "training.supervisor", *again], env)
+    if args.detach:
+        return detach(run_dir, args.host, args.ready_timeout)
     return Supervisor(run_dir, args.host).serve()
 
 

@@ -181,3 +181,101 @@ def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, 
     assert result["remaining"] == [] and len(result["killed"]) == 2
     assert _marked(layout.root) == []
     assert stop(layout.root, grace=0.5)["remaining"] == []  # idempotent
+
+
+# ---- --detach: what `start` runs on every host --------------------------------------------------------
+
+def _detach(layout: RunLayout, host: str = "h1", timeout: float = 20.0) -> subprocess.CompletedProcess[str]:
+    """As `start` runs it: -S, the run marker set by the caller, in the code dir."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), RUN_DIR_ENV: layout.root}
+    return subprocess.run([sys.executable, "-S", "-m", "training.supervisor", "--detach", "--run-dir", layout.root,
+                           "--host", host, "--ready-timeout", "10"], env=env, cwd=layout.code,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _report(out: str) -> tuple[int, dict[str, dict[str, Any]], bool]:
+    lines = out.splitlines()
+    pid = int(lines[0].split()[1])
+    states = {}
+    for line in lines[1:]:
+        if line.startswith("{"):
+            data = json.loads(line)
+            states[data.get("kind") + ":" + str(data.get("job", data.get("host")))] = data
+    return pid, states, "ALIVE" in lines
+
+
+def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, cleanup: Any) -> None:
+    layout = _make_run(tmp_path, [_task("ps", 0, "import time; time.sleep(60)"),
+                                  _task("worker", 0, "import time; time.sleep(60)")])
+    cleanup[1].append(layout.root)
+    result = _detach(layout)
+    assert result.returncode == 0, result.stderr
+    pid, states, alive = _report(result.stdout)
+    # The launcher has exited; its report was written once every task had been spawned.
+    assert alive and states["supervisor:h1"]["state"] == "running" and states["supervisor:h1"]["pid"] == pid
+    assert states["task:ps"]["state"] == states["task:worker"]["state"] == "running"
+    sup = psutil.Process(pid)
+    assert os.getsid(pid) == pid and os.getpgid(pid) == pid  # own session, group leader
+    assert sup.ppid() != os.getpid()  # detached: not our child any more (the launcher exited)
+    tasks = [psutil.Process(states[f"task:{j}"]["pid"]) for j in ("ps", "worker")]
+    assert all(os.getpgid(t.pid) == pid for t in tasks)  # in the supervisor's group: stop kills it
+    assert all(t.environ()[RUN_DIR_ENV] == layout.root for t in [sup, *tasks])
+    assert all(Path(t.cwd()) == Path(layout.code) for t in tasks)
+
+
+def test_detach_twice_reports_the_running_supervisor_instead_of_a_second(tmp_path: Path, cleanup: Any) -> None:
+    """A launch retried after a lost connection must not start a second supervisor (the lock)."""
+    layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)")])
+    cleanup[1].append(layout.root)
+    first = _report(_detach(layout).stdout)
+    second = _report(_detach(layout).stdout)
+    assert first[0] == second[0] and second[2]
+    supervisors = [p for p in _marked(layout.root) if "training.supervisor" in " ".join(psutil.Process(p).cmdline())]
+    assert supervisors == [first[0]]
+    assert stop(layout.root, grace=0.5)["remaining"] == []
+    # The lock died with the supervisor: a new launch starts a new one.
+    third = _report(_detach(layout).stdout)
+    assert third[0] != first[0] and third[2]
+
+
+def test_detach_when_the_supervisor_fails_at_once(tmp_path: Path, cleanup: Any) -> None:
+    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(4)")], restart="never")
+    cleanup[1].append(layout.root)
+    result = _detach(layout)
+    pid, states, _ = _report(result.stdout)
+    _wait(lambda: _state(layout, "worker", 0).get("final") is True)
+    assert _state(layout, "worker", 0)["exit_code"] == 4
+    _wait(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+
+
+def test_missing_program_is_exit_127_with_the_reason_in_its_log(tmp_path: Path, cleanup: Any) -> None:
+    task = {"job": "worker", "index": 0, "host": "h1", "env": {}, "command": ["/nonexistent/program", "--x"]}
+    layout = _make_run(tmp_path, [task], restart="never")
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    assert sup.wait(timeout=20) == 1
+    st = _state(layout, "worker", 0)
+    assert st["exit_code"] == 127 and st["final"]
+    assert "cannot start worker-0" in Path(layout.log_file("worker", 0)).read_text()
+
+
+def test_tasks_get_default_signal_dispositions_and_the_home_python(tmp_path: Path, cleanup: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The supervisor ignores SIGHUP (and Python ignores SIGPIPE); its tasks must not inherit that
+    (read from the kernel: a Python task would set SIGPIPE to ignored again itself). A program given
+    as `~/...` (hosts.toml `python = "~/venv/bin/python"`) is the remote home's."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "py").symlink_to(sys.executable)
+    grep = {"job": "worker", "index": 0, "host": "h1", "env": {}, "command": ["grep", "SigIgn", "/proc/self/status"]}
+    home_py = {"job": "worker", "index": 1, "host": "h1", "env": {},
+               "command": ["~/bin/py", "-S", "-c", "print('home python ran')"]}
+    layout = _make_run(tmp_path, [grep, home_py])
+    monkeypatch.setenv("HOME", str(home))
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    assert sup.wait(timeout=20) == 0
+    ignored = int(Path(layout.log_file("worker", 0)).read_text().split("SigIgn:")[1].split()[0], 16)
+    for sig in (signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
+        assert not ignored & (1 << (sig - 1)), f"{sig.name} is ignored in the task"
+    assert "home python ran" in Path(layout.log_file("worker", 1)).read_text()

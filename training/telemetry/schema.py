@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # typing costs the supervisor's start-up time on every host
+    from typing import Any
 
 SCHEMA_VERSION = 1
 
