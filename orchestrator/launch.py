@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from orchestrator import runs
 from orchestrator.config import Config
@@ -29,7 +29,7 @@ from orchestrator.config_load import plan_config
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.lifecycle import stop_hosts
 from orchestrator.plan import ClusterPlan, HostPlan
-from orchestrator.remote import RemoteRun, open_transport
+from orchestrator.remote import TRANSIENT_REASONS, RemoteRun, open_transport, with_retry
 from orchestrator.ship import (
     CACHE_DIR,
     TREES_DIR,
@@ -44,6 +44,7 @@ from orchestrator.transport import Transport, remote_path
 from training.layout import RUN_FILE, RunLayout
 
 ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
+T = TypeVar("T")
 WARM_MARK = "TFCLUSTER-CODE-TREE-READY"
 PHASES = ("connect", "prepare", "ship", "launch", "wait", "running", "failed", "cancelled")
 
@@ -119,53 +120,61 @@ class _Starter:
         if time.monotonic() > self.deadline:
             raise HostError(host, "timeout", f"not ready within {self.options.timeout:g}s")
 
-    def _save(self) -> None:
-        with self.lock:
-            runs.save(self.record)
+    def _retrying(self, host: HostPlan, remote: RemoteRun, fn: Callable[[], T]) -> T:
+        """fn() with retries on a lost connection or a timeout (reconnecting), within the start's
+        deadline; every step it retries is idempotent on the host."""
+
+        def attempt() -> T:
+            self._check(host.name)
+            try:
+                return fn()
+            except HostError as exc:
+                if exc.reason in TRANSIENT_REASONS:
+                    remote.close()  # the next attempt reconnects
+                raise
+
+        return with_retry(host.name, attempt, self.deadline)
 
     # phase 1
     def prepare(self, host: HostPlan) -> None:
         t0 = time.monotonic()
         out = self.outcomes[host.name]
         self.progress(host.name, "connect", 0, 1)
-        transport = self.opener(host)
+        remote = RemoteRun(host, "", self.opener)  # its run dir is known after the first answer
+        self.remotes[host.name] = remote
         self._check(host.name)
         self.progress(host.name, "prepare", 0, 1)
         run_rel = f"runs/{self.record.run_id}"
         dirs = " ".join(shlex.quote(f"{run_rel}/{d}") for d in ("code", "events", "logs", "state"))
         # One round trip: the run dir and the absolute workdir; then, when this host already has the
         # exact code tree (a warm start), the run's code/ and run.json too; else the cache listing.
+        # `cp -f`: a retry after a lost connection finds the links of the first attempt.
         tree = shlex.quote(f"{CACHE_DIR}/{TREES_DIR}/{self.tree}")
         code, run_file = shlex.quote(f"{run_rel}/code"), shlex.quote(f"{run_rel}/{RUN_FILE}")
         script = (
             f"mkdir -p {remote_path(host.workdir)} && cd {remote_path(host.workdir)} && mkdir -p {dirs} && pwd && "
-            f"if [ -d {tree} ]; then cp -al {tree}/. {code}/ && cat > {run_file}.tmp && "
+            f"if [ -d {tree} ]; then cp -alf {tree}/. {code}/ && cat > {run_file}.tmp && "
             f"mv -f {run_file}.tmp {run_file} && echo {WARM_MARK}; else {list_cache_command('.')}; fi"
         )
-        result = transport.run(["sh", "-c", script], timeout=self._left(), stdin=self.run_json)
+        result = self._retrying(host, remote, lambda: remote.run_shell(script, self._left(), stdin=self.run_json))
         if not result.ok:
             raise HostError(host.name, "prepare", f"cannot create the run dir in {host.workdir}: "
                             f"{result.stderr.strip()[-200:]}")
         workdir, *listing = result.stdout.strip().splitlines()
         layout = RunLayout.for_run(workdir, self.record.run_id)
-        remote = RemoteRun(host, layout.root, self.opener)
-        remote._transport = transport
-        self.remotes[host.name] = remote
-        with self.lock:
-            rec = self.record.host(host.name)
-            rec.run_dir = layout.root
-            runs.save(self.record)
+        remote.layout = layout
+        self.record.host(host.name).run_dir = layout.root  # saved once, when the phase ends
         self._check(host.name)
         if listing == [WARM_MARK]:
             out.uploaded = 0
             self.progress(host.name, "ship", 0, 0)
         else:
-            out.uploaded = ship(
-                transport, self.files, workdir, layout.code, timeout=self._left(), have=set(listing),
-                write_file=(layout.run_file, self.run_json),
+            out.uploaded = self._retrying(host, remote, lambda: ship(
+                remote.transport, self.files, workdir, layout.code, timeout=self._left(), have=set(listing),
+                write_file=(layout.run_file, self.run_json), python=host.python,
                 progress=lambda done, total: self.progress(host.name, "ship", done, total),
                 cancelled=self.cancel.is_set,
-            )
+            ))
         out.shipped = len(self.files)
         out.seconds = time.monotonic() - t0
 
@@ -176,13 +185,10 @@ class _Starter:
         remote = self.remotes[host.name]
         self._check(host.name)
         self.progress(host.name, "launch", 0, 1)
-        with self.lock:
-            self.record.host(host.name).started = True  # before: a crash right after must still stop it
-            runs.save(self.record)
-        out.supervisor_pid, states, alive = remote.launch_supervisor(self._left())
-        with self.lock:
-            self.record.host(host.name).supervisor_pid = out.supervisor_pid
-            runs.save(self.record)
+        # `started` was saved for every host before this phase began (see `start`). A retried launch
+        # reports the supervisor the first attempt started (its lock on the host), never a second one.
+        out.supervisor_pid, states, alive = self._retrying(host, remote, lambda: remote.launch_supervisor(self._left()))
+        self.record.host(host.name).supervisor_pid = out.supervisor_pid
         names = set(host.tasks)
         delay = 0.05
         while True:
@@ -195,8 +201,7 @@ class _Starter:
                                 f"(see {remote.layout.logs}/supervisor-{host.name}.log)")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.5)
-            self._check(host.name)
-            states, alive = remote.read_states(out.supervisor_pid, self._left())
+            states, alive = self._retrying(host, remote, lambda: remote.read_states(out.supervisor_pid, self._left()))
         out.ok = True
         out.seconds += time.monotonic() - t0
         self.progress(host.name, "running", len(names), len(names))
@@ -296,11 +301,22 @@ def start(
     run_json = json.dumps(run_data).encode()
     starter = _Starter(plan, record, files, run_json, options, progress, opener)
     hosts = list(plan.hosts)
+    # The record is saved at phase boundaries, not per host: it holds the whole plan, so per-host saves
+    # would cost O(hosts^2). Crash safety needs only that `started` is on disk before any launch.
     try:
-        starter.run_phase(starter.prepare, hosts)
+        try:
+            starter.run_phase(starter.prepare, hosts)
+        finally:
+            runs.save(record)  # every prepared host's run dir, so a later stop --purge finds them
         prepared = [h for h in hosts if starter.outcomes[h.name].error is None]
         if len(prepared) == len(hosts) or (options.allow_partial and prepared):
-            starter.run_phase(starter.launch, prepared)
+            for h in prepared:
+                record.host(h.name).started = True  # stop must visit it, even if we die mid-launch
+            runs.save(record)
+            try:
+                starter.run_phase(starter.launch, prepared)
+            finally:
+                runs.save(record)  # supervisor pids
     except KeyboardInterrupt:
         stopped = _roll_back(starter, options)
         record.status = "interrupted"

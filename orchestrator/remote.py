@@ -15,12 +15,13 @@ from typing import Any, TypeVar
 from orchestrator.config import SSHOptions
 from orchestrator.errors import HostError
 from orchestrator.plan import HostPlan
-from orchestrator.transport import Transport
-from training.layout import RunLayout
+from orchestrator.transport import CommandResult, Transport, remote_path
+from training.layout import RUN_DIR_ENV, RunLayout
 
 T = TypeVar("T")
-# Reasons after which trying again cannot help (the user must fix something first).
-PERMANENT_REASONS = {"auth-failed", "hostkey-unknown", "hostkey-changed", "sftp-failed", "remote"}
+# The only reasons worth trying again for: the connection, not the host's answer. Anything else (auth,
+# host keys, a command that failed, a cancelled start) needs the user, and retrying would only hide it.
+TRANSIENT_REASONS = {"lost", "timeout", "refused", "unreachable"}
 
 
 def host_plan_from_json(data: dict[str, Any]) -> HostPlan:
@@ -44,8 +45,9 @@ DOWN_ATTEMPTS = 3
 
 
 def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: float = 0.2) -> T:
-    """Call fn until it succeeds; on a transient HostError (a lost connection, a timeout) wait with
-    exponential backoff, never past `deadline` (time.monotonic()): then the last error is raised."""
+    """Call fn until it succeeds; on a transient HostError (TRANSIENT_REASONS: a lost connection, a
+    timeout) wait with exponential backoff, never past `deadline` (time.monotonic()): then the last
+    error is raised. A host that refuses connections is given DOWN_ATTEMPTS tries, not the budget."""
     delay = first_delay
     down = 0
     while True:
@@ -53,7 +55,7 @@ def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: 
             return fn()
         except HostError as exc:
             down += exc.reason in DOWN_REASONS
-            if exc.reason in PERMANENT_REASONS or down >= DOWN_ATTEMPTS or time.monotonic() + delay >= deadline:
+            if exc.reason not in TRANSIENT_REASONS or down >= DOWN_ATTEMPTS or time.monotonic() + delay >= deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
@@ -81,17 +83,22 @@ class RemoteRun:
             finally:
                 self._transport = None
 
+    def run_shell(self, script: str, timeout: float, stdin: bytes | None = None) -> CommandResult:
+        """One shell script on the host; a HostError drops the connection, so a retry reconnects."""
+        try:
+            return self.transport.run_shell(script, timeout=timeout, stdin=stdin)
+        except HostError:
+            self.close()
+            raise
+
     def _supervisor_call(self, flags: list[str], timeout: float) -> dict[str, Any]:
         """Run `training.supervisor <flags>` from the run's code dir; {"absent": true} when the run dir
         (or its code) is not on this host."""
         code = shlex.quote(self.layout.code)
-        cmd = shlex.join([self.host.python, "-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
+        cmd = remote_path(self.host.python) + " " + shlex.join(
+            ["-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
         script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else echo '{{\"absent\": true}}'; fi"
-        try:
-            result = self.transport.run(["sh", "-c", script], timeout=timeout)
-        except HostError:
-            self.close()  # the connection may be dead: reopen on the next try
-            raise
+        result = self.run_shell(script, timeout)
         if not result.ok:
             raise HostError(self.host.name, "remote", (result.stderr.strip() or result.stdout.strip())[-300:])
         try:
@@ -124,44 +131,35 @@ class RemoteRun:
         """The run's state files (each one JSON line) and whether the supervisor pid still lives: a
         shell one-liner, much cheaper than a Python probe while `start` polls many hosts."""
         script = self._states_script(str(int(supervisor_pid or 0)))
-        result = self.transport.run(["sh", "-c", script], timeout=timeout)
+        result = self.run_shell(script, timeout)
         return self._parse_states(result.stdout)
 
     def stop(self, grace: float, timeout: float) -> dict[str, Any]:
         return self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
 
     def purge(self, timeout: float) -> None:
-        result = self.transport.run(["rm", "-rf", "--", self.layout.root], timeout=timeout)
+        result = self.run_shell(shlex.join(["rm", "-rf", "--", self.layout.root]), timeout)
         if not result.ok:
             raise HostError(self.host.name, "purge", result.stderr.strip()[-200:])
 
     def launch_supervisor(self, timeout: float) -> tuple[int | None, list[dict[str, Any]], bool]:
-        """Start the host's supervisor detached (its own session via setsid, stdio away from the SSH
-        channel, the run marker in its environment), wait on the host until it has spawned its tasks,
-        and return (its pid, the state files, alive): one round trip for the common case."""
+        """Start the host's supervisor detached and wait on the host until it has spawned its tasks
+        (`training.supervisor --detach`: its own session, stdio away from the SSH channel, readiness
+        through a pipe, no polling); return (its pid, the state files, alive). One round trip, one
+        interpreter start. Idempotent: a retry after a lost connection reports the supervisor the
+        first attempt started instead of starting a second."""
         root = self.layout.root
+        # The run marker is set by the shell (`VAR=value exec`): in the environment the supervisor is
+        # exec'd with, so /proc/<pid>/environ carries it without a second interpreter start.
         # -S: the supervisor is stdlib only; skipping site-packages makes it start faster.
-        launch = shlex.join(["env", f"TFCLUSTER_RUN_DIR={root}", "setsid", "nohup", self.host.python, "-S", "-m",
-                             "training.supervisor", "--run-dir", root, "--host", self.host.name])
-        log = shlex.quote(f"{self.layout.logs}/supervisor-{self.host.name}.log")
-        sup_state = shlex.quote(self.layout.supervisor_state_file(self.host.name))
-        polls = max(1, int(min(timeout - 1.0, 20.0) / 0.05))
-        script = (
-            f"cd {shlex.quote(self.layout.code)} || exit 1\n"
-            f"{launch} >{log} 2>&1 </dev/null &\n"
-            "pid=$!\necho PID $pid\ni=0\n"
-            # The supervisor writes state "running" once every task was spawned (or a final state).
-            # Checked with shell builtins (no process per check): on a busy host every fork counts.
-            f"while [ $i -lt {polls} ] && kill -0 $pid 2>/dev/null; do\n"
-            f"  s=''; [ -f {sup_state} ] && read -r s < {sup_state}\n"
-            "  case $s in *'\"state\":\"running\"'*|*'\"state\":\"finished\"'*|*'\"state\":\"failed\"'*|"
-            "*'\"state\":\"stopped\"'*|*'\"state\":\"crashed\"'*) break;; esac\n"
-            "  sleep 0.05; i=$((i+1))\ndone\n"
-            + self._states_script("$pid")
-        )
-        result = self.transport.run(["sh", "-c", script], timeout=timeout)
+        launch = remote_path(self.host.python) + " " + shlex.join([
+            "-S", "-m", "training.supervisor", "--detach", "--run-dir", root, "--host", self.host.name,
+            "--ready-timeout", f"{max(1.0, min(timeout - 1.0, 20.0)):g}"])
+        script = (f"cd {shlex.quote(self.layout.code)} || exit 1\n"
+                  f"{RUN_DIR_ENV}={shlex.quote(root)} exec {launch}")
+        result = self.run_shell(script, timeout)
         if not result.ok:
-            raise HostError(self.host.name, "launch", result.stderr.strip()[-200:])
+            raise HostError(self.host.name, "launch", (result.stderr.strip() or result.stdout.strip())[-300:])
         pid = next((int(line.split()[1]) for line in result.stdout.splitlines()
                     if line.startswith("PID ") and line.split()[1].isdigit()), None)
         states, alive = self._parse_states(result.stdout)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ConfigError, HostError
-from orchestrator.transport import Transport
+from orchestrator.transport import Transport, remote_path
 
 CACHE_DIR = "cache"
 TREES_DIR = "trees"  # cache/trees/<tree id>/: a complete code tree, hard links into the cache
@@ -136,16 +136,19 @@ def ship(
     timeout: float,
     have: set[str] | None = None,
     write_file: tuple[str, bytes] | None = None,
+    python: str | None = None,
     progress: Callable[[int, int], None] | None = None,
     cancelled: Callable[[], bool] = lambda: False,
 ) -> int:
     """Put `files` under `code_dir` on the host (both absolute). Returns how many were uploaded.
 
     `have`: the cache listing when the caller already has it (saves a round trip); `write_file`:
-    (path, bytes) also written, atomically, by the last command (saves an SFTP session)."""
+    (path, bytes) also written, atomically, by the last command (saves an SFTP session); `python`:
+    the host's interpreter, which byte-compiles the shipped `training/` package once per code tree.
+    Safe to call again after a lost connection: every step is idempotent."""
     cache = f"{workdir}/{CACHE_DIR}"
     if have is None:
-        listing = transport.run(["sh", "-c", list_cache_command(workdir)], timeout=timeout)
+        listing = transport.run_shell(list_cache_command(workdir), timeout=timeout)
         if not listing.ok:
             raise HostError(transport.host, "ship", f"cannot list {cache}: {listing.stderr.strip()[:200]}")
         have = set(listing.stdout.split())
@@ -184,10 +187,16 @@ def ship(
         src, dst = shlex.quote(f"{cache}/{f.sha256}"), f"{q_building}/{shlex.quote(f.rel)}"
         # A hard link shares the cached inode (the mode of its first upload); cp where links fail.
         links.append(f"ln -f {src} {dst} 2>/dev/null || cp -f {src} {dst}")
+    if python is not None and any(f.rel.startswith("training/") for f in files):
+        # Byte-code compiled once per tree and linked into every run's code/ with the sources: else each
+        # run's supervisor and tasks compile the package again, in a fresh dir, on every start. The
+        # hard-linked sources keep their mtime, so the .pyc files stay valid. Best effort: a host whose
+        # python cannot compile (or is missing: `check` says so) just compiles at import as before.
+        links.append(f"{remote_path(python)} -S -m compileall -q {q_building}/training >/dev/null 2>&1 || true")
     # Another start may have built the same tree meanwhile: keep theirs.
     links += [f"mv -T {q_building} {q_tree} 2>/dev/null || rm -rf {q_building}", "fi",
               f"mkdir -p {shlex.quote(code_dir)}",
-              f"cp -al {q_tree}/. {shlex.quote(code_dir)}/ 2>/dev/null || cp -a {q_tree}/. {shlex.quote(code_dir)}/"]
+              f"cp -alf {q_tree}/. {shlex.quote(code_dir)}/ 2>/dev/null || cp -af {q_tree}/. {shlex.quote(code_dir)}/"]
     # The tree script must stay in one piece (its if/fi and $$): only the moves are chunked apart.
     scripts = _chunks(moves, "set -e") + ["set -e\n" + "\n".join(links)]
     stdin = None
@@ -197,7 +206,7 @@ def ship(
         scripts[-1] += f"\ncat > {tmp}\nmv -f {tmp} {shlex.quote(path)}"
     for i, script in enumerate(scripts):
         last = i == len(scripts) - 1
-        result = transport.run(["sh", "-c", script], timeout=timeout, stdin=stdin if last else None)
+        result = transport.run_shell(script, timeout=timeout, stdin=stdin if last else None)
         if not result.ok:
             raise HostError(transport.host, "ship", f"cannot place files: {result.stderr.strip()[:200]}")
     return total

@@ -12,9 +12,11 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from orchestrator import launch, runs
@@ -156,13 +158,20 @@ def test_sigkill_of_start_process_leaves_run_findable_and_stoppable(
         "command": f"{{python}} task.py {{job}} {{task}} 120 {tmp_path / 'release'}", "sync": ["task.py"]})
     with cli_process(state_dir, "start", str(hosts), "--run", "orphaned-start") as proc:
         def m2_launching() -> bool:
+            """m0's and m1's supervisors run, and m2's launch is under way (its slow python carries the
+            run marker from the launching shell), with `started` on record for every host."""
             rec = records(state_dir)
-            by_name = {h["name"]: h for h in rec[0]["hosts"]} if rec else {}
-            return bool(by_name) and by_name["m0"]["supervisor_pid"] and by_name["m1"]["supervisor_pid"] \
-                and by_name["m2"]["started"]
+            started = bool(rec) and all(h["started"] for h in rec[0]["hosts"])
+            by_machine: dict[str, list[str]] = {}
+            for p in run_processes("orphaned-start"):
+                with suppress(psutil.Error):
+                    machine = p.environ()["TFCLUSTER_RUN_DIR"].split("/runs/")[0].rsplit("/", 1)[-1]
+                    by_machine.setdefault(machine, []).append(" ".join(p.cmdline()))
+            supervised = all(any("training.supervisor" in c for c in by_machine.get(w, [])) for w in ("work0", "work1"))
+            return started and supervised and bool(by_machine.get("work2"))
 
         wait_for(m2_launching, 60, "m0, m1 launched and m2 launching", interval=0.05)
-        time.sleep(0.5)  # m2's launch command has forked the detached supervisor by now
+        time.sleep(0.5)  # m2's launch is still in its 3 s wrapper: start is certainly waiting on it
         assert proc.poll() is None, "start ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
@@ -284,3 +293,53 @@ def test_ctrl_c_during_start_stops_what_was_started(machines: Machines, tmp_path
     assert proc.returncode == 130, err
     assert "interrupted" in err and "nothing of it is left running" in err, err
     assert run_processes("ctrl-c") == []
+
+
+def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
+    """On m1, the connection drops right after the prepare command and right after the launch command
+    ran on the host (their answers never arrive). Start reconnects and retries both; the retried launch
+    finds the supervisor the first attempt started (its lock on the host) instead of starting another.
+
+    The loss is injected at those two exact moments, which a real network fault cannot be timed to: the
+    connection is really closed (the retry must open a new one) and the commands really ran."""
+    from orchestrator.errors import HostError
+    from orchestrator.plan import HostPlan
+    from orchestrator.remote import open_transport
+    from orchestrator.ssh_transport import SSHTransport
+    from orchestrator.transport import CommandResult
+
+    dropped: list[str] = []
+
+    class DropsOnce(SSHTransport):
+        def run_shell(self, command: str, *, timeout: float | None = None,
+                      stdin: bytes | None = None) -> CommandResult:
+            result = super().run_shell(command, timeout=timeout, stdin=stdin)
+            step = "launch" if "--detach" in command else "prepare" if "mkdir -p" in command else None
+            if self.host == "m1" and step is not None and step not in dropped:
+                dropped.append(step)
+                self.close()
+                raise HostError(self.host, "lost", f"injected: connection lost after the {step} command")
+            return result
+
+    def opener(host: HostPlan) -> SSHTransport:
+        real = open_transport(host)
+        assert isinstance(real, SSHTransport)
+        return DropsOnce(real.host, real.settings)
+
+    hosts = _hosts(machines, tmp_path, 120.0)
+    result = launch.start(load_config(hosts), str(hosts), launch.StartOptions(timeout=60, run_name="lost-conn"),
+                          opener=opener)
+    try:
+        assert dropped == ["prepare", "launch"]
+        assert all(o.ok for o in result.outcomes.values())
+        supervisors = [p for p in run_processes("lost-conn") if "training.supervisor" in " ".join(p.cmdline())]
+        on_m1 = [p for p in supervisors if "/work1/" in p.environ()["TFCLUSTER_RUN_DIR"]]
+        assert len(supervisors) == 3 and len(on_m1) == 1, [p.cmdline() for p in supervisors]
+        assert on_m1[0].pid == result.outcomes["m1"].supervisor_pid
+        _, st = status_json(state_dir, "lost-conn")
+        assert all(t["state"] == "running" and t["restarts"] == 0 for t in st["tasks"]), st
+    finally:
+        assert cli(state_dir, "stop", "lost-conn").returncode == 0
+        assert not run_processes("lost-conn")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,6 +94,49 @@ def test_ship_uploads_only_what_changed(tmp_path: Path) -> None:
     assert len(os.listdir(workdir / "cache" / "trees")) == 2  # one linked code tree per distinct file set
     same = workdir / "runs/r2/code/same.txt"
     assert same.stat().st_ino == (workdir / "runs/r1/code/same.txt").stat().st_ino  # links, not copies
+
+
+def test_ship_compiles_the_training_tree_once_and_every_run_links_it(tmp_path: Path) -> None:
+    """The host's python byte-compiles `training/` in the cached tree; each run's code/ links the
+    .pyc files with the sources (same inodes, so same mtimes: valid), and nothing is compiled again."""
+    workdir, transport = tmp_path / "work", LocalTransport("local")
+    files = training_package_files()
+    for run in ("r1", "r2"):
+        ship(transport, files, str(workdir), str(workdir / f"runs/{run}/code"), timeout=60, python=sys.executable)
+    tag = sys.implementation.cache_tag
+    pyc = [workdir / f"runs/{run}/code/training/__pycache__/supervisor.{tag}.pyc" for run in ("r1", "r2")]
+    assert pyc[0].stat().st_ino == pyc[1].stat().st_ino
+    # Importing from a run's code dir uses that .pyc: it is not rewritten.
+    before = pyc[1].stat().st_mtime_ns
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    subprocess.run([sys.executable, "-S", "-c", "import training.supervisor"], cwd=workdir / "runs/r2/code",
+                   env=env, check=True)
+    assert pyc[1].stat().st_mtime_ns == before and pyc[1].stat().st_ino == pyc[0].stat().st_ino
+
+
+def test_ship_again_into_the_same_code_dir_is_harmless(tmp_path: Path) -> None:
+    """What a retry after a lost connection does: the same ship into the same run dir."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("v1\n")
+    workdir, transport = tmp_path / "work", LocalTransport("local")
+    files = sync_files(["train.py"], str(src))
+    code = str(workdir / "runs/r1/code")
+    assert ship(transport, files, str(workdir), code, timeout=30, write_file=(str(workdir / "runs/r1/run.json"), b"{}")) == 1
+    assert ship(transport, files, str(workdir), code, timeout=30, have=set(),
+                write_file=(str(workdir / "runs/r1/run.json"), b"{}")) == 1
+    assert (workdir / "runs/r1/code/train.py").read_text() == "v1\n"
+    assert (workdir / "runs/r1/run.json").read_text() == "{}"
+
+
+def test_record_json_shares_the_plan_and_round_trips(state_dir: Path) -> None:
+    record = _record("big", 1.0, [{"job": "worker", "index": i, "host": "m0"} for i in range(500)])
+    data = record.to_json()
+    assert data["plan"] is record.plan  # not deep-copied: start saves the record at every phase boundary
+    runs.save(record)
+    assert "\n" not in (state_dir / "runs" / "big.json").read_text()  # compact (json's C encoder)
+    loaded = runs.load("big")
+    assert loaded == record
 
 
 def test_training_package_is_shipped_without_bytecode() -> None:
