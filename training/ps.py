@@ -13,7 +13,11 @@ End-of-training contract (TF's classic "done queue" pattern):
 - the serving task dequeues until it has one token from every expected finisher (`expected_finishers`:
   between-graph ps: every worker and the chief; in-graph: the client), then exits 0. A token from a
   restarted task counts once. A finisher that dies for good never sends its token: the task then keeps
-  serving until it is stopped (SIGTERM from the supervisor's `stop`).
+  serving until it is stopped (SIGTERM from the supervisor's `stop`), unless its host's supervisor
+  stands in for it: a built-in finisher that exits for good with an error (restarts used up, or
+  `restart = "never"`) is reported by its supervisor, which runs `training.stand_in` to enqueue
+  `"<job>:<index> (stand-in)"` on the same queues (`STAND_IN_SUFFIX`). The serving task counts it
+  like a finish, so the run still ends by itself (its status then says `failed`).
 """
 
 from __future__ import annotations
@@ -29,11 +33,13 @@ import tensorflow as tf
 
 from training.context import TaskContext
 from training.devices import session_config
+from training.roles import FINISHER_JOBS
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.serve")
 
 DONE_QUEUE_CAPACITY = 4096  # part of the queue's identity: every side must use the same value
+STAND_IN_SUFFIX = " (stand-in)"  # a token sent on behalf of a finisher that failed for good
 POLL_S = 0.5  # how often the main thread wakes up to notice a stop signal
 
 
@@ -45,9 +51,7 @@ def done_queue(job: str, index: int) -> Any:
 
 
 def expected_finishers(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> set[str]:
-    if mode == "in-graph":
-        return {"chief:0"}
-    return {f"{job}:{i}" for job in ("chief", "worker") for i in range(len(cluster_spec.get(job, [])))}
+    return {f"{job}:{i}" for job in FINISHER_JOBS[mode] for i in range(len(cluster_spec.get(job, [])))}
 
 
 def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
@@ -56,13 +60,16 @@ def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> lis
     return [(job, i) for job in jobs for i in range(len(cluster_spec.get(job, [])))]
 
 
-def signal_done(server_target: str, sender: str, targets: Iterable[tuple[str, int]],
-                own_device_filter: str, timeout_s: float = 20.0) -> list[tuple[str, int]]:
+def signal_done(server_target: str | None, sender: str, targets: Iterable[tuple[str, int]],
+                own_device_filter: str | None, timeout_s: float = 20.0,
+                cluster_spec: Mapping[str, Sequence[str]] | None = None) -> list[tuple[str, int]]:
     """Enqueue `sender` on each target's done queue; returns the targets that were signalled.
 
     One short session per target, with device filters naming only that target and this task, so a target
     that is already gone cannot block the others; each attempt runs in a daemon thread bounded by
-    `timeout_s` (creating a session to a dead task would otherwise wait forever).
+    `timeout_s` (creating a session to a dead task would otherwise wait forever). With no server of our
+    own (`server_target` None: a stand-in), each session goes to the target's own server, found in
+    `cluster_spec`.
     """
     done: list[tuple[str, int]] = []  # appended from the threads (list.append is atomic)
     targets = list(targets)
@@ -71,9 +78,11 @@ def signal_done(server_target: str, sender: str, targets: Iterable[tuple[str, in
         graph = tf.Graph()
         with graph.as_default():
             enqueue = done_queue(job, index).enqueue([tf.constant(sender)])
-        config = session_config(device_filters=[f"/job:{job}/task:{index}", own_device_filter])
+        filters = [f"/job:{job}/task:{index}"] + ([own_device_filter] if own_device_filter else [])
+        config = session_config(device_filters=filters)
         config.operation_timeout_in_ms = int(timeout_s * 1000)
-        sess = v1.Session(server_target, graph=graph, config=config)
+        master = server_target if server_target is not None else f"grpc://{(cluster_spec or {})[job][index]}"
+        sess = v1.Session(master, graph=graph, config=config)
         sess.run(enqueue)
         done.append((job, index))
         # Closing may wait on a target that exited the moment it got its last token: do not wait for it.
@@ -134,9 +143,14 @@ def wait_for_finishers(target: str, job: str, index: int, expected: set[str], st
             with v1.Session(target, graph=graph, config=config) as sess:
                 while not expected <= finished:
                     sender = sess.run(token).decode("utf-8", "replace")
-                    if sender not in finished:
-                        log.info("%s:%d: %s finished training", job, index, sender)
-                    finished.add(sender)
+                    name = sender.removesuffix(STAND_IN_SUFFIX)
+                    if name not in finished:
+                        if name != sender:
+                            log.warning("%s:%d: %s failed for good and will not finish (its supervisor says so)",
+                                        job, index, name)
+                        else:
+                            log.info("%s:%d: %s finished training", job, index, sender)
+                    finished.add(name)
         except Exception as e:  # noqa: BLE001 (reported, then the task exits)
             log.error("%s:%d: done queue failed: %s", job, index, str(e).splitlines()[0])
         all_done.set()

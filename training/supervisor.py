@@ -35,6 +35,7 @@ import time
 from typing import TYPE_CHECKING
 
 from training.layout import RUN_DIR_ENV, RunLayout
+from training.roles import STAND_IN_ENV, is_finisher
 from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
 
 if TYPE_CHECKING:
@@ -219,6 +220,10 @@ class Supervisor:
             for t in plan["tasks"]
             if t["host"] == host
         ]
+        self.mode: str = plan.get("mode", "between-graph")
+        # Stand-ins (below) speak the built-in programs' done-queue protocol; a user's program has its own.
+        self.builtin_programs = plan.get("uses_user_command") is False
+        self.helpers: list[tuple[str, Child]] = []  # (what for, process): stand-ins still running
         self.state = "starting"
         self.started_at = time.time()
         self.ended_at: float | None = None
@@ -284,11 +289,30 @@ class Supervisor:
         if ok or self.stop_requested or self.restart_policy == "never" or task.restarts >= self.max_restarts:
             task.final = True
             self._record(task, "exited")
+            if not ok and not self.stop_requested:
+                self._stand_in(task)
             return
         delay = min(self.backoff_max, self.backoff_initial * (2 ** task.restarts))
         task.restarts += 1
         task.next_start = time.time() + delay
         self._record(task, "restarting")
+
+    def _stand_in(self, task: Task) -> None:
+        """A finisher failed for good: run its program once more as a stand-in (training/stand_in.py)
+        that tells the serving tasks it will not finish, so they, and the run, still end by themselves."""
+        if not self.builtin_programs or not is_finisher(self.mode, task.job):
+            return
+        env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root, TASK_ID_ENV: f"{task.name}#stand-in",
+               STAND_IN_ENV: "1"}
+        log_path = self.layout.log_file(task.job, task.index)
+        with open(log_path, "ab") as log:
+            log.write(f"--- tfcluster: {task.name} failed for good; telling the serving tasks it will not "
+                      f"finish, at {time.ctime()}\n".encode())
+        try:
+            self.helpers.append((f"stand-in for {task.name}", Child(spawn(task.command, env, log_path))))
+        except OSError as exc:
+            with open(log_path, "ab") as log:
+                log.write(f"--- tfcluster: cannot start the stand-in: {exc}\n".encode())
 
     def _kill_leftovers(self, task: Task) -> None:
         """A task run through `sh -c` may leave its real program behind (holding the TF port)."""
@@ -297,6 +321,7 @@ class Supervisor:
         _signal_pids(left, signal.SIGKILL)
 
     def _reap(self) -> None:
+        self.helpers = [(what, child) for what, child in self.helpers if child.poll() is None]
         for task in self.tasks:
             if task.proc is None or task.state != "running":
                 continue
@@ -329,6 +354,9 @@ class Supervisor:
             time.sleep(0.05)
         survivors = [p["pid"] for p in run_processes(self.layout.root)]
         _signal_pids(survivors, signal.SIGKILL)
+        for _, helper in self.helpers:
+            helper.wait()
+        self.helpers = []
         for task in running:
             assert task.proc is not None
             rc = task.proc.wait()
@@ -373,7 +401,7 @@ class Supervisor:
             for task in self.tasks:
                 if task.state == "restarting" and now >= task.next_start:
                     self._spawn(task)
-            if all(t.final for t in self.tasks):
+            if all(t.final for t in self.tasks) and not self.helpers:
                 break
             time.sleep(self.poll)
         if self.stop_requested:

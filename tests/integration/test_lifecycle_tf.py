@@ -167,3 +167,38 @@ def test_user_classic_between_graph_script(machines: Machines, tmp_path: Path, s
     out = cli(state_dir, "logs", run_id).stdout
     assert "ps:0@m0 ps: every worker is done" in out, out
     assert re.search(r"^worker:1@m2 worker 1: done at global step \d+", out, re.M), out
+
+
+def _ended(state_dir: Path, run_id: str) -> dict[str, Any]:
+    """Wait until the run ended by itself (no `stop`): every task final, no process of the run left."""
+    def ended() -> dict[str, Any] | None:
+        _, st = status_json(state_dir, run_id)
+        return st if st["state"] in ("finished", "failed") and all(t["final"] for t in st["tasks"]) else None
+
+    st = wait_for(ended, FINISH_TIMEOUT, f"run {run_id} to end by itself", interval=1.0)
+    wait_for(lambda: not run_processes(run_id), 30, "every process of the run to exit")
+    return st
+
+
+@pytest.mark.parametrize("mode, victim", [("between-graph", "worker:1"), ("in-graph", "chief:0")])
+def test_finisher_dead_for_good_still_lets_the_run_end(
+    machines: Machines, tmp_path: Path, state_dir: Path, mode: str, victim: str
+) -> None:
+    """A between-graph worker, or the in-graph client, SIGKILLed with `restart = "never"`: it never
+    sends its done token, so its supervisor stands in for it and the serving tasks (and the run) end by
+    themselves; `status` says failed (exit code 1), naming the dead task."""
+    roles = [["ps"], ["worker"], ["worker"]] if mode == "between-graph" else [["ps"], ["chief", "worker"], ["worker"]]
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode,
+                                training={**TINY, "steps": 150, "restart": "never"})
+    run_id = _start(state_dir, hosts)
+    st = _all_running(state_dir, run_id, 3 if mode == "between-graph" else 4)
+    dead = next(t for t in st["tasks"] if t["name"] == victim)
+    os.kill(dead["pid"], signal.SIGKILL)  # right after start: still importing TensorFlow, far from done
+    st = _ended(state_dir, run_id)
+    by_name = {t["name"]: t for t in st["tasks"]}
+    assert by_name[victim]["signal"] == signal.SIGKILL and by_name[victim]["failed"], st
+    assert all(t["exit_code"] == 0 for name, t in by_name.items() if name != victim), _logs(state_dir, run_id)
+    assert st["state"] == "failed"
+    assert status_json(state_dir, run_id)[0] == 1
+    ps_log = cli(state_dir, "logs", run_id, "ps:0").stdout
+    assert f"{victim} failed for good" in ps_log, ps_log
