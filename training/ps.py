@@ -41,6 +41,9 @@ log = logging.getLogger("tfcluster.serve")
 DONE_QUEUE_CAPACITY = 4096  # part of the queue's identity: every side must use the same value
 STAND_IN_SUFFIX = " (stand-in)"  # a token sent on behalf of a finisher that failed for good
 POLL_S = 0.5  # how often the main thread wakes up to notice a stop signal
+# After the last token: the finishers close their sessions with this server right after signalling;
+# exiting at once fails those closes ("Cleanup partition error: Socket closed" in their logs).
+LINGER_S = 1.0
 
 
 def done_queue(job: str, index: int) -> Any:
@@ -124,6 +127,7 @@ def serve(ctx: TaskContext) -> int:
         log.info("%s: stopped (%d of %d finishers seen)", ctx.name, len(finished & expected), len(expected))
     else:
         log.info("%s: every finisher is done; exiting", ctx.name)
+        stop.wait(LINGER_S)
     return 0
 
 

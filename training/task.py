@@ -30,11 +30,19 @@ def configure_logging(name: str) -> None:
     )
 
 
+def _drop_stale_step_warning(record: logging.LogRecord) -> bool:
+    """TensorFlow's StepCounterHook warns that the global step "has not been increased" when its own
+    step read lands before an asynchronous update on the ps (normal in between-graph training): it
+    would tell users to fix an optimizer that is fine."""
+    return "has not been increased" not in record.getMessage()
+
+
 def dispatch(ctx: TaskContext) -> int:
     import tensorflow as tf
 
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel(logging.WARNING)
+    tf.get_logger().addFilter(_drop_stale_step_warning)
     if os.environ.get(STAND_IN_ENV) == "1":
         from training import stand_in
 
@@ -61,6 +69,9 @@ def _run_in_graph_client(ctx: TaskContext) -> int:
 
 
 def main() -> int:
+    # TensorFlow's C++ INFO lines (oneDNN notices, ...) drown the task's own log; warnings and errors
+    # stay. Set before TensorFlow is imported; the user's own value (plan env or shell) wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     name = f"{os.environ.get('TFCLUSTER_JOB', '?')}:{os.environ.get('TFCLUSTER_TASK', '?')}"
     configure_logging(name)
     try:
