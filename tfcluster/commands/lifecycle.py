@@ -44,7 +44,7 @@ def start(
     hosts_file: HostsFile,
     mode: Annotated[
         Literal["in-graph", "between-graph"] | None,
-        typer.Option("--mode", help="Override [cluster] mode."),
+        typer.Option("--mode", help="Override hosts.toml's \\[cluster] mode."),
     ] = None,
     run: Annotated[str | None, typer.Option("--run", help="Name the run (default: <cluster>-<time>-<hex>).")] = None,
     allow_partial: Annotated[
