@@ -23,7 +23,7 @@ import statistics
 import time
 from typing import Any
 
-from benchmarks.common import publish
+from benchmarks.common import footer, now_utc, publish
 
 VARIANTS = ("quickack", "plain")
 
@@ -80,7 +80,7 @@ def run(rounds: int) -> dict[str, Any]:
         "total_saved_ms": round((med["plain"]["total"] - med["quickack"]["total"]) * 1000, 1),
         "cpus": os.cpu_count(),
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "measured_at": now_utc(),
     }
 
 
@@ -102,8 +102,7 @@ def to_markdown(r: dict[str, Any]) -> str:
         f"The first command takes **{r['first_command_ratio_plain_over_quickack']}x** as long without "
         f"TCP_QUICKACK; every fresh connection saves {r['total_saved_ms']} ms with it.",
         "",
-        f"Machine: {r['cpus']} CPUs, load average at the end {', '.join(str(x) for x in r['load_average_at_end'])}, "
-        f"measured {r['measured_at']}.",
+        footer(r["cpus"], r["load_average_at_end"], r["measured_at"]),
         "",
     ]
     return "\n".join(lines)

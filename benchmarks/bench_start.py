@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import busy_cpu_seconds, medians, publish
+from benchmarks.common import busy_cpu_seconds, footer, medians, now_utc, publish
 
 TARGET_RATIO = 2.0
 
@@ -152,7 +152,7 @@ def run(trials: int, many: int) -> dict[str, Any]:
         "ratio": round(ratio, 3),
         "target_ratio": TARGET_RATIO,
         "meets_target": ratio < TARGET_RATIO,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "measured_at": now_utc(),
     }
 
 
@@ -200,8 +200,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"{result['separate_machines_estimate_seconds'][1]} s ({result['separate_machines_estimate_ratio'][1]}x: "
         "it does not).",
         "",
-        f"Machine: {cores} CPUs, Python {result['machine']['python']}, load average at the end "
-        f"{', '.join(str(x) for x in result['load_average_at_end'])}, measured {result['measured_at']}.",
+        footer(cores, result["load_average_at_end"], result["measured_at"], python=result["machine"]["python"]),
         "",
     ]
     return "\n".join(lines)

@@ -43,6 +43,19 @@ def machine_line(cpus: int | None, load_avg_1m: float) -> str:
             f"{load_avg_1m} (shared with other work: CPU figures are upper bounds).\n")
 
 
+def footer(cpus: int | None, load_average: list[float], measured_at: str, python: str | None = None) -> str:
+    """The closing Markdown line of a timing benchmark: the machine, its load, when."""
+    py = f", Python {python}" if python else ""
+    return (f"Machine: {cpus} CPUs{py}, load average at the end {', '.join(str(x) for x in load_average)}, "
+            f"measured {measured_at}.")
+
+
+def now_utc() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 def median_or_none(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
