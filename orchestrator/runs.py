@@ -94,7 +94,7 @@ def save(record: RunRecord) -> None:
     directory = state_dir()
     directory.mkdir(parents=True, exist_ok=True)
     tmp = directory / f".{record.run_id}.json.tmp{os.getpid()}"
-    # Compact: json's C encoder is used only without `indent` (a 200-host plan is ~100x slower indented).
+    # Compact: json uses its C encoder only without `indent` (2.5x faster for a 200-host plan, measured).
     tmp.write_text(json.dumps(record.to_json(), separators=(",", ":")))
     os.replace(tmp, _path(record.run_id))
 

@@ -22,6 +22,7 @@ from orchestrator.transport import Transport, remote_path
 
 CACHE_DIR = "cache"
 TREES_DIR = "trees"  # cache/trees/<tree id>/: a complete code tree, hard links into the cache
+PACKAGES_DIR = "packages"  # cache/packages/<id>/training: tfcluster's own package, byte-compiled
 SCRIPT_CHUNK = 64 * 1024  # keep every `sh -c` argument far below Linux's 128 KiB per-argument limit
 SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 
@@ -121,6 +122,27 @@ def _chunks(commands: list[str], prefix: str) -> list[str]:
     return scripts
 
 
+def _link_tree(files: list[ShipFile], cache: str, tree: str) -> list[str]:
+    """Shell lines that build `<tree>.tmp$$` from hard links into the cache (a copy where links fail)."""
+    building = f"{tree}.tmp$$"
+    q_building = f"{shlex.quote(tree)}.tmp$$"
+    lines = [f"mkdir -p {q_building}"]
+    for d in sorted({os.path.dirname(f"{building}/{f.rel}") for f in files}):
+        if d != building:
+            lines.append(f"mkdir -p {q_building}/{shlex.quote(d[len(building) + 1:])}")
+    for f in files:
+        src, dst = shlex.quote(f"{cache}/{f.sha256}"), f"{q_building}/{shlex.quote(f.rel)}"
+        # A hard link shares the cached inode (the mode of its first upload).
+        lines.append(f"ln -f {src} {dst} 2>/dev/null || cp -f {src} {dst}")
+    return lines
+
+
+def _publish(tree: str) -> list[str]:
+    """Rename `<tree>.tmp$$` into place; another start may have built the same tree meanwhile: keep theirs."""
+    q = shlex.quote(tree)
+    return [f"mv -T {q}.tmp$$ {q} 2>/dev/null || rm -rf {q}.tmp$$"]
+
+
 def list_cache_command(workdir: str) -> str:
     """Shell that creates the cache and lists what it holds (callers fold it into a bigger command)."""
     cache = shlex.quote(f"{workdir}/{CACHE_DIR}")
@@ -175,28 +197,29 @@ def ship(
         progress(total, total)
     # The whole code tree for this exact file set is built once per host (hard links into the cache)
     # and every run copies it as links with one `cp -al`: a warm start costs one process, not one per file.
+    package = [f for f in files if f.rel.startswith("training/")] if python is not None else []
+    links: list[str] = []
+    tree_files = files
+    if package:
+        # tfcluster's own package gets a tree of its own, byte-compiled once by the host's python, and
+        # every code tree links it whole: a user who edits train.py between runs (a new code tree each
+        # time) never pays for compiling it again, and no run's supervisor or tasks compile it at import
+        # (the hard-linked sources keep their mtime, so the .pyc files stay valid). Best effort: a host
+        # whose python cannot compile (`check` says why) compiles at import as before.
+        pkg = f"{cache}/{PACKAGES_DIR}/{tree_id(package)}"
+        links += [f"if [ ! -d {shlex.quote(pkg)} ]; then", *_link_tree(package, cache, pkg),
+                  f"{remote_path(python or 'python3')} -S -m compileall -q {shlex.quote(pkg)}.tmp$$/training "
+                  ">/dev/null 2>&1 || true",
+                  *_publish(pkg), "fi"]
+        tree_files = [f for f in files if not f.rel.startswith("training/")]
     tree = f"{cache}/{TREES_DIR}/{tree_id(files)}"
-    building = f"{tree}.tmp$$"
-    q_tree, q_building = shlex.quote(tree), f"{shlex.quote(tree)}.tmp$$"
-    dirs = sorted({os.path.dirname(f"{building}/{f.rel}") for f in files})
-    links = [f"if [ ! -d {q_tree} ]; then", f"mkdir -p {q_building}"]
-    for d in dirs:
-        if d != building:
-            links.append(f"mkdir -p {q_building}/{shlex.quote(d[len(building) + 1:])}")
-    for f in files:
-        src, dst = shlex.quote(f"{cache}/{f.sha256}"), f"{q_building}/{shlex.quote(f.rel)}"
-        # A hard link shares the cached inode (the mode of its first upload); cp where links fail.
-        links.append(f"ln -f {src} {dst} 2>/dev/null || cp -f {src} {dst}")
-    if python is not None and any(f.rel.startswith("training/") for f in files):
-        # Byte-code compiled once per tree and linked into every run's code/ with the sources: else each
-        # run's supervisor and tasks compile the package again, in a fresh dir, on every start. The
-        # hard-linked sources keep their mtime, so the .pyc files stay valid. Best effort: a host whose
-        # python cannot compile (or is missing: `check` says so) just compiles at import as before.
-        links.append(f"{remote_path(python)} -S -m compileall -q {q_building}/training >/dev/null 2>&1 || true")
-    # Another start may have built the same tree meanwhile: keep theirs.
-    links += [f"mv -T {q_building} {q_tree} 2>/dev/null || rm -rf {q_building}", "fi",
+    links += [f"if [ ! -d {shlex.quote(tree)} ]; then", *_link_tree(tree_files, cache, tree)]
+    if package:
+        links.append(f"cp -al {shlex.quote(pkg)}/training {shlex.quote(tree)}.tmp$$/training")
+    links += [*_publish(tree), "fi",
               f"mkdir -p {shlex.quote(code_dir)}",
-              f"cp -alf {q_tree}/. {shlex.quote(code_dir)}/ 2>/dev/null || cp -af {q_tree}/. {shlex.quote(code_dir)}/"]
+              f"cp -alf {shlex.quote(tree)}/. {shlex.quote(code_dir)}/ 2>/dev/null || "
+              f"cp -af {shlex.quote(tree)}/. {shlex.quote(code_dir)}/"]
     # The tree script must stay in one piece (its if/fi and $$): only the moves are chunked apart.
     scripts = _chunks(moves, "set -e") + ["set -e\n" + "\n".join(links)]
     stdin = None

@@ -96,16 +96,25 @@ def test_ship_uploads_only_what_changed(tmp_path: Path) -> None:
     assert same.stat().st_ino == (workdir / "runs/r1/code/same.txt").stat().st_ino  # links, not copies
 
 
-def test_ship_compiles_the_training_tree_once_and_every_run_links_it(tmp_path: Path) -> None:
-    """The host's python byte-compiles `training/` in the cached tree; each run's code/ links the
-    .pyc files with the sources (same inodes, so same mtimes: valid), and nothing is compiled again."""
+def test_ship_compiles_the_training_package_once_for_every_code_tree(tmp_path: Path) -> None:
+    """The host's python byte-compiles `training/` once, in a package tree of its own; every code tree
+    (a new one per edit of the user's files) and every run's code/ link those .pyc files with the
+    sources (same inodes, so same mtimes: valid), and nothing compiles them again."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("v1\n")
     workdir, transport = tmp_path / "work", LocalTransport("local")
-    files = training_package_files()
     for run in ("r1", "r2"):
+        if run == "r2":
+            (src / "train.py").write_text("v2\n")  # the user's edit: a new code tree
+        files = training_package_files() + sync_files(["train.py"], str(src))
         ship(transport, files, str(workdir), str(workdir / f"runs/{run}/code"), timeout=60, python=sys.executable)
+    assert len(os.listdir(workdir / "cache" / "trees")) == 2
+    assert len(os.listdir(workdir / "cache" / "packages")) == 1
     tag = sys.implementation.cache_tag
     pyc = [workdir / f"runs/{run}/code/training/__pycache__/supervisor.{tag}.pyc" for run in ("r1", "r2")]
     assert pyc[0].stat().st_ino == pyc[1].stat().st_ino
+    assert (workdir / "runs/r2/code/train.py").read_text() == "v2\n"
     # Importing from a run's code dir uses that .pyc: it is not rewritten.
     before = pyc[1].stat().st_mtime_ns
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
