@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from orchestrator.config import SSHOptions
 from orchestrator.errors import HostError
 from orchestrator.plan import HostPlan
-from orchestrator.transport import CommandResult, Transport, remote_path
+from orchestrator.transport import CommandResult, Transport, shell_command
 from training.layout import RUN_DIR_ENV, RunLayout
 
 T = TypeVar("T")
@@ -95,8 +95,7 @@ class RemoteRun:
         """Run `training.supervisor <flags>` from the run's code dir; {"absent": true} when the run dir
         (or its code) is not on this host."""
         code = shlex.quote(self.layout.code)
-        cmd = remote_path(self.host.python) + " " + shlex.join(
-            ["-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
+        cmd = shell_command([self.host.python, "-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
         script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else echo '{{\"absent\": true}}'; fi"
         result = self.run_shell(script, timeout)
         if not result.ok:
@@ -138,7 +137,7 @@ class RemoteRun:
         return self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
 
     def purge(self, timeout: float) -> None:
-        result = self.run_shell(shlex.join(["rm", "-rf", "--", self.layout.root]), timeout)
+        result = self.run_shell(shell_command(["rm", "-rf", "--", self.layout.root]), timeout)
         if not result.ok:
             raise HostError(self.host.name, "purge", result.stderr.strip()[-200:])
 
@@ -152,9 +151,9 @@ class RemoteRun:
         # The run marker is set by the shell (`VAR=value exec`): in the environment the supervisor is
         # exec'd with, so /proc/<pid>/environ carries it without a second interpreter start.
         # -S: the supervisor is stdlib only; skipping site-packages makes it start faster.
-        launch = remote_path(self.host.python) + " " + shlex.join([
-            "-S", "-m", "training.supervisor", "--detach", "--run-dir", root, "--host", self.host.name,
-            "--ready-timeout", f"{max(1.0, min(timeout - 1.0, 20.0)):g}"])
+        launch = shell_command([
+            self.host.python, "-S", "-m", "training.supervisor", "--detach", "--run-dir", root,
+            "--host", self.host.name, "--ready-timeout", f"{max(1.0, min(timeout - 1.0, 20.0)):g}"])
         script = (f"cd {shlex.quote(self.layout.code)} || exit 1\n"
                   f"{RUN_DIR_ENV}={shlex.quote(root)} exec {launch}")
         result = self.run_shell(script, timeout)

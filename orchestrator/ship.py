@@ -166,8 +166,8 @@ def ship(
 
     `have`: the cache listing when the caller already has it (saves a round trip); `write_file`:
     (path, bytes) also written, atomically, by the last command (saves an SFTP session); `python`:
-    the host's interpreter, which byte-compiles the shipped `training/` package once per code tree.
-    Safe to call again after a lost connection: every step is idempotent."""
+    the host's interpreter, which byte-compiles the shipped `training/` package once per version of
+    it (see below). Safe to call again after a lost connection: every step is idempotent."""
     cache = f"{workdir}/{CACHE_DIR}"
     if have is None:
         listing = transport.run_shell(list_cache_command(workdir), timeout=timeout)
@@ -197,10 +197,11 @@ def ship(
         progress(total, total)
     # The whole code tree for this exact file set is built once per host (hard links into the cache)
     # and every run copies it as links with one `cp -al`: a warm start costs one process, not one per file.
-    package = [f for f in files if f.rel.startswith("training/")] if python is not None else []
+    package = [f for f in files if f.rel.startswith("training/")]
     links: list[str] = []
     tree_files = files
-    if package:
+    pkg: str | None = None
+    if python is not None and package:
         # tfcluster's own package gets a tree of its own, byte-compiled once by the host's python, and
         # every code tree links it whole: a user who edits train.py between runs (a new code tree each
         # time) never pays for compiling it again, and no run's supervisor or tasks compile it at import
@@ -208,13 +209,12 @@ def ship(
         # whose python cannot compile (`check` says why) compiles at import as before.
         pkg = f"{cache}/{PACKAGES_DIR}/{tree_id(package)}"
         links += [f"if [ ! -d {shlex.quote(pkg)} ]; then", *_link_tree(package, cache, pkg),
-                  f"{remote_path(python or 'python3')} -S -m compileall -q {shlex.quote(pkg)}.tmp$$/training "
-                  ">/dev/null 2>&1 || true",
+                  f"{remote_path(python)} -S -m compileall -q {shlex.quote(pkg)}.tmp$$/training >/dev/null 2>&1 || true",
                   *_publish(pkg), "fi"]
         tree_files = [f for f in files if not f.rel.startswith("training/")]
     tree = f"{cache}/{TREES_DIR}/{tree_id(files)}"
     links += [f"if [ ! -d {shlex.quote(tree)} ]; then", *_link_tree(tree_files, cache, tree)]
-    if package:
+    if pkg is not None:
         links.append(f"cp -al {shlex.quote(pkg)}/training {shlex.quote(tree)}.tmp$$/training")
     links += [*_publish(tree), "fi",
               f"mkdir -p {shlex.quote(code_dir)}",

@@ -119,10 +119,6 @@ def _identity(path: str) -> tuple[str | None, paramiko.PKey | None]:
     return problem, key
 
 
-def _identity_problem(path: str) -> str | None:
-    return _identity(path)[0]
-
-
 def _load_identity(path: str) -> tuple[str | None, paramiko.PKey | None]:
     """An encrypted key is fine here: the agent may hold it, and Paramiko reports it as an
     authentication failure otherwise."""
@@ -137,13 +133,11 @@ def _load_identity(path: str) -> tuple[str | None, paramiko.PKey | None]:
         return f"identity file {path} is not a usable private key ({reason})", None
 
 
-def _auth_keys(paths: Sequence[str]) -> tuple[paramiko.PKey | None, list[str] | None]:
+def _auth_keys(paths: Sequence[str], keys: Sequence[paramiko.PKey | None]) -> tuple[paramiko.PKey | None, list[str] | None]:
     """(pkey, key_filename) for SSHClient.connect: the one identity file's already loaded key, unless a
     certificate sits next to it (Paramiko loads `<key>-cert.pub` only from a key_filename)."""
-    if len(paths) == 1 and not os.path.exists(f"{paths[0]}-cert.pub"):
-        key = _identity(paths[0])[1]
-        if key is not None:
-            return key, None
+    if len(paths) == 1 and keys[0] is not None and not os.path.exists(f"{paths[0]}-cert.pub"):
+        return keys[0], None
     return None, list(paths) or None
 
 
@@ -281,8 +275,8 @@ class SSHTransport(ShellTransport):
         self, s: ResolvedSSH, sock: socket.socket | paramiko.Channel, *, via_jump: bool
     ) -> paramiko.SSHClient:
         where = f"{s.user}@{s.hostname}:{s.port}"
-        for path in s.identity_files:
-            problem = _identity_problem(path)
+        identities = [_identity(path) for path in s.identity_files]
+        for problem, _ in identities:
             if problem:
                 sock.close()
                 raise HostError(self.host, "auth-failed", problem)
@@ -293,7 +287,7 @@ class SSHTransport(ShellTransport):
         client._system_host_keys = known
         client.set_missing_host_key_policy(_HostKeyPolicy(self, s, known))
         started = time.monotonic()
-        pkey, key_filename = _auth_keys(s.identity_files)
+        pkey, key_filename = _auth_keys(s.identity_files, [key for _, key in identities])
         try:
             client.connect(
                 s.hostname, port=s.port, username=s.user, pkey=pkey, key_filename=key_filename,

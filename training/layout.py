@@ -16,7 +16,8 @@ RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"
 
 class RunLayout:
     """Every path of one run dir. A plain class, not a dataclass: the supervisor imports this at every
-    start on every host, and `dataclasses` alone costs it about 10 ms of CPU per start (measured on this 2-core VM)."""
+    start on every host, and `dataclasses` alone costs it about 10 ms of CPU per start (measured on
+    this project's 2-core VM)."""
 
     __slots__ = ("root",)
 

@@ -26,7 +26,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import tensorflow as tf
@@ -63,16 +63,14 @@ def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> lis
     return [(job, i) for job in jobs for i in range(len(cluster_spec.get(job, [])))]
 
 
-def signal_done(server_target: str | None, sender: str, targets: Iterable[tuple[str, int]],
-                own_device_filter: str | None, timeout_s: float = 20.0,
-                cluster_spec: Mapping[str, Sequence[str]] | None = None) -> list[tuple[str, int]]:
+def signal_done(master: Callable[[str, int], str], sender: str, targets: Iterable[tuple[str, int]],
+                own_device_filter: str | None, timeout_s: float = 20.0) -> list[tuple[str, int]]:
     """Enqueue `sender` on each target's done queue; returns the targets that were signalled.
 
-    One short session per target, with device filters naming only that target and this task, so a target
+    One short session per target, on `master(job, index)` (this task's own server, or, for a stand-in
+    that has none, the target's), with device filters naming only that target and this task, so a target
     that is already gone cannot block the others; each attempt runs in a daemon thread bounded by
-    `timeout_s` (creating a session to a dead task would otherwise wait forever). With no server of our
-    own (`server_target` None: a stand-in), each session goes to the target's own server, found in
-    `cluster_spec`.
+    `timeout_s` (creating a session to a dead task would otherwise wait forever).
     """
     done: list[tuple[str, int]] = []  # appended from the threads (list.append is atomic)
     targets = list(targets)
@@ -84,8 +82,7 @@ def signal_done(server_target: str | None, sender: str, targets: Iterable[tuple[
         filters = [f"/job:{job}/task:{index}"] + ([own_device_filter] if own_device_filter else [])
         config = session_config(device_filters=filters)
         config.operation_timeout_in_ms = int(timeout_s * 1000)
-        master = server_target if server_target is not None else f"grpc://{(cluster_spec or {})[job][index]}"
-        sess = v1.Session(master, graph=graph, config=config)
+        sess = v1.Session(master(job, index), graph=graph, config=config)
         sess.run(enqueue)
         done.append((job, index))
         # Closing may wait on a target that exited the moment it got its last token: do not wait for it.

@@ -24,8 +24,9 @@ def run(ctx: TaskContext, timeout_s: float = 30.0) -> int:
         log.info("%s is not waited for by any serving task: nothing to do", ctx.name)
         return 0
     targets = serving_targets(ctx.mode, ctx.cluster_spec)
-    signalled = signal_done(None, ctx.name + STAND_IN_SUFFIX, targets, None, timeout_s=timeout_s,
-                            cluster_spec=ctx.cluster_spec)
+    spec = ctx.cluster_spec
+    signalled = signal_done(lambda job, index: f"grpc://{spec[job][index]}", ctx.name + STAND_IN_SUFFIX,
+                            targets, None, timeout_s=timeout_s)
     missed = [f"{job}:{index}" for job, index in targets if (job, index) not in signalled]
     if missed:
         log.warning("could not reach %s (gone already?)", ", ".join(missed))

@@ -223,7 +223,7 @@ class Supervisor:
         self.mode: str = plan.get("mode", "between-graph")
         # Stand-ins (below) speak the built-in programs' done-queue protocol; a user's program has its own.
         self.builtin_programs = plan.get("uses_user_command") is False
-        self.helpers: list[tuple[str, Child]] = []  # (what for, process): stand-ins still running
+        self.helpers: list[Child] = []  # stand-ins still running
         self.state = "starting"
         self.started_at = time.time()
         self.ended_at: float | None = None
@@ -258,21 +258,28 @@ class Supervisor:
         })
 
     # -- task control
-    def _spawn(self, task: Task) -> None:
-        env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root,
-               TASK_ID_ENV: f"{task.name}#{task.restarts}"}
-        self._record(task, "starting")
+    def _env(self, task: Task, attempt: str, **extra: str) -> dict[str, str]:
+        """A task process's environment: the plan's, the run marker, and its `<job>-<i>#<attempt>` id."""
+        return {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root, TASK_ID_ENV: f"{task.name}#{attempt}",
+                **extra}
+
+    def _note(self, task: Task, text: str) -> str:
+        """Append a `--- tfcluster:` line to the task's log; returns the log's path."""
         log_path = self.layout.log_file(task.job, task.index)
         with open(log_path, "ab") as log:
-            log.write(f"--- tfcluster: starting {task.name} (attempt {task.restarts + 1}) at {time.ctime()}\n"
-                      .encode())
+            log.write(f"--- tfcluster: {text}\n".encode())
+        return log_path
+
+    def _spawn(self, task: Task) -> None:
+        env = self._env(task, str(task.restarts))
+        self._record(task, "starting")
+        log_path = self._note(task, f"starting {task.name} (attempt {task.restarts + 1}) at {time.ctime()}")
         try:
             # Same process group as the supervisor (no new session): `stop` kills the group. The
             # supervisor runs in the code dir, so that is the task's working directory too.
             task.proc = Child(spawn(task.command, env, log_path))
         except OSError as exc:
-            with open(log_path, "ab") as log:
-                log.write(f"--- tfcluster: cannot start {task.name}: {exc}\n".encode())
+            self._note(task, f"cannot start {task.name}: {exc}")
             task.proc = None
             self._exited(task, 127, None)
             return
@@ -302,17 +309,13 @@ class Supervisor:
         that tells the serving tasks it will not finish, so they, and the run, still end by themselves."""
         if not self.builtin_programs or not is_finisher(self.mode, task.job):
             return
-        env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root, TASK_ID_ENV: f"{task.name}#stand-in",
-               STAND_IN_ENV: "1"}
-        log_path = self.layout.log_file(task.job, task.index)
-        with open(log_path, "ab") as log:
-            log.write(f"--- tfcluster: {task.name} failed for good; telling the serving tasks it will not "
-                      f"finish, at {time.ctime()}\n".encode())
+        env = self._env(task, "stand-in", **{STAND_IN_ENV: "1"})
+        log_path = self._note(task, f"{task.name} failed for good; telling the serving tasks it will not finish, "
+                                    f"at {time.ctime()}")
         try:
-            self.helpers.append((f"stand-in for {task.name}", Child(spawn(task.command, env, log_path))))
+            self.helpers.append(Child(spawn(task.command, env, log_path)))
         except OSError as exc:
-            with open(log_path, "ab") as log:
-                log.write(f"--- tfcluster: cannot start the stand-in: {exc}\n".encode())
+            self._note(task, f"cannot start the stand-in: {exc}")
 
     def _kill_leftovers(self, task: Task) -> None:
         """A task run through `sh -c` may leave its real program behind (holding the TF port)."""
@@ -321,7 +324,7 @@ class Supervisor:
         _signal_pids(left, signal.SIGKILL)
 
     def _reap(self) -> None:
-        self.helpers = [(what, child) for what, child in self.helpers if child.poll() is None]
+        self.helpers = [child for child in self.helpers if child.poll() is None]
         for task in self.tasks:
             if task.proc is None or task.state != "running":
                 continue
@@ -354,7 +357,7 @@ class Supervisor:
             time.sleep(0.05)
         survivors = [p["pid"] for p in run_processes(self.layout.root)]
         _signal_pids(survivors, signal.SIGKILL)
-        for _, helper in self.helpers:
+        for helper in self.helpers:
             helper.wait()
         self.helpers = []
         for task in running:

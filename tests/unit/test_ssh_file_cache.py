@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paramiko
 
-from orchestrator.ssh_transport import _identity_problem, _load_known_hosts
+from orchestrator.ssh_transport import _identity, _load_known_hosts
 
 
 def _keygen(tmp_path: Path, name: str) -> Path:
@@ -49,8 +49,8 @@ def test_missing_known_hosts_then_created(tmp_path: Path) -> None:
 def test_identity_problem_follows_the_file(tmp_path: Path) -> None:
     key = _keygen(tmp_path, "a")
     path = tmp_path / "id"
-    assert "does not exist" in (_identity_problem(str(path)) or "")
+    assert "does not exist" in (_identity(str(path))[0] or "")
     path.write_text("not a key\n")
-    assert "not a usable private key" in (_identity_problem(str(path)) or "")
+    assert "not a usable private key" in (_identity(str(path))[0] or "")
     path.write_bytes(key.read_bytes())
-    assert _identity_problem(str(path)) is None
+    assert _identity(str(path))[0] is None
