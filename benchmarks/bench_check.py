@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, busy_cpu_seconds, medians, publish
-from orchestrator.check import local_tf_version, run_check
-from orchestrator.config_load import load_config
-from orchestrator.plan import build_plan
-from orchestrator.transports import transport_for
+from orchestrator.config.load import load_config
+from orchestrator.plan.build import build_plan
+from orchestrator.run.check import local_tf_version, run_check
+from orchestrator.transport.factory import transport_for
 from tests.integration.sshd import Machines, start_machines, stop_all
 
 TARGET_RATIO = 2.0

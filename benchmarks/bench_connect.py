@@ -29,7 +29,7 @@ VARIANTS = ("quickack", "plain")
 
 
 def _round(settings: Any, variant: str) -> dict[str, float]:
-    from orchestrator import ssh_transport
+    from orchestrator.transport import ssh as ssh_transport
 
     original = ssh_transport._QuickAckSocket.wrap
     if variant == "plain":
@@ -52,8 +52,8 @@ def _round(settings: Any, variant: str) -> dict[str, float]:
 
 
 def run(rounds: int) -> dict[str, Any]:
-    from orchestrator.config import SSHOptions
-    from orchestrator.ssh_config import resolve_ssh
+    from orchestrator.config.schema import SSHOptions
+    from orchestrator.config.ssh_config import resolve_ssh
     from tests.integration import sshd
 
     machines = sshd.start_machines(1)

@@ -25,8 +25,8 @@ from typing import Any
 import psutil
 
 from benchmarks.common import machine_line, publish
-from orchestrator.source import ReplaySource
-from orchestrator.synthetic import Scenario, build
+from orchestrator.monitor.source import ReplaySource
+from testkit.synthetic import Scenario, build
 from tui.app import DashboardApp
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import publish
-from orchestrator.collect import Collector, state_from_plan_json
+from orchestrator.monitor.collect import Collector, state_from_plan_json
 from tests.helpers.local_cluster import local_plan, running_cluster
 
 

@@ -51,8 +51,8 @@ TARGET_RATIO = 2.0
 
 
 def _trial(hosts_file: Path) -> dict[str, float]:
-    from orchestrator import launch, lifecycle
-    from orchestrator.config_load import load_config
+    from orchestrator.config.load import load_config
+    from orchestrator.run import launch, lifecycle
 
     config = load_config(hosts_file)
     busy0, own0 = busy_cpu_seconds(), time.process_time()
@@ -70,8 +70,8 @@ def _trial(hosts_file: Path) -> dict[str, float]:
 
 def _ssh_floor(hosts_file: Path, rounds: int = 5) -> float:
     """Busy CPU per host (s) of a connection plus one bare interpreter start, to every host at once."""
-    from orchestrator.config_load import load_config, plan_config
-    from orchestrator.transports import transport_for
+    from orchestrator.config.load import load_config, plan_config
+    from orchestrator.transport.factory import transport_for
 
     hosts = plan_config(load_config(hosts_file), str(hosts_file)).hosts
 

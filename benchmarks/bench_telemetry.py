@@ -36,7 +36,7 @@ from statistics import median, pstdev
 from typing import Any
 
 from benchmarks.common import RESULTS, machine, publish
-from orchestrator.plan import TaskPlan
+from orchestrator.plan.build import TaskPlan
 from tests.helpers.local_cluster import LocalCluster, local_plan
 from training.telemetry.writer import ProgressReporter
 

@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator.config import Config
-from orchestrator.config_load import load_config, plan_config
-from orchestrator.plan import ClusterPlan
+from orchestrator.config.load import load_config, plan_config
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import ClusterPlan
 
 HostsFile = Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")]
 LatestRunId = Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")]

@@ -24,8 +24,8 @@ from textual.containers import Horizontal
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, RichLog, Static
 
-from orchestrator.source import StateSource, TaskActions
-from orchestrator.state import LIVENESS_STATES, ClusterState, TaskView, task_sort_key
+from orchestrator.monitor.reducer import LIVENESS_STATES, ClusterState, TaskView, task_sort_key
+from orchestrator.monitor.source import StateSource, TaskActions
 from tui import format as fmt
 from tui.screens import ConfirmScreen, TaskScreen
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from orchestrator.state import GLYPHS
+from orchestrator.monitor.reducer import GLYPHS
 
 BARS = "▁▂▃▄▅▆▇█"
 STATE_STYLE = {

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, RichLog, Sparkline, Static
 
-from orchestrator.state import ClusterState, window_buckets
+from orchestrator.monitor.reducer import ClusterState, window_buckets
 from tui import format as fmt
 
 if TYPE_CHECKING:

@@ -7,8 +7,8 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from orchestrator.source import FakeClock, RecordingActions, ReplaySource
-from orchestrator.synthetic import Scenario, build, sample_logs
+from orchestrator.monitor.source import FakeClock, RecordingActions, ReplaySource
+from testkit.synthetic import Scenario, build, sample_logs
 from tui.app import DashboardApp
 
 SCENARIOS: dict[str, tuple[Scenario, float]] = {

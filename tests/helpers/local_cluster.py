@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.config import Config
-from orchestrator.plan import ClusterPlan, TaskPlan, build_plan
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import ClusterPlan, TaskPlan, build_plan
 from tests.helpers.ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,6 +5,6 @@ from here."""
 
 from __future__ import annotations
 
-from orchestrator.ports import free_port_block
+from orchestrator.run.local_ports import free_port_block
 
 __all__ = ["free_port_block"]

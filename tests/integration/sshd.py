@@ -49,7 +49,7 @@ from pathlib import Path
 
 import psutil
 
-from orchestrator.ports import free_port_on
+from orchestrator.run.local_ports import free_port_on
 
 SSHD = os.environ.get("TFCLUSTER_TEST_SSHD", "/usr/sbin/sshd")
 SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"

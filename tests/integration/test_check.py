@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from orchestrator.check import HostCheck, run_check
-from orchestrator.config_load import load_config
-from orchestrator.plan import build_plan
-from orchestrator.transports import transport_for
+from orchestrator.config.load import load_config
+from orchestrator.plan.build import build_plan
+from orchestrator.run.check import HostCheck, run_check
+from orchestrator.transport.factory import transport_for
 from tests.integration.sshd import Machines
 from tfcluster.cli import app
 

@@ -17,13 +17,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator import runs
-from orchestrator.collect import Collector
 from orchestrator.errors import HostError
-from orchestrator.plan import HostPlan
-from orchestrator.prometheus import render
-from orchestrator.remote import host_plan_from_json, open_transport
-from orchestrator.transport import Transport
+from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.prometheus import render
+from orchestrator.plan.build import HostPlan
+from orchestrator.run import records as runs
+from orchestrator.run.remote import host_plan_from_json, open_transport
+from orchestrator.transport.base import Transport
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -183,7 +183,7 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
     the transport, and `k` + `y` SIGKILLs the real process behind worker-0."""
     import asyncio
 
-    from orchestrator.collect import CollectorActions
+    from orchestrator.monitor.collect import CollectorActions
     from tui.app import DashboardApp
     from tui.screens import TaskScreen
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.collect import Collector, state_from_plan_json
-from orchestrator.config_load import load_config
-from orchestrator.plan import build_plan
+from orchestrator.config.load import load_config
+from orchestrator.monitor.collect import Collector, state_from_plan_json
+from orchestrator.plan.build import build_plan
 from tests.integration.sshd import Machines
 from training.telemetry.schema import dumps, make_event
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import runs
-from orchestrator.collect import Collector
+from orchestrator.monitor.collect import Collector
+from orchestrator.run import records as runs
 from tests.integration.lifecycle_helpers import cli, isolated_state_dir, started_run_id, status_json, wait_for
 from tests.integration.sshd import Machines
 

@@ -19,8 +19,9 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator import launch, runs
-from orchestrator.config_load import load_config
+from orchestrator.config.load import load_config
+from orchestrator.run import launch
+from orchestrator.run import records as runs
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
@@ -305,10 +306,10 @@ def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
     The loss is injected at those two exact moments, which a real network fault cannot be timed to: the
     connection is really closed (the retry must open a new one) and the commands really ran."""
     from orchestrator.errors import HostError
-    from orchestrator.plan import HostPlan
-    from orchestrator.remote import open_transport
-    from orchestrator.ssh_transport import SSHTransport
-    from orchestrator.transport import CommandResult
+    from orchestrator.plan.build import HostPlan
+    from orchestrator.run.remote import open_transport
+    from orchestrator.transport.base import CommandResult
+    from orchestrator.transport.ssh import SSHTransport
 
     dropped: list[str] = []
 

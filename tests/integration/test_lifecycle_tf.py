@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import runs
+from orchestrator.run import records as runs
 from tests.integration.lifecycle_helpers import (
     cli,
     isolated_state_dir,

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import SSHOptions
+from orchestrator.config.schema import SSHOptions
+from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.errors import HostError
-from orchestrator.ssh_config import resolve_ssh
-from orchestrator.ssh_transport import SSHTransport
+from orchestrator.transport.ssh import SSHTransport
 from tests.helpers.procs import is_gone, read_pid
 from tests.integration.sshd import Machines
 from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY

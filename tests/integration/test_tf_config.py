@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import tensorflow as tf
 
-from orchestrator.config import Config
-from orchestrator.plan import ClusterPlan, build_plan
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import ClusterPlan, build_plan
 
 pytestmark = pytest.mark.integration
 

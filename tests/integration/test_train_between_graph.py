@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Config
-from orchestrator.plan import ClusterPlan, build_plan
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import ClusterPlan, build_plan
 from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
 from tests.helpers.ports import free_port_block
 

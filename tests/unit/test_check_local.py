@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.check import check_host, local_tf_version, run_check
-from orchestrator.config import Config
-from orchestrator.plan import build_plan
-from orchestrator.transports import transport_for
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import build_plan
+from orchestrator.run.check import check_host, local_tf_version, run_check
+from orchestrator.transport.factory import transport_for
 from tests.helpers.ports import free_port_block
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config_load import alias_warnings, load_config, plan_config
+from orchestrator.config.load import alias_warnings, load_config, plan_config
 from orchestrator.errors import ConfigError
 
 # A valid cluster that each case breaks in one place.

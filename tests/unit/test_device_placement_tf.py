@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Config
-from orchestrator.plan import ClusterPlan, build_plan
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import ClusterPlan, build_plan
 from training.models.sizes import mlp_shapes, wide_shapes
 
 tf = pytest.importorskip("tensorflow")

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Config
-from orchestrator.plan import build_plan
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import build_plan
 
 tf = pytest.importorskip("tensorflow")
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.config import Config
-from orchestrator.config_load import load_config
+from orchestrator.config.load import load_config
+from orchestrator.config.schema import Config
 from orchestrator.errors import ConfigError
-from orchestrator.plan import ClusterPlan, build_plan
-from orchestrator.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
+from orchestrator.plan.build import ClusterPlan, build_plan
+from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
 from training.models.sizes import mlp_shapes, wide_shapes
 from training.placement import greedy_assign
 
@@ -263,7 +263,7 @@ def test_example_file_loads_and_plans(tmp_path: Path, monkeypatch: pytest.Monkey
 def _schema_keys(model: type, prefix: str = "") -> set[str]:
     from pydantic import BaseModel
 
-    from orchestrator.config_load import _unwrap
+    from orchestrator.config.load import _unwrap
 
     keys = set()
     for name, info in model.model_fields.items():  # type: ignore[attr-defined]

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from orchestrator.ports import free_port_block, free_port_on, port_free
+from orchestrator.run.local_ports import free_port_block, free_port_on, port_free
 
 
 def test_a_block_is_consecutive_free_ports_in_range() -> None:

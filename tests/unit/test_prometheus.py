@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import urllib.request
 
-from orchestrator.prometheus import PrometheusExporter, render
-from orchestrator.source import FakeClock, ReplaySource
-from orchestrator.synthetic import Scenario, build
+from orchestrator.monitor.prometheus import PrometheusExporter, render
+from orchestrator.monitor.source import FakeClock, ReplaySource
+from testkit.synthetic import Scenario, build
 from tests.helpers.ports import free_port_block
 
 

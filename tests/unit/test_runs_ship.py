@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import runs
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.lifecycle import HostStatus, TaskStatus, _run_state, select_tasks
-from orchestrator.local_transport import LocalTransport
-from orchestrator.ship import ShipFile, ship, sync_files, training_package_files
+from orchestrator.run import records as runs
+from orchestrator.run.lifecycle import HostStatus, TaskStatus, _run_state, select_tasks
+from orchestrator.run.ship import ShipFile, ship, sync_files, training_package_files
+from orchestrator.transport.local import LocalTransport
 
 
 @pytest.fixture(autouse=True)

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import SSHOptions
+from orchestrator.config.schema import SSHOptions
+from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.errors import ConfigError
-from orchestrator.ssh_config import resolve_ssh
 
 SSH_CONFIG = """
 Host gpu-a

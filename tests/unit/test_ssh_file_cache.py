@@ -11,7 +11,7 @@ from pathlib import Path
 
 import paramiko
 
-from orchestrator.ssh_transport import _identity, _load_known_hosts
+from orchestrator.transport.ssh import _identity, _load_known_hosts
 
 
 def _keygen(tmp_path: Path, name: str) -> Path:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Config
-from orchestrator.plan import build_plan
+from orchestrator.config.schema import Config
+from orchestrator.plan.build import build_plan
 from training.context import TaskContext, TaskSetupError
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from orchestrator.config_load import tomllib  # tomllib, or tomli on Python 3.10
-from orchestrator.toml_lines import find_line, format_key_path, key_lines, parse_key_path
+from orchestrator.config.load import tomllib  # tomllib, or tomli on Python 3.10
+from orchestrator.config.toml_lines import find_line, format_key_path, key_lines, parse_key_path
 
 TEXT = '''\
 title = "x"

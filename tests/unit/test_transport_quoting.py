@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import HostError
-from orchestrator.local_transport import LocalTransport
-from orchestrator.ssh_transport import sh_wrap, split_pid_marker
-from orchestrator.transport import shell_command
+from orchestrator.transport.base import shell_command
+from orchestrator.transport.local import LocalTransport
+from orchestrator.transport.ssh import sh_wrap, split_pid_marker
 from tests.helpers.procs import is_gone, read_pid
 
 NASTY = [

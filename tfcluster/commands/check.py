@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.check import CheckReport, HostCheck, local_tf_version, run_check
-from orchestrator.transports import transport_for
+from orchestrator.run.check import CheckReport, HostCheck, local_tf_version, run_check
+from orchestrator.transport.factory import transport_for
 from tfcluster.common import HostsFile, load_plan, widen
 
 MIN_WIDTH = 140

@@ -15,10 +15,10 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from orchestrator import runs
-from orchestrator.collect import Collector, CollectorActions
 from orchestrator.errors import UsageError
-from orchestrator.state import ClusterState, task_sort_key
+from orchestrator.monitor.collect import Collector, CollectorActions
+from orchestrator.monitor.reducer import ClusterState, task_sort_key
+from orchestrator.run import records as runs
 from tfcluster.common import LatestRunId
 
 ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
@@ -114,7 +114,7 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
     exporter = None
     try:
         if prometheus is not None:
-            from orchestrator.prometheus import PrometheusExporter
+            from orchestrator.monitor.prometheus import PrometheusExporter
 
             try:
                 exporter = PrometheusExporter(prometheus).start()

@@ -19,12 +19,13 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator import lifecycle, runs
-from orchestrator.collect import Collector, CollectorActions
-from orchestrator.config_load import load_config
-from orchestrator.launch import StartOptions, start
-from orchestrator.ports import free_port_block
-from orchestrator.state import ClusterState
+from orchestrator.config.load import load_config
+from orchestrator.monitor.collect import Collector, CollectorActions
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.run import lifecycle
+from orchestrator.run import records as runs
+from orchestrator.run.launch import StartOptions, start
+from orchestrator.run.local_ports import free_port_block
 from tfcluster.common import interrupt_on_hangup
 
 DEMO_TOML = """\

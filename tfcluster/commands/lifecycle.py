@@ -1,6 +1,6 @@
 """`start`/`up`, `stop`/`down`, `status`, `ls`, `logs`: a run's life from the command line.
 
-Thin: the work is in orchestrator.launch and orchestrator.lifecycle; this module only renders.
+Thin: the work is in orchestrator.run.launch and orchestrator.run.lifecycle; this module only renders.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator import launch, lifecycle, runs
-from orchestrator.config_load import load_config
+from orchestrator.config.load import load_config
+from orchestrator.run import launch, lifecycle
+from orchestrator.run import records as runs
 from tfcluster.common import HostsFile, LatestRunId, widen
 
 # `start --dash` opens the dashboard on the new run; the dashboard command module sets this hook.

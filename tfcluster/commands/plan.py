@@ -13,9 +13,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.config_load import alias_warnings
-from orchestrator.plan import ClusterPlan, TaskPlan
-from orchestrator.ps_load import PsLoadEstimate, estimate_ps_load
+from orchestrator.config.load import alias_warnings
+from orchestrator.plan.build import ClusterPlan, TaskPlan
+from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
 from tfcluster.common import HostsFile, load_plan, widen
 
 MIN_WIDTH = 160  # a pipe or a test gets 80 columns by default: too narrow for the command column

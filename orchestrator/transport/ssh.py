@@ -24,9 +24,9 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import paramiko
 
+from orchestrator.config.ssh_config import ResolvedSSH
 from orchestrator.errors import HostError
-from orchestrator.ssh_config import ResolvedSSH
-from orchestrator.transport import CommandResult, ShellTransport, shell_command
+from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
 
 log = logging.getLogger("tfcluster.ssh")
 # Paramiko logs a traceback from its reader thread for every failed handshake; we report each failure

@@ -1,14 +1,14 @@
 """Pick and build the Transport for a host: `LocalTransport` for `transport = "local"`, else SSH with
-the host's effective settings (hosts.toml > ssh config > defaults, see `orchestrator.ssh_config`)."""
+the host's effective settings (hosts.toml > ssh config > defaults, see `orchestrator.config.ssh_config`)."""
 
 from __future__ import annotations
 
-from orchestrator.config import Config, HostConfig, explicit_ssh
-from orchestrator.local_transport import LocalTransport
-from orchestrator.plan import HostPlan
-from orchestrator.ssh_config import resolve_ssh
-from orchestrator.ssh_transport import SSHTransport
-from orchestrator.transport import Transport
+from orchestrator.config.schema import Config, HostConfig, explicit_ssh
+from orchestrator.config.ssh_config import resolve_ssh
+from orchestrator.plan.build import HostPlan
+from orchestrator.transport.base import Transport
+from orchestrator.transport.local import LocalTransport
+from orchestrator.transport.ssh import SSHTransport
 
 
 def transport_for(host: HostPlan) -> Transport:

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from orchestrator.events import Event, EventParser
-from orchestrator.state import ClusterState
+from orchestrator.monitor.events import Event, EventParser
+from orchestrator.monitor.reducer import ClusterState
 
 
 class StateSource(Protocol):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from orchestrator.events import (
+from orchestrator.monitor.events import (
     Event,
     GpuSample,
     HeartbeatEvent,
@@ -19,7 +19,7 @@ from orchestrator.events import (
     StreamDown,
     TaskStateEvent,
 )
-from orchestrator.state import ClusterState
+from orchestrator.monitor.reducer import ClusterState
 
 BATCH = 128
 

@@ -9,7 +9,7 @@ Rules (DESIGN.md "Plan rules"):
   the first worker host when no host has the chief role; workers only run a server;
 - ports are allocated from `base_port`, unique across the whole cluster (TF binds every interface).
 
-A plan that cannot run (orchestrator.config_rules, ports past 65535, a bad `command` placeholder, a
+A plan that cannot run (orchestrator.plan.rules, ports past 65535, a bad `command` placeholder, a
 `slowdown` for a task that does not exist) is a ConfigError whose key is a path such as `hosts[1].gpus`;
 load_config turns that path into the line of hosts.toml.
 """
@@ -25,10 +25,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from orchestrator.config import Config, HostConfig, SSHOptions, explicit_ssh, host_python, host_workdir
-from orchestrator.config_rules import check_rules
+from orchestrator.config.schema import Config, HostConfig, SSHOptions, explicit_ssh, host_python, host_workdir
+from orchestrator.config.toml_lines import format_key_path
 from orchestrator.errors import ConfigError
-from orchestrator.toml_lines import format_key_path
+from orchestrator.plan.rules import check_rules
 
 JOB_ORDER = ("chief", "ps", "worker")  # TF_CONFIG lists jobs in this order; tasks are numbered per job
 COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")

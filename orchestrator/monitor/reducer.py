@@ -18,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.events import (
+from orchestrator.monitor.events import (
     Event,
     GpuSample,
     HeartbeatEvent,

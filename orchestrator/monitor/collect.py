@@ -17,14 +17,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import HostError, TfclusterError
-from orchestrator.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
-from orchestrator.plan import HostPlan
-from orchestrator.state import ClusterState
-from orchestrator.transport import LineStream, Transport
+from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.plan.build import HostPlan
+from orchestrator.transport.base import LineStream, Transport
 from training.layout import RunLayout
 
 if TYPE_CHECKING:
-    from orchestrator.runs import RunRecord
+    from orchestrator.run.records import RunRecord
 
 Opener = Callable[[HostPlan], Transport]
 BACKOFF_MAX_S = 30.0
@@ -143,7 +143,7 @@ class Collector:
                  pythons: dict[str, str], interval: float = 1.0, opener: Opener | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         if opener is None:
-            from orchestrator.transports import transport_for
+            from orchestrator.transport.factory import transport_for
 
             opener = transport_for
         self.state = state
@@ -162,7 +162,7 @@ class Collector:
     @classmethod
     def for_record(cls, record: RunRecord, interval: float = 1.0, opener: Opener | None = None) -> Collector:
         """From a run record: its plan, hosts and the run dirs resolved on each host at start."""
-        from orchestrator.remote import host_plan_from_json
+        from orchestrator.run.remote import host_plan_from_json
 
         plan = record.plan
         hosts = [host_plan_from_json(h) for h in plan.get("hosts", [])]

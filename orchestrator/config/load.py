@@ -22,11 +22,11 @@ import paramiko
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from orchestrator.config import Config, explicit_ssh
+from orchestrator.config.schema import Config, explicit_ssh
+from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
+from orchestrator.config.toml_lines import KeyPath, find_line, format_key_path, parse_key_path
 from orchestrator.errors import ConfigError
-from orchestrator.plan import ClusterPlan, build_plan
-from orchestrator.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
-from orchestrator.toml_lines import KeyPath, find_line, format_key_path, parse_key_path
+from orchestrator.plan.build import ClusterPlan, build_plan
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,6 +1,6 @@
 """The hosts.toml schema: a strict pydantic model of the user's cluster description.
 
-Loading and error reporting live in `orchestrator.config_load`; this module is the schema only, so the
+Loading and error reporting live in `orchestrator.config.load`; this module is the schema only, so the
 plan, the CLI and the tests share one definition of every key.
 """
 

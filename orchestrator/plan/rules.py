@@ -1,6 +1,6 @@
 """Rules about the cluster as a whole that one key alone cannot break: duplicate hosts, missing jobs.
 
-The schema (orchestrator.config) checks each key; these checks need several of them. `build_plan`
+The schema (orchestrator.config.schema) checks each key; these checks need several of them. `build_plan`
 runs them, so a Config built in code is held to the same rules as one loaded from a file, and
 `load_config` adds the line of the offending key to the error.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 
-from orchestrator.config import Config, HostConfig, explicit_ssh
+from orchestrator.config.schema import Config, HostConfig, explicit_ssh
 from orchestrator.errors import ConfigError
 from training.models.sizes import BUILTIN_SHAPES
 

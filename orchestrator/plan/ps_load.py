@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.plan import ClusterPlan
+from orchestrator.plan.build import ClusterPlan
 from training.models.sizes import BUILTIN_SHAPES
 from training.placement import greedy_assign
 

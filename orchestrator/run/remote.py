@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from orchestrator.config import SSHOptions
+from orchestrator.config.schema import SSHOptions
 from orchestrator.errors import HostError
-from orchestrator.plan import HostPlan
-from orchestrator.transport import CommandResult, Transport, shell_command
+from orchestrator.plan.build import HostPlan
+from orchestrator.transport.base import CommandResult, Transport, shell_command
 from training.layout import RUN_DIR_ENV, RunLayout
 
 T = TypeVar("T")
@@ -34,7 +34,7 @@ def host_plan_from_json(data: dict[str, Any]) -> HostPlan:
 
 
 def open_transport(host: HostPlan) -> Transport:
-    from orchestrator.transports import transport_for
+    from orchestrator.transport.factory import transport_for
 
     return transport_for(host)
 

@@ -23,14 +23,14 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator import runs
-from orchestrator.config import Config
-from orchestrator.config_load import plan_config
+from orchestrator.config.load import plan_config
+from orchestrator.config.schema import Config
 from orchestrator.errors import HostError, TfclusterError
-from orchestrator.lifecycle import stop_hosts
-from orchestrator.plan import ClusterPlan, HostPlan
-from orchestrator.remote import TRANSIENT_REASONS, RemoteRun, open_transport, with_retry
-from orchestrator.ship import (
+from orchestrator.plan.build import ClusterPlan, HostPlan
+from orchestrator.run import records as runs
+from orchestrator.run.lifecycle import stop_hosts
+from orchestrator.run.remote import TRANSIENT_REASONS, RemoteRun, open_transport, with_retry
+from orchestrator.run.ship import (
     CACHE_DIR,
     TREES_DIR,
     ShipFile,
@@ -40,7 +40,7 @@ from orchestrator.ship import (
     training_package_files,
     tree_id,
 )
-from orchestrator.transport import Transport, remote_path
+from orchestrator.transport.base import Transport, remote_path
 from training.layout import RUN_FILE, RunLayout
 
 ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total

@@ -15,11 +15,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator import runs
 from orchestrator.errors import HostError, UsageError
-from orchestrator.plan import HostPlan
-from orchestrator.remote import RemoteRun, host_plan_from_json, open_transport, with_retry
-from orchestrator.transport import Transport
+from orchestrator.plan.build import HostPlan
+from orchestrator.run import records as runs
+from orchestrator.run.remote import RemoteRun, host_plan_from_json, open_transport, with_retry
+from orchestrator.transport.base import Transport
 from training.layout import RunLayout
 
 Opener = Callable[[HostPlan], Transport]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from orchestrator.source import StateSource
-from orchestrator.state import LIVENESS_STATES, ClusterState
+from orchestrator.monitor.reducer import LIVENESS_STATES, ClusterState
+from orchestrator.monitor.source import StateSource
 
 
 def _esc(v: str) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import ConfigError, HostError
-from orchestrator.transport import Transport, remote_path
+from orchestrator.transport.base import Transport, remote_path
 
 CACHE_DIR = "cache"
 TREES_DIR = "trees"  # cache/trees/<tree id>/: a complete code tree, hard links into the cache

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 from orchestrator.errors import HostError
-from orchestrator.transport import CommandResult, ShellTransport, shell_command
+from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
 
 _SH = "/bin/sh"
 

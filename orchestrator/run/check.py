@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.errors import HostError
-from orchestrator.plan import ClusterPlan, HostPlan
-from orchestrator.transport import Transport
+from orchestrator.plan.build import ClusterPlan, HostPlan
+from orchestrator.transport.base import Transport
 
 TF_DISTRIBUTIONS = (
     "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",

@@ -17,7 +17,7 @@ from typing import Any
 
 import paramiko
 
-from orchestrator.config import SSH_DEFAULTS, SSHOptions
+from orchestrator.config.schema import SSH_DEFAULTS, SSHOptions
 from orchestrator.errors import ConfigError
 
 DEFAULT_CONFIG_FILE = "~/.ssh/config"

@@ -1,0 +1,1 @@
+"""Shared by tests and benchmarks (never shipped with the product)."""
