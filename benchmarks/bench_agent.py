@@ -28,7 +28,7 @@ from typing import Any
 import psutil
 
 from benchmarks.common import ROOT, machine_line, publish
-from tests.helpers.ports import free_port_block
+from orchestrator.run.local_ports import free_port_block
 
 
 def _cpu(proc: psutil.Process) -> float:

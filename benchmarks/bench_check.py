@@ -1,6 +1,6 @@
 """`check` on 1 vs 8 loopback machines: parallel hosts must cost much less than 8x (target: 8 < 2x 1).
 
-Method: 8 real sshd processes on 127.0.0.x (tests/integration/sshd.py), a hosts.toml with the first
+Method: 8 real sshd processes on 127.0.0.x (testkit/sshd.py), a hosts.toml with the first
 machine only and one with all 8. `run_check` (the `tfcluster check` logic: connect, one probe per
 host) is timed in this process, rounds interleaved (1, 8, 1, 8, ...) so a change in machine load hits
 both sides alike; medians and their ratio are reported. The whole CLI (`tfcluster check --json`, in a
@@ -28,7 +28,7 @@ from orchestrator.config.load import load_config
 from orchestrator.plan.build import build_plan
 from orchestrator.run.check import local_tf_version, run_check
 from orchestrator.transport.factory import transport_for
-from tests.integration.sshd import Machines, start_machines, stop_all
+from testkit.sshd import Machines, start_machines, stop_all
 
 TARGET_RATIO = 2.0
 

@@ -5,7 +5,7 @@ authentication; a delayed ACK of the second held sshd's answer to the first chan
 (Linux's delayed-ACK timer). Every command that opens a connection (start, status, stop, logs, dash,
 check) pays that once per host. `orchestrator.ssh_transport._QuickAckSocket` acknowledges at once.
 
-Method: one real sshd on loopback (tests/integration/sshd.py). A round opens a fresh SSHTransport,
+Method: one real sshd on loopback (testkit/sshd.py). A round opens a fresh SSHTransport,
 times the handshake (`connect`), then the first command (`true`: channel open, exec, exit status),
 then a second command on the same connection, and closes. Rounds alternate the two variants (the
 "without" variant replaces the socket wrapper by the plain socket), so both see the same machine load.
@@ -54,7 +54,7 @@ def _round(settings: Any, variant: str) -> dict[str, float]:
 def run(rounds: int) -> dict[str, Any]:
     from orchestrator.config.schema import SSHOptions
     from orchestrator.config.ssh_config import resolve_ssh
-    from tests.integration import sshd
+    from testkit import sshd
 
     machines = sshd.start_machines(1)
     try:

@@ -25,7 +25,7 @@ from typing import Any
 import psutil
 
 from benchmarks.common import machine_line, publish
-from orchestrator.monitor.source import ReplaySource
+from testkit.replay import ReplaySource
 from testkit.synthetic import Scenario, build
 from tui.app import DashboardApp
 

@@ -2,7 +2,7 @@
 
 Method: a real between-graph TensorFlow cluster on this machine (1 ps, 2 CPU workers, model `wide`
 with `params` parameters, so variable traffic dominates gRPC overhead), started as plain processes
-(tests/helpers/local_cluster.py). One telemetry agent runs for the PS's host through the real
+(testkit/local_cluster.py). One telemetry agent runs for the PS's host through the real
 collector over the LocalTransport: it measures the PS port's bytes in/out from the kernel's TCP
 counters (`ss -tinH`), and the workers' `progress` events carry the bytes they account from the
 variables' sizes and placement. After a warm-up, both rates are sampled once a second; the figure is
@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.common import publish
 from orchestrator.monitor.collect import Collector, state_from_plan_json
-from tests.helpers.local_cluster import local_plan, running_cluster
+from testkit.local_cluster import local_plan, running_cluster
 
 
 def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str, Any]:

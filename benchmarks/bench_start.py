@@ -1,9 +1,9 @@
 """`start` fan-out: issue 4 asks that starting 16 loopback machines take less than 2x starting 1.
 
-Method: real OpenSSH sshd processes on 16 loopback addresses (tests/integration/sshd.py), each with its
+Method: real OpenSSH sshd processes on 16 loopback addresses (testkit/sshd.py), each with its
 own workdir; the user-command path with a trivial program (`sleep`) so TensorFlow's import time does not
 hide the fan-out. Each host runs a `ps` and a `worker` task (same per-host work in both cases). A trial
-is one `orchestrator.launch.start` call, from nothing to "every task reports running" (connect, create
+is one `orchestrator.run.launch.start` call, from nothing to "every task reports running" (connect, create
 the run dir, link the cached code tree, write run.json, launch the supervisor and wait for it on the
 host), timed in process; the run is then stopped. The first trial on fresh workdirs ships every file
 ("cold"); later trials find them in the content-hash cache ("warm"). Medians of the warm trials, 1 vs
@@ -51,18 +51,19 @@ TARGET_RATIO = 2.0
 
 
 def _trial(hosts_file: Path) -> dict[str, float]:
-    from orchestrator.config.load import load_config
-    from orchestrator.run import launch, lifecycle
+    from orchestrator.plan.from_file import plan_file
+    from orchestrator.run import launch
+    from orchestrator.run.stop import stop
 
-    config = load_config(hosts_file)
+    plan = plan_file(hosts_file)
     busy0, own0 = busy_cpu_seconds(), time.process_time()
     t0 = time.perf_counter()
-    result = launch.start(config, str(hosts_file), launch.StartOptions(timeout=180, op_timeout=60))
+    result = launch.start(plan, str(hosts_file), launch.StartOptions(timeout=180, op_timeout=60))
     seconds = time.perf_counter() - t0
     sample = {"seconds": seconds, "orchestrator_cpu": time.process_time() - own0,
               "busy_cpu": busy_cpu_seconds() - busy0,
               "uploaded": float(sum(o.uploaded for o in result.outcomes.values()))}
-    stopped = lifecycle.stop(result.record, grace=1.0, purge=True)
+    stopped = stop(result.record, grace=1.0, purge=True)
     if not all(s.ok for s in stopped.values()):
         raise RuntimeError(f"stop left processes behind: {stopped}")
     return sample
@@ -70,10 +71,10 @@ def _trial(hosts_file: Path) -> dict[str, float]:
 
 def _ssh_floor(hosts_file: Path, rounds: int = 5) -> float:
     """Busy CPU per host (s) of a connection plus one bare interpreter start, to every host at once."""
-    from orchestrator.config.load import load_config, plan_config
+    from orchestrator.plan.from_file import plan_file
     from orchestrator.transport.factory import transport_for
 
-    hosts = plan_config(load_config(hosts_file), str(hosts_file)).hosts
+    hosts = plan_file(hosts_file).hosts
 
     def one(host: Any) -> None:
         transport = transport_for(host)
@@ -94,7 +95,7 @@ def _ssh_floor(hosts_file: Path, rounds: int = 5) -> float:
 
 
 def run(trials: int, many: int) -> dict[str, Any]:
-    from tests.integration import sshd
+    from testkit import sshd
 
     machines = sshd.start_machines(many)
     try:
@@ -141,7 +142,7 @@ def run(trials: int, many: int) -> dict[str, Any]:
     per_host_busy = (busy[many] - busy[1]) / (many - 1)
     return {
         "benchmark": "start",
-        "method": "orchestrator.launch.start to every task running, real sshd on loopback, `sleep` tasks, "
+        "method": "orchestrator.run.launch.start to every task running, real sshd on loopback, `sleep` tasks, "
                   "ps+worker per host; warm = code already in the host's content-hash cache",
         "machine": {"cpus": cores, "python": sys.version.split()[0], "platform": platform.platform()},
         "trials": trials,

@@ -5,7 +5,7 @@ with no straggler; in-graph (synchronous by construction) every tower slows to t
 the step rate falls to about 1/4.
 
 Method: real local clusters (1 ps, 2 CPU workers, `mlp`), each a set of `python -m training.task`
-processes started from a real plan (tests/helpers/local_cluster.py). The four configurations run one
+processes started from a real plan (testkit/local_cluster.py). The four configurations run one
 after another, interleaved round by round (baseline, straggler, baseline, ...) so that a change in the
 machine's load hits both sides alike; each figure is the median over rounds of the median per-interval
 rate in the run's steady state, and each ratio the median of the per-round (paired) ratios (progress events after the first two, which include start-up; between-graph
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import machine, median_or_none, publish
-from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
+from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 
 FACTOR = 4.0
 PACED_BASE = 5.0  # "paced": every worker idles 4/5 of each step (cores unsaturated), the straggler 4x longer

@@ -5,7 +5,7 @@ Target (issue 3): the `progress` telemetry costs under 2 % of training throughpu
 Two measurements:
 1. End to end, side by side: two real local clusters at the same time (each 1 ps and 1 CPU worker acting
    as chief, `mlp`; every task a `python -m training.task` process from a real plan, see
-   tests/helpers/local_cluster.py), one with telemetry on and one with `TFCLUSTER_TELEMETRY=0`, so a change
+   testkit/local_cluster.py), one with telemetry on and one with `TFCLUSTER_TELEMETRY=0`, so a change
    in the machine's load hits both alike (which one starts first alternates by round). The figure is each
    worker's step rate inside the time window where both were past warm-up and still training (from the
    step end times the worker writes when TFCLUSTER_STEP_TIMES is set, in both variants alike), median over
@@ -36,8 +36,8 @@ from statistics import median, pstdev
 from typing import Any
 
 from benchmarks.common import RESULTS, machine, publish
-from orchestrator.plan.build import TaskPlan
-from tests.helpers.local_cluster import LocalCluster, local_plan
+from orchestrator.plan.model import TaskPlan
+from testkit.local_cluster import LocalCluster, local_plan
 from training.telemetry.writer import ProgressReporter
 
 TARGET = 0.02

@@ -1,9 +1,22 @@
 """The project's own errors. Each renders as one line that names the file/key or the host.
 
 The CLI turns any `TfclusterError` into that line on stderr and its `exit_code`, never a traceback.
+`HostError.reason` is one word from `Reason`: scripts and the retry logic branch on it.
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+Reason = Literal[
+    # the machine or its sshd cannot be reached, or a working connection broke (worth a retry)
+    "refused", "timeout", "unreachable", "lost",
+    # the user must act
+    "auth-failed", "hostkey-unknown", "hostkey-changed", "sftp-failed",
+    # a step of a command on the host failed, or was cancelled
+    "prepare", "ship", "launch", "supervisor", "task-failed", "remote", "purge", "port-taken",
+    "command-failed", "cancelled", "error",
+]
 
 
 class TfclusterError(Exception):
@@ -46,11 +59,20 @@ class HostError(TfclusterError):
 
     exit_code = 1
 
-    def __init__(self, host: str, reason: str, detail: str = "") -> None:
+    def __init__(self, host: str, reason: Reason, detail: str = "") -> None:
         self.host = host
-        self.reason = reason  # a word: refused, timeout, unreachable, auth-failed, hostkey-unknown, hostkey-changed, lost, sftp-failed, ...
+        self.reason: Reason = reason
         self.detail = detail
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
         return f"host {self.host}: {self.reason}" + (f": {self.detail}" if self.detail else "")
+
+
+class CommandFailed(HostError):
+    """A command ran on the host and exited non-zero (`CommandResult.check`, `run(check=True)`)."""
+
+    def __init__(self, host: str, reason: Reason, detail: str, *, command: str, exit_code: int) -> None:
+        super().__init__(host, reason, detail)
+        self.command = command
+        self.exit_code_remote = exit_code

@@ -10,19 +10,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator.config.load import load_config, plan_config
-from orchestrator.config.schema import Config
-from orchestrator.plan.build import ClusterPlan
+from orchestrator.config.schema import Mode
+from orchestrator.plan.from_file import plan_file
+from orchestrator.plan.model import ClusterPlan
 
 HostsFile = Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")]
 LatestRunId = Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")]
 
 
-def load_plan(hosts_file: Path) -> tuple[Config, ClusterPlan]:
-    """hosts.toml, validated (ConfigError: one line, exit 2), and the plan built from it, with
-    ~/.ssh/config aliases resolved to the HostName the TF tasks dial."""
-    config = load_config(hosts_file)
-    return config, plan_config(config, str(hosts_file))
+def load_plan(hosts_file: Path, mode: Mode | None = None) -> ClusterPlan:
+    """The plan of hosts.toml (ConfigError: one line with the file's line, exit 2), with ~/.ssh/config
+    aliases resolved to the HostName the TF tasks dial (orchestrator.plan.from_file)."""
+    return plan_file(hosts_file, mode)
 
 
 def widen(console: Console, min_width: int) -> Console:

@@ -24,8 +24,9 @@ from textual.containers import Horizontal
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, RichLog, Static
 
-from orchestrator.monitor.reducer import LIVENESS_STATES, ClusterState, TaskView, task_sort_key
+from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.source import StateSource, TaskActions
+from orchestrator.monitor.views import LIVENESS_STATES, TaskView, task_sort_key
 from tui import format as fmt
 from tui.screens import ConfirmScreen, TaskScreen
 

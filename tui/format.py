@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
-from orchestrator.monitor.reducer import GLYPHS
-
 BARS = "▁▂▃▄▅▆▇█"
+# A state is always shown as a word; the glyph and colour only help the eye.
+GLYPHS = {"running": "●", "stalled": "◐", "starting": "◌", "restarting": "↻", "exited": "✖", "unreachable": "?"}
 STATE_STYLE = {
     "running": "green", "stalled": "yellow", "starting": "cyan", "restarting": "magenta",
     "exited": "red", "unreachable": "bright_black",

@@ -11,7 +11,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, RichLog, Sparkline, Static
 
-from orchestrator.monitor.reducer import ClusterState, window_buckets
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.views import window_buckets
 from tui import format as fmt
 
 if TYPE_CHECKING:

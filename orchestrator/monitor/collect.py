@@ -14,30 +14,18 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.plan.build import HostPlan
-from orchestrator.transport.base import LineStream, Transport
+from orchestrator.plan.model import HostPlan
+from orchestrator.run.records import RunRecord
+from orchestrator.transport.base import CommandResult, LineStream, Transport
+from orchestrator.transport.factory import Opener, transport_for
 from training.layout import RunLayout
 
-if TYPE_CHECKING:
-    from orchestrator.run.records import RunRecord
-
-Opener = Callable[[HostPlan], Transport]
 BACKOFF_MAX_S = 30.0
 SILENT_INTERVALS = 5  # no line at all for this long: the stream is treated as dead and reopened
-
-
-def state_from_plan_json(plan: dict[str, Any], run_id: str, interval_s: float, now: float | None = None) -> ClusterState:
-    st = ClusterState(run_id, plan.get("mode", ""), plan.get("cluster_name", ""), interval_s, now)
-    for h in plan.get("hosts", []):
-        st.host(h["name"])
-    for t in plan.get("tasks", []):
-        st.add_task(t["job"], int(t["index"]), t["host"], t.get("gpu"), port=t.get("port"))
-    return st
 
 
 def agent_argv(python: str, run_dir: str, host: str, interval: float) -> list[str]:
@@ -143,8 +131,6 @@ class Collector:
                  pythons: dict[str, str], interval: float = 1.0, opener: Opener | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         if opener is None:
-            from orchestrator.transport.factory import transport_for
-
             opener = transport_for
         self.state = state
         self.interval = interval
@@ -162,16 +148,13 @@ class Collector:
     @classmethod
     def for_record(cls, record: RunRecord, interval: float = 1.0, opener: Opener | None = None) -> Collector:
         """From a run record: its plan, hosts and the run dirs resolved on each host at start."""
-        from orchestrator.run.remote import host_plan_from_json
-
-        plan = record.plan
-        hosts = [host_plan_from_json(h) for h in plan.get("hosts", [])]
+        hosts = list(record.plan.hosts)
         run_dirs, pythons = {}, {}
         for h in hosts:
             rec = record.host(h.name)
             run_dirs[h.name] = rec.run_dir or RunLayout.for_run(h.workdir, record.run_id).root
             pythons[h.name] = rec.python or h.python
-        state = state_from_plan_json(plan, record.run_id, interval)
+        state = ClusterState.from_plan(record.plan, record.run_id, interval)
         return cls(state, hosts, run_dirs, pythons, interval, opener)
 
     def start(self) -> Collector:
@@ -216,7 +199,7 @@ class Collector:
                 t = self._aux[host] = self.opener(self.hosts[host])
             return t
 
-    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0) -> Any:
+    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0) -> CommandResult:
         try:
             return self._aux_transport(host).run(argv, timeout=timeout)
         except HostError:

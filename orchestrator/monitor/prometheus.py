@@ -9,8 +9,9 @@ from __future__ import annotations
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from orchestrator.monitor.reducer import LIVENESS_STATES, ClusterState
+from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.source import StateSource
+from orchestrator.monitor.views import LIVENESS_STATES
 
 
 def _esc(v: str) -> str:

@@ -12,15 +12,12 @@ measured from the agent's heartbeats, so ages and rates never depend on clock sk
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.monitor.events import (
     Event,
-    GpuSample,
     HeartbeatEvent,
     HostSampleEvent,
     ProgressEvent,
@@ -28,140 +25,22 @@ from orchestrator.monitor.events import (
     StreamUp,
     TaskStateEvent,
 )
-
-STALE_INTERVALS = 3  # a value older than this many intervals no longer counts as current
-EMA_TAU_S = 3.0  # smoothing time constant for rates
-HISTORY_S = 60.0  # sparkline window
-LOG_LEN = 500
-
-LIVENESS_STATES = ("running", "stalled", "starting", "restarting", "exited", "unreachable")
-GLYPHS = {"running": "●", "stalled": "◐", "starting": "◌", "restarting": "↻", "exited": "✖", "unreachable": "?"}
-
-
-def ema(previous: float | None, value: float, dt: float, tau: float = EMA_TAU_S) -> float:
-    """Exponential moving average with a time constant, so uneven sample spacing smooths evenly."""
-    if previous is None:
-        return value
-    alpha = 1.0 - math.exp(-max(dt, 0.0) / tau)
-    return previous + alpha * (value - previous)
-
-
-@dataclass
-class HostView:
-    name: str
-    created: float  # local time the host became known (the baseline before it is first heard)
-    interval_s: float
-    cpu_pct: float | None = None
-    mem_pct: float | None = None
-    gpus: tuple[GpuSample, ...] = ()
-    t_sample: float | None = None  # local time of the last host_sample
-    t_heard: float | None = None  # local time of the last line from its stream
-    clock_offset: float = 0.0  # local - remote, from heartbeats
-    stream_up: bool = False
-    stream_reason: str = ""
-    reachable: bool = True  # as of the last tick
-
-    def local(self, remote_t: float) -> float:
-        return remote_t + self.clock_offset
-
-
-def host_reachable(host: HostView, now: float) -> bool:
-    """Heard from within STALE_INTERVALS intervals (never heard: counted from when it became known)."""
-    last = host.t_heard if host.t_heard is not None else host.created
-    return now - last <= STALE_INTERVALS * host.interval_s
-
-
-@dataclass
-class TaskView:
-    job: str
-    task: int
-    host: str
-    gpu: int | None = None
-    # from the supervisor's task_state
-    proc_state: str | None = None
-    pid: int | None = None
-    exit_code: int | None = None
-    restarts: int = 0
-    t_state: float | None = None
-    down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
-    # from progress
-    local_step: int | None = None
-    global_step: int | None = None
-    examples: int | None = None
-    loss: float | None = None
-    t_progress: float | None = None
-    t_step_moved: float | None = None
-    steps_per_s: float | None = None
-    examples_per_s: float | None = None
-    history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))  # (t, steps/s)
-    loss_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))
-    _prev: tuple[float, int, int] | None = None  # remote t, local_step, examples of the last progress
-    # computed by tick
-    liveness: str = "starting"
-    age_s: float | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.job}-{self.task}"
-
-    @property
-    def expects_progress(self) -> bool:
-        return self.job != "ps"
-
-    @property
-    def last_data(self) -> float | None:
-        times = [t for t in (self.t_state, self.t_progress) if t is not None]
-        return max(times) if times else None
-
-
-def task_liveness(task: TaskView, host: HostView, now: float) -> str:
-    """running / stalled / starting / restarting / exited / unreachable, from recorded times and the clock."""
-    if not host_reachable(host, now):
-        return "unreachable"
-    window = STALE_INTERVALS * host.interval_s
-    if task.proc_state == "exited":
-        return "exited"
-    # A progress line newer than "starting"/"restarting" means the new process is already past it.
-    newer_progress = task.t_progress is not None and task.t_state is not None and task.t_progress > task.t_state
-    if task.proc_state in ("restarting", "starting") and not newer_progress:
-        return task.proc_state
-    if not task.expects_progress:
-        return "running" if task.proc_state in ("running", None) else task.proc_state
-    if task.t_progress is None or (task.t_state is not None and task.proc_state == "running"
-                                   and task.t_progress < task.t_state):
-        return "starting"  # alive, no progress from this process yet (TF still connecting)
-    if now - task.t_progress > window:
-        return "stalled"
-    if task.t_step_moved is None or now - task.t_step_moved > window:
-        return "stalled"
-    return "running"
-
-
-@dataclass
-class PsTraffic:
-    """Traffic of one PS task: measured by the host's kernel, and accounted by the workers."""
-
-    name: str
-    host: str
-    port: int | None = None
-    measured_in: float | None = None  # bytes/s, smoothed
-    measured_out: float | None = None
-    t_measured: float | None = None
-    peers: dict[str, tuple[float, float]] = field(default_factory=dict)  # ip -> (in, out) bytes/s
-    accounted_in: float | None = None  # sum over live workers (pushed to this PS)
-    accounted_out: float | None = None  # (pulled from this PS)
-    _prev: tuple[float, int, int] | None = None  # remote t, bytes_in, bytes_out
-    _prev_peers: dict[str, tuple[int, int]] = field(default_factory=dict)
-    # worker name -> (local t, in rate, out rate) from that worker's last progress
-    _by_worker: dict[str, tuple[float, float, float]] = field(default_factory=dict)
-    history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))  # (t, in+out)
-
-
-@dataclass(frozen=True)
-class LogEntry:
-    t: float
-    kind: str  # exit | restart | recover | stall | host-lost | host-back | info
-    text: str
+from orchestrator.monitor.views import (
+    HISTORY_S,
+    LIVENESS_STATES,
+    LOG_LEN,
+    STALE_INTERVALS,
+    HostView,
+    LogEntry,
+    PsTraffic,
+    TaskView,
+    append_window,
+    ema,
+    host_reachable,
+    task_liveness,
+    task_sort_key,
+    window_buckets,
+)
 
 
 class ClusterState:
@@ -248,7 +127,7 @@ class ClusterState:
             examples = max(ev.examples - prev[2], 0) / dt
             tv.steps_per_s = ema(tv.steps_per_s, steps, dt)
             tv.examples_per_s = ema(tv.examples_per_s, examples, dt)
-            _append_window(tv.history, t, steps)
+            append_window(tv.history, t, steps)
         elif prev is not None and ev.local_step < prev[1]:
             tv.steps_per_s = tv.examples_per_s = None  # a new process: its counters restarted
         if tv.global_step is None or ev.global_step != tv.global_step or tv.t_step_moved is None:
@@ -257,7 +136,7 @@ class ClusterState:
         tv.local_step, tv.global_step, tv.examples = ev.local_step, ev.global_step, ev.examples
         if ev.loss is not None:
             tv.loss = ev.loss
-            _append_window(tv.loss_history, t, ev.loss)
+            append_window(tv.loss_history, t, ev.loss)
         tv.t_progress = t
         if ev.ps_bytes and ev.interval_s and ev.interval_s > 0:
             for ps_name, b in ev.ps_bytes.items():
@@ -310,7 +189,7 @@ class ClusterState:
                 ps.measured_in = ema(ps.measured_in, rin, dt)
                 ps.measured_out = ema(ps.measured_out, rout, dt)
                 ps.t_measured = t
-                _append_window(ps.history, t, rin + rout)
+                append_window(ps.history, t, rin + rout)
                 peers: dict[str, tuple[float, float]] = {}
                 for ip, (pin, pout) in m.peers.items():
                     pp = ps._prev_peers.get(ip, (0, 0))  # the agent's counters start at 0 for a new peer
@@ -418,39 +297,3 @@ class ClusterState:
             ],
             "log": [{"t": e.t, "kind": e.kind, "text": e.text} for e in list(self.log)[-50:]],
         }
-
-
-JOB_ORDER = {"chief": 0, "ps": 1, "worker": 2}
-
-
-def task_sort_key(tv: TaskView) -> tuple[str, int, str, int]:
-    return (tv.host, JOB_ORDER.get(tv.job, 9), tv.job, tv.task)
-
-
-def _append_window(dq: deque[tuple[float, float]], t: float, v: float) -> None:
-    dq.append((t, v))
-    while dq and dq[0][0] < t - HISTORY_S * 2:
-        dq.popleft()
-
-
-def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int, window_s: float,
-                   fill_forward: bool = False) -> list[float]:
-    """Mean of the samples falling into each of `buckets` slices of [now - window_s, now]; an empty slice
-    is 0 (nothing happened: right for rates), or with fill_forward the previous slice's value (a level,
-    such as loss, did not drop to 0)."""
-    sums = [0.0] * buckets
-    ns = [0] * buckets
-    start = now - window_s
-    width = window_s / buckets
-    for t, v in reversed(history):
-        if t < start:
-            break
-        i = min(int((t - start) / width), buckets - 1)
-        sums[i] += v
-        ns[i] += 1
-    out = [s / n if n else 0.0 for s, n in zip(sums, ns, strict=True)]
-    if fill_forward:
-        for i in range(1, buckets):
-            if not ns[i]:
-                out[i] = out[i - 1]
-    return out

@@ -1,18 +1,16 @@
-"""What a dashboard reads from and acts through, and a replayable source for tests, demos and benchmarks.
+"""What a dashboard reads from and acts through.
 
 `StateSource.poll()` drains whatever events arrived since the last call, advances the clock and returns
 the (single, mutable) ClusterState; only the caller's thread touches it. The live implementation is
-`orchestrator.collect.Collector`; `ReplaySource` plays recorded or synthetic events against a clock.
+`orchestrator.monitor.collect.Collector`; tests and benchmarks replay recorded or synthetic events
+through `testkit.replay.ReplaySource`.
 `TaskActions` is how the dashboard asks the orchestrator to restart or kill a task.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterable
 from typing import Protocol
 
-from orchestrator.monitor.events import Event, EventParser
 from orchestrator.monitor.reducer import ClusterState
 
 
@@ -30,82 +28,3 @@ class TaskActions(Protocol):
     def restart_task(self, job: str, task: int) -> str: ...
 
     def kill_task(self, job: str, task: int) -> str: ...
-
-
-class FakeClock:
-    """A clock tests move by hand, so ages and rates in a rendered screen never depend on wall time."""
-
-    def __init__(self, start: float = 1_700_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class ReplaySource:
-    """Replays (arrival time, event) pairs: `poll` applies every event that has arrived by `clock()`."""
-
-    def __init__(self, state: ClusterState, events: Iterable[tuple[float, Event]] = (),
-                 clock: Callable[[], float] = time.time, logs: dict[str, list[str]] | None = None) -> None:
-        self.state = state
-        self.clock = clock
-        self._pending: list[tuple[float, Event]] = sorted(events, key=lambda p: p[0])
-        self._next = 0
-        self.logs = logs or {}
-        self.polls = 0
-
-    def push(self, arrival: float, event: Event) -> None:
-        """Add an event (arrivals must not go back in time relative to already-pushed ones)."""
-        self._pending.append((arrival, event))
-
-    def extend(self, pairs: Iterable[tuple[float, Event]]) -> None:
-        for a, e in pairs:
-            self.push(a, e)
-
-    def push_lines(self, arrival: float, lines: Iterable[str], parser: EventParser | None = None) -> None:
-        """Recorded agent output: JSON lines, malformed ones counted on the state."""
-        p = parser or EventParser()
-        before = p.malformed
-        for line in lines:
-            ev = p.parse(line)
-            if ev is not None:
-                self.push(arrival, ev)
-        self.state.malformed += p.malformed - before
-
-    def poll(self) -> ClusterState:
-        now = self.clock()
-        pending, i = self._pending, self._next
-        while i < len(pending) and pending[i][0] <= now:
-            self.state.apply(pending[i][1], pending[i][0])
-            i += 1
-        self._next = i
-        if i > 4096:  # drop what was applied, keep memory flat in long replays
-            del pending[:i]
-            self._next = 0
-        self.state.tick(now)
-        self.polls += 1
-        return self.state
-
-    def task_log(self, job: str, task: int, lines: int = 200) -> list[str]:
-        return self.logs.get(f"{job}-{task}", [])[-lines:]
-
-    def close(self) -> None:
-        pass
-
-
-class RecordingActions:
-    """TaskActions that only record what was asked (tests and the replay demo; no processes behind them)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, int]] = []
-
-    def restart_task(self, job: str, task: int) -> str:
-        self.calls.append(("restart", job, task))
-        return f"restart of {job}-{task} requested"
-
-    def kill_task(self, job: str, task: int) -> str:
-        self.calls.append(("kill", job, task))
-        return f"kill of {job}-{task} requested"

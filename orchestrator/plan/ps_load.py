@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from orchestrator.plan.build import ClusterPlan
+from orchestrator.plan.model import ClusterPlan
 from training.models.sizes import BUILTIN_SHAPES
 from training.placement import greedy_assign
 
@@ -54,12 +54,12 @@ def trainer_count(plan: ClusterPlan) -> int:
 
 def estimate_ps_load(plan: ClusterPlan, steps_per_sec: float) -> PsLoadEstimate | None:
     """None when the model's size is unknown (the user's own program or model) or there is no PS."""
-    model = str(plan.training.get("model", ""))
+    model = plan.training.model
     shapes_of = BUILTIN_SHAPES.get(model)
     ps_tasks = sorted((t for t in plan.tasks if t.job == "ps"), key=lambda t: t.index)
     if plan.uses_user_command or shapes_of is None or not ps_tasks:
         return None
-    sizes = [GLOBAL_STEP_BYTES, *(v.nbytes for v in shapes_of(plan.training.get("model_args", {})))]
+    sizes = [GLOBAL_STEP_BYTES, *(v.nbytes for v in shapes_of(plan.training.model_args))]
     on_ps = [0] * len(ps_tasks)
     for size, ps in zip(sizes, greedy_assign(sizes, len(ps_tasks)), strict=True):
         on_ps[ps] += size

@@ -1,24 +1,34 @@
-"""Rules about the cluster as a whole that one key alone cannot break: duplicate hosts, missing jobs.
+"""Every rule a plan must satisfy, in one place: the cluster as a whole (duplicate hosts, missing
+jobs), the model's arguments, the user's command template, `slowdown` and `backup_workers` against the
+planned tasks, and the warnings a plan carries (public addresses, unverified host keys, ignored keys).
 
-The schema (orchestrator.config.schema) checks each key; these checks need several of them. `build_plan`
-runs them, so a Config built in code is held to the same rules as one loaded from a file, and
-`load_config` adds the line of the offending key to the error.
+The schema (orchestrator.config.schema) checks each key alone; these checks need several of them.
+`build_plan` runs them, so a Config built in code is held to the same rules as one loaded from a file.
+Each failure is a ConfigError whose key is a path such as `hosts[1].gpus`; `plan_file` turns that path
+into the line of hosts.toml.
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
+import string
+from collections.abc import Mapping, Sequence
 
 from orchestrator.config.schema import Config, HostConfig, explicit_ssh
+from orchestrator.config.toml_lines import format_key_path
 from orchestrator.errors import ConfigError
-from training.models.sizes import BUILTIN_SHAPES
+from orchestrator.plan.model import TaskPlan
+from training.models.sizes import BUILTIN_SHAPES, ModelArgError, check_model_args
+
+COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
 
 DEFAULT_SSH_PORT = 22
 
 
 def ssh_endpoint(config: Config, host: HostConfig) -> tuple[str, int, str]:
     """The address, port and jump host hosts.toml gives for this host. (Aliases in ~/.ssh/config may
-    still map two names onto one machine: load_config resolves them as OpenSSH would and checks again.)"""
+    still map two names onto one machine: plan_file resolves them as OpenSSH would and checks again.)"""
     explicit = explicit_ssh(config, host)
     return host.address.strip().lower(), explicit.port or DEFAULT_SSH_PORT, (explicit.proxy_jump or "").lower()
 
@@ -82,3 +92,93 @@ def check_rules(config: Config, source: str) -> None:
             'or your own as "package.module:build"',
             suggestion=close[0] if close else None,
         )
+
+
+def check_model_arguments(config: Config, source: str) -> None:
+    """`[training] model_args` for a built-in model (or the sizes a user's model borrows from mlp)."""
+    training = config.training
+    if training.command is not None:
+        return  # the user's own program reads its own arguments
+    try:
+        check_model_args(training.model, training.model_args)
+    except ModelArgError as exc:
+        key = ("training", "model_args", exc.key) if exc.key else ("training", "model_args")
+        raise ConfigError(source, format_key_path(key), exc.message, suggestion=exc.suggestion) from None
+
+
+def _braced(name: str) -> str:
+    return "{" + name + "}"
+
+
+def check_command_template(template: str, source: str) -> None:
+    """The user's command may only use COMMAND_PLACEHOLDERS, each plainly (`{task}`, not `{task!r}`)."""
+    try:
+        fields = [(name, conversion) for _, name, _, conversion in string.Formatter().parse(template)]
+    except ValueError as exc:  # unbalanced braces
+        raise ConfigError(
+            source, "training.command", f"{exc}: write {{{{ and }}}} for a literal brace in the command"
+        ) from None
+    for name, conversion in fields:
+        if name is None:
+            continue
+        if name not in COMMAND_PLACEHOLDERS:
+            close = difflib.get_close_matches(name, COMMAND_PLACEHOLDERS, n=1, cutoff=0.5)
+            raise ConfigError(
+                source, "training.command",
+                f"unknown placeholder {{{name}}}; known: " + ", ".join(_braced(p) for p in COMMAND_PLACEHOLDERS),
+                suggestion=_braced(close[0]) if close else None,
+            )
+        if conversion is not None:
+            raise ConfigError(
+                source, "training.command",
+                f"placeholder {{{name}!{conversion}}}: conversions are not allowed, values are already shell-quoted",
+                suggestion=_braced(name),
+            )
+
+
+def check_slowdown(config: Config, tasks: Sequence[TaskPlan], source: str) -> None:
+    names = [f"{t.job}:{t.index}" for t in tasks if t.job in ("worker", "chief")]
+    for key in config.training.slowdown:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            raise ConfigError(
+                source, format_key_path(("training", "slowdown", key)),
+                f"the plan has no task {key} (its training tasks: {', '.join(names)})",
+                suggestion=close[0] if close else None,
+            )
+
+
+def check_backup_workers(config: Config, tasks: Sequence[TaskPlan], source: str) -> None:
+    training = config.training
+    trainers = sum(1 for t in tasks if t.job == "worker" or (t.job == "chief" and config.cluster.mode == "between-graph"))
+    if training.sync_replicas and training.backup_workers >= trainers:
+        raise ConfigError(
+            source, "training.backup_workers",
+            f"backup_workers = {training.backup_workers} leaves no replica to aggregate: the plan has "
+            f"{trainers} training tasks; use at most {trainers - 1}",
+        )
+
+
+def plan_warnings(config: Config, dial: Mapping[str, str]) -> list[str]:
+    out = []
+    for h in config.hosts:
+        if h.gpus and "worker" not in h.roles and not ("chief" in h.roles and config.cluster.mode == "between-graph"):
+            out.append(f"host {h.name}: `gpus` is ignored, only worker tasks (and a between-graph chief) use GPUs")
+        if h.workers is not None and "worker" not in h.roles:
+            out.append(f"host {h.name}: `workers` is ignored, the host has no `worker` role")
+        if explicit_ssh(config, h).strict_host_key_checking == "no" and h.transport == "ssh":
+            out.append(
+                f'host {h.name}: strict_host_key_checking = "no" accepts any host key, so a '
+                "man-in-the-middle would go unnoticed; use \"accept-new\" once, then \"yes\""
+            )
+        address = dial.get(h.name, h.address)  # what the tasks dial: an alias's HostName, when known
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            continue  # a DNS name: not resolved here, the plan stays pure
+        if ip.is_global and not config.cluster.allow_public:
+            out.append(
+                f"host {h.name}: {address} is a public address and TensorFlow's gRPC server listens "
+                "unauthenticated on every interface; firewall the task ports or set cluster.allow_public"
+            )
+    return out

@@ -6,8 +6,7 @@ command first prints the remote clock (`date`), then the probe prints one JSON r
 TensorFlow versions, GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk and
 writability of the workdir. A slow or dead host only delays its own row, never the others'.
 
-The TensorFlow version is read from its package's .dist-info directory, not by importing TensorFlow
-(seconds per host); `import_tf=True` imports it for real.
+The probe itself is training/host_probe.py, sent as source (nothing is shipped to the host yet).
 """
 
 from __future__ import annotations
@@ -18,13 +17,15 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import HostError
-from orchestrator.plan.build import ClusterPlan, HostPlan
+from orchestrator.plan.model import ClusterPlan, HostPlan
 from orchestrator.transport.base import Transport
+from orchestrator.transport.fan_out import fan_out
+from training import host_probe
 
 TF_DISTRIBUTIONS = (
     "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
@@ -35,105 +36,8 @@ CLOCK_WARN_S = 1.0  # telemetry ages and liveness compare remote timestamps with
 DATE_COMMAND = "date +%s.%N 2>/dev/null || echo 0"
 _CONNECT_REASONS = ("refused", "timeout", "unreachable")
 
-# Runs on the host under its own `python`: stdlib only, compatible with Python 3.6+, prints one JSON line.
-PROBE_SCRIPT = r"""
-import json, os, sys, time
-args = json.loads(sys.argv[1])
-r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}
-# TensorFlow: locate the package and read its version from the *.dist-info next to it (a directory
-# listing; importlib.metadata or `import tensorflow` would cost far more on every host).
-r["tf_found"], r["tf_version"] = False, None
-try:
-    import importlib.util
-    spec = importlib.util.find_spec("tensorflow")
-    r["tf_found"] = spec is not None
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    for site in {os.path.dirname(p) for p in locations}:
-        for name in sorted(os.listdir(site)):
-            stem, _, ext = name.rpartition(".")
-            dist, _, version = stem.partition("-")
-            if ext == "dist-info" and dist.lower().replace("_", "-") in args["tf_distributions"]:
-                r["tf_version"] = version
-    if r["tf_found"] and r["tf_version"] is None:  # unusual layout: ask the (slower) metadata API
-        import importlib.metadata as md
-        for dist in args["tf_distributions"]:
-            try:
-                r["tf_version"] = md.version(dist)
-                break
-            except md.PackageNotFoundError:
-                pass
-except Exception as e:
-    r["tf_error"] = repr(e)
-if args["import_tf"] and r["tf_found"]:
-    try:
-        import tensorflow as tf
-        r["tf_version"] = tf.__version__
-    except Exception as e:
-        r["tf_found"] = False
-        r["tf_error"] = "import tensorflow failed: %r" % (e,)
-# GPUs: `nvidia-smi -L`; absent = 0 GPUs (subprocess is only imported when it exists)
-smi = [os.path.join(d, "nvidia-smi") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-smi = [p for p in smi if os.access(p, os.X_OK)]
-r["gpus"], r["gpu_error"] = 0, None
-if smi:
-    try:
-        import subprocess
-        out = subprocess.run([smi[0], "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
-        if out.returncode == 0:
-            r["gpus"] = sum(1 for l in out.stdout.decode(errors="replace").splitlines() if l.startswith("GPU "))
-        else:
-            err = out.stderr.decode(errors="replace").strip()[:200]
-            r["gpu_error"] = "nvidia-smi -L exited %d: %s" % (out.returncode, err)
-    except Exception as e:
-        r["gpu_error"] = "nvidia-smi -L failed: %r" % (e,)
-ports = {}
-if args["ports"]:
-    import socket
-for port in args["ports"]:
-    # Bind like TensorFlow does (every interface). SO_REUSEADDR: TIME_WAIT leftovers are no conflict,
-    # a listener is.
-    problem = None
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (getattr(socket, "AF_INET6", None), "::")):
-        if family is None:
-            continue
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family != socket.AF_INET:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port))
-        except OSError as e:
-            if family == socket.AF_INET or e.errno == 98:
-                problem = "%s:%d: %s" % (addr, port, e.strerror)
-        finally:
-            s.close()
-        if problem:
-            break
-    ports[str(port)] = problem
-r["ports"] = ports
-wd = os.path.expanduser(args["workdir"])
-if not os.path.isabs(wd):
-    wd = os.path.join(os.path.expanduser("~"), wd)
-r["workdir"] = wd
-probe = wd
-while not os.path.isdir(probe):
-    parent = os.path.dirname(probe)
-    if parent == probe:
-        break
-    probe = parent
-r["workdir_exists"] = os.path.isdir(wd)
-r["workdir_writable"] = os.access(probe, os.W_OK | os.X_OK)
-try:
-    st = os.statvfs(probe)
-    r["disk_free_bytes"] = st.f_bavail * st.f_frsize
-except OSError:
-    r["disk_free_bytes"] = None
-r["t_end"] = time.time()
-print(json.dumps(r))
-"""
+# The probe runs on the host as `python -c <its source>`: it is a real module, linted and tested here.
+PROBE_SCRIPT = Path(host_probe.__file__).read_text(encoding="utf-8")
 
 
 def _major_minor(version: str | None) -> str | None:
@@ -377,7 +281,7 @@ def run_check(
     orchestrator_tf: str | None = None,
     on_result: Callable[[HostCheck], None] | None = None,
 ) -> CheckReport:
-    """Check every host in parallel (one thread each). `on_result` sees each row as soon as it is done."""
+    """Check every host in parallel (transport.fan_out). `on_result` sees each row as soon as it is done."""
     start = time.monotonic()
     transports: dict[str, Transport] = {}
 
@@ -385,10 +289,7 @@ def run_check(
         try:
             transport = transports[host.name] = transport_factory(host)
         except HostError as exc:
-            row = HostCheck(host=host.name, address=host.address, python=host.python, workdir=host.workdir)
-            row.failure = exc.reason
-            row.problems.append(exc.one_line())
-            return row
+            return _failed_row(host, exc)
         try:
             row = check_host(host, plan, transport, timeout=timeout, import_tf=import_tf)
         finally:
@@ -397,11 +298,20 @@ def run_check(
             on_result(row)
         return row
 
-    with ThreadPoolExecutor(max_workers=max(1, len(plan.hosts)), thread_name_prefix="check") as pool:
-        rows = list(pool.map(one, plan.hosts))
+    by_name = {h.name: h for h in plan.hosts}
+    results = fan_out(list(by_name), lambda name: one(by_name[name]), thread_name="check")
+    rows = [r if isinstance(r, HostCheck) else _failed_row(by_name[name], r) for name, r in results.items()]
     reference = _compare_tf(rows, orchestrator_tf)
     warnings = [port_exposure_warning(plan), *plan.warnings]
     return CheckReport(
         cluster=plan.cluster_name, orchestrator_tf=orchestrator_tf, tf_reference=reference, hosts=rows,
         warnings=warnings, duration_s=time.monotonic() - start,
     )
+
+
+def _failed_row(host: HostPlan, exc: HostError) -> HostCheck:
+    """The row of a host whose check could not even start."""
+    row = HostCheck(host=host.name, address=host.address, python=host.python, workdir=host.workdir)
+    row.failure = exc.reason
+    row.problems.append(exc.one_line())
+    return row

@@ -15,21 +15,17 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator.config.load import plan_config
-from orchestrator.config.schema import Config
-from orchestrator.errors import HostError, TfclusterError
-from orchestrator.plan.build import ClusterPlan, HostPlan
-from orchestrator.run import records as runs
-from orchestrator.run.lifecycle import stop_hosts
-from orchestrator.run.remote import TRANSIENT_REASONS, RemoteRun, open_transport, with_retry
+from orchestrator.errors import HostError, TfclusterError, UsageError
+from orchestrator.plan.model import ClusterPlan, HostPlan
+from orchestrator.run import records
+from orchestrator.run.remote import TRANSIENT_REASONS, RemoteRun, StateFiles, with_retry
 from orchestrator.run.ship import (
     CACHE_DIR,
     TREES_DIR,
@@ -40,8 +36,12 @@ from orchestrator.run.ship import (
     training_package_files,
     tree_id,
 )
-from orchestrator.transport.base import Transport, remote_path
+from orchestrator.run.stop import HostStop, stop_hosts
+from orchestrator.transport.base import remote_path
+from orchestrator.transport.factory import Opener, transport_for
+from orchestrator.transport.fan_out import fan_out
 from training.layout import RUN_FILE, RunLayout
+from training.telemetry.state_files import TaskStateFile
 
 ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
 T = TypeVar("T")
@@ -60,7 +60,6 @@ class StartOptions:
     timeout: float = 120.0  # the whole start, every host, until every task is running
     op_timeout: float = 30.0  # one remote command
     allow_partial: bool = False
-    mode: str | None = None  # overrides [cluster] mode
     run_name: str | None = None
     supervisor: dict[str, float] = field(default_factory=dict)  # backoff_initial, backoff_max, grace, poll
     stop_grace: float = 10.0
@@ -79,21 +78,15 @@ class HostOutcome:
 
 @dataclass
 class StartResult:
-    record: runs.RunRecord
+    record: records.RunRecord
     outcomes: dict[str, HostOutcome]
     seconds: float
 
 
-def plan_for(config: Config, mode: str | None, source: str) -> ClusterPlan:
-    if mode is not None and mode != config.cluster.mode:
-        config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"mode": mode})})
-    return plan_config(config, source)
-
-
 class _Starter:
-    def __init__(self, plan: ClusterPlan, record: runs.RunRecord, files: list[ShipFile], run_json: bytes,
+    def __init__(self, plan: ClusterPlan, record: records.RunRecord, files: list[ShipFile], run_json: bytes,
                  options: StartOptions, progress: ProgressFn | None,
-                 opener: Callable[[HostPlan], Transport]) -> None:
+                 opener: Opener) -> None:
         self.plan = plan
         self.record = record
         self.files = files
@@ -157,9 +150,7 @@ class _Starter:
             f"mv -f {run_file}.tmp {run_file} && echo {WARM_MARK}; else {list_cache_command('.')}; fi"
         )
         result = self._retrying(host, remote, lambda: remote.run_shell(script, self._left(), stdin=self.run_json))
-        if not result.ok:
-            raise HostError(host.name, "prepare", f"cannot create the run dir in {host.workdir}: "
-                            f"{result.stderr.strip()[-200:]}")
+        result.check("prepare", f"cannot create the run dir in {host.workdir}")
         workdir, *listing = result.stdout.strip().splitlines()
         layout = RunLayout.for_run(workdir, self.record.run_id)
         remote.layout = layout
@@ -206,58 +197,41 @@ class _Starter:
         out.seconds += time.monotonic() - t0
         self.progress(host.name, "running", len(names), len(names))
 
-    def _ready(self, host: HostPlan, names: set[str], states: list[dict[str, Any]]) -> int:
+    def _ready(self, host: HostPlan, names: set[str], states: StateFiles) -> int:
         """How many of the host's tasks are running (or already done with exit 0); a task that failed
         for good fails the host."""
-        tasks = {f"{t['job']}-{t['task']}": t for t in states if t.get("kind") == "task"}
+        tasks = {t.name: t for t in states if isinstance(t, TaskStateFile)}
         ready = 0
         for name in names:
             t = tasks.get(name)
             if t is None:
                 continue
-            if t.get("final") and t.get("exit_code") != 0:
-                code = t.get("exit_code")
-                how = f"exit code {code}" if code is not None else f"signal {t.get('signal')}"
+            if t.final and t.exit_code != 0:
+                how = f"exit code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
                 raise HostError(host.name, "task-failed",
                                 f"{name} exited with {how} (see `tfcluster logs {self.record.run_id} "
                                 f"{name.replace('-', ':')}`)")
-            if t.get("state") == "running" or (t.get("final") and t.get("exit_code") == 0):
+            if t.state == "running" or (t.final and t.exit_code == 0):
                 ready += 1
         return ready
 
     def run_phase(self, fn: Callable[[HostPlan], None], hosts: list[HostPlan]) -> None:
-        if not hosts:
-            return
-        pool = ThreadPoolExecutor(max_workers=min(64, len(hosts)), thread_name_prefix="tfcluster-start")
-        futures: dict[Future[None], HostPlan] = {pool.submit(self._guard, fn, h): h for h in hosts}
-        try:
-            pending = set(futures)
-            while pending:
-                # A timeout so that Ctrl-C reaches this (main) thread promptly.
-                _, pending = wait_futures(pending, timeout=0.2)
-        except KeyboardInterrupt:
-            self.cancel.set()
-            wait_futures(futures, timeout=self.options.op_timeout)
-            raise
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        """fn on every host at once; a host's failure is recorded in its outcome and, unless partial
+        starts are allowed, cancels the others (they stop waiting: this start fails anyway)."""
+        by_name = {h.name: h for h in hosts}
 
-    def _guard(self, fn: Callable[[HostPlan], None], host: HostPlan) -> None:
-        try:
-            fn(host)
-        except HostError as exc:
-            if exc.host == "?":
-                exc = HostError(host.name, exc.reason, exc.detail)
-            self.outcomes[host.name].error = exc
-            self.outcomes[host.name].ok = False
-            self.progress(host.name, "cancelled" if exc.reason == "cancelled" else "failed", 0, 1)
-            if not self.options.allow_partial:
-                self.cancel.set()  # the others stop waiting: this start fails anyway
-        except Exception as exc:  # noqa: BLE001 - any fault on one host is that host's error, not a crash
-            self.outcomes[host.name].error = HostError(host.name, "error", f"{type(exc).__name__}: {exc}")
-            self.progress(host.name, "failed", 0, 1)
+        def done(name: str, result: None | HostError) -> None:
+            if not isinstance(result, HostError):
+                return
+            error = HostError(name, result.reason, result.detail) if result.host == "?" else result
+            self.outcomes[name].error = error
+            self.outcomes[name].ok = False
+            self.progress(name, "cancelled" if error.reason == "cancelled" else "failed", 0, 1)
             if not self.options.allow_partial:
                 self.cancel.set()
+
+        fan_out(list(by_name), lambda name: fn(by_name[name]), on_done=done, on_interrupt=self.cancel.set,
+                interrupt_grace=self.options.op_timeout, thread_name="tfcluster-start")
 
     def close(self) -> None:
         for remote in self.remotes.values():
@@ -272,31 +246,30 @@ def _first_error(starter: _Starter, hosts: list[HostPlan]) -> HostError | None:
 
 
 def start(
-    config: Config,
+    plan: ClusterPlan,
     config_path: str,
     options: StartOptions | None = None,
     progress: ProgressFn | None = None,
-    opener: Callable[[HostPlan], Transport] = open_transport,
+    opener: Opener = transport_for,
 ) -> StartResult:
+    """Start `plan` (orchestrator.plan.from_file.plan_file of `config_path`, whose directory the
+    user's `[training] sync` paths are relative to)."""
     options = options or StartOptions()
     t0 = time.monotonic()
-    plan = plan_for(config, options.mode, config_path)
     base_dir = os.path.dirname(os.path.abspath(config_path))
-    files = training_package_files() + sync_files(config.training.sync, base_dir, config_path)
-    run_id = runs.new_run_id(plan.cluster_name, options.run_name)
-    if runs.exists(run_id):
-        from orchestrator.errors import UsageError
-
+    files = training_package_files() + sync_files(plan.training.sync, base_dir, config_path)
+    run_id = records.new_run_id(plan.cluster_name, options.run_name)
+    if records.exists(run_id):
         raise UsageError(f"run {run_id!r} already exists (stop/purge it or pick another --run name)")
     created = time.time()
-    plan_json = plan.to_json()
-    record = runs.RunRecord(
+    record = records.RunRecord(
         run_id=run_id, config_path=os.path.abspath(config_path), cluster=plan.cluster_name, mode=plan.mode,
-        created=created, plan=plan_json,
-        hosts=[runs.HostRecord(name=h.name, workdir=h.workdir, python=h.python) for h in plan.hosts],
+        created=created, plan=plan,
+        hosts=[records.HostRecord(name=h.name, workdir=h.workdir, python=h.python) for h in plan.hosts],
+        start_pid=os.getpid(), start_machine=socket.gethostname(),
     )
-    runs.save(record)
-    run_data: dict[str, Any] = {"run_id": run_id, "created": created, "plan": plan_json,
+    records.save(record)
+    run_data: dict[str, Any] = {"run_id": run_id, "created": created, "plan": plan.to_json(),
                                 "supervisor": {"grace": options.stop_grace, **options.supervisor}}
     run_json = json.dumps(run_data).encode()
     starter = _Starter(plan, record, files, run_json, options, progress, opener)
@@ -307,50 +280,58 @@ def start(
         try:
             starter.run_phase(starter.prepare, hosts)
         finally:
-            runs.save(record)  # every prepared host's run dir, so a later stop --purge finds them
+            records.save(record)  # every prepared host's run dir, so a later stop --purge finds them
         prepared = [h for h in hosts if starter.outcomes[h.name].error is None]
         if len(prepared) == len(hosts) or (options.allow_partial and prepared):
             for h in prepared:
                 record.host(h.name).started = True  # stop must visit it, even if we die mid-launch
-            runs.save(record)
+            records.save(record)
             try:
                 starter.run_phase(starter.launch, prepared)
             finally:
-                runs.save(record)  # supervisor pids
+                records.save(record)  # supervisor pids
     except KeyboardInterrupt:
-        stopped = _roll_back(starter, options)
+        rollback = _roll_back(starter, options)
         record.status = "interrupted"
         record.notes.append("start interrupted by the user")
-        runs.save(record)
-        raise StartInterrupted(
-            "interrupted: start cancelled; " + (f"stopped the run on {', '.join(stopped)}, " if stopped else "")
-            + "nothing of it is left running") from None
+        records.save(record)
+        raise StartInterrupted("interrupted: start cancelled; " + rollback) from None
     finally:
         starter.close()
     failed = [h for h in hosts if starter.outcomes[h.name].error is not None]
     if failed and not (options.allow_partial and len(failed) < len(hosts)):
         error = _first_error(starter, failed)
         assert error is not None
-        stopped = _roll_back(starter, options)
+        rollback = _roll_back(starter, options)
         record.status = "failed-to-start"
         record.notes.append(error.one_line())
-        runs.save(record)
-        tail = f" (stopped what was started on {', '.join(stopped)})" if stopped else " (nothing was started)"
-        raise HostError(error.host, error.reason, (error.detail or "failed") + tail)
+        records.save(record)
+        raise HostError(error.host, error.reason, f"{error.detail or 'failed'} ({rollback})")
     record.status = "partial" if failed else "started"
     for h in failed:
         record.notes.append(f"not started: {starter.outcomes[h.name].error}")
-    runs.save(record)
+    records.save(record)
     return StartResult(record=record, outcomes=starter.outcomes, seconds=time.monotonic() - t0)
 
 
-def _roll_back(starter: _Starter, options: StartOptions) -> list[str]:
-    """Stop the run on every host where its supervisor was (maybe) launched; names of those hosts."""
+def _roll_back(starter: _Starter, options: StartOptions) -> str:
+    """Stop the run on every host where its supervisor was (maybe) launched, and say what the stop's
+    own verification saw: a rollback never claims a host is clean without having looked."""
     started = [h.name for h in starter.record.hosts if h.started]
-    if started:
-        stop_hosts(starter.record, started, grace=min(options.stop_grace, 5.0), timeout=options.op_timeout,
-                   opener=starter.opener)
-        with starter.lock:
+    if not started:
+        return "nothing was started"
+    result = stop_hosts(starter.record, started, grace=min(options.stop_grace, 5.0), timeout=options.op_timeout,
+                        opener=starter.opener)
+    clean = [name for name in started if result.get(name, HostStop(name, ok=False)).ok]
+    unverified = [name for name in started if name not in clean]
+    with starter.lock:
+        if not unverified:
             starter.record.status = "stopped"
-            runs.save(starter.record)
-    return started
+        records.save(starter.record)
+    said = f"stopped what was started on {', '.join(clean)}, verified: nothing of it is left running" if clean else ""
+    if unverified:
+        why = "; ".join(f"{n}: {result[n].error or 'processes left'}" if n in result else f"{n}: not reached"
+                        for n in unverified)
+        said += ("; " if said else "") + f"COULD NOT VERIFY the stop on {', '.join(unverified)} ({why}): " \
+            f"run `tfcluster stop {starter.record.run_id}`"
+    return said

@@ -2,7 +2,10 @@
 and `dash` find a run from any terminal, even after the `start` process died.
 
 One JSON file per run in platformdirs' user state dir (`TFCLUSTER_STATE_DIR` overrides it; tests
-always set it to a temporary directory).
+always set it to a temporary directory); the directory is 0700 and every file 0600 (a record holds
+host names, users and paths). `RunRecord.from_json` is the one typed decoder: a record that is not
+what `to_json` writes raises RecordError, and listings skip such a file with a one-line warning
+naming it instead of failing.
 """
 
 from __future__ import annotations
@@ -11,15 +14,22 @@ import json
 import os
 import re
 import secrets
+import socket
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
 from orchestrator.errors import UsageError
+from orchestrator.plan.model import ClusterPlan, PlanDecodeError
 
 STATE_DIR_ENV = "TFCLUSTER_STATE_DIR"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+RecordStatus = Literal["starting", "started", "partial", "failed-to-start", "interrupted", "stopped", "purged"]
+
+
+class RecordError(ValueError):
+    """A run record file that cannot be used (not JSON, or not a tfcluster record)."""
 
 
 def state_dir() -> Path:
@@ -61,10 +71,13 @@ class RunRecord:
     cluster: str
     mode: str
     created: float
-    plan: dict[str, Any]
+    plan: ClusterPlan
     hosts: list[HostRecord]
-    status: str = "starting"  # starting | started | partial | failed-to-start | stopped (last known)
+    status: RecordStatus = "starting"  # last known
     notes: list[str] = field(default_factory=list)
+    # The `start` process that wrote "starting": when it is gone, the start was interrupted.
+    start_pid: int | None = None
+    start_machine: str = ""
 
     def host(self, name: str) -> HostRecord:
         for h in self.hosts:
@@ -72,30 +85,96 @@ class RunRecord:
                 return h
         raise KeyError(name)
 
+    @property
+    def shown_status(self) -> str:
+        """`status`, except a start whose process died half-way: `interrupted`, not `starting` forever."""
+        if self.status == "starting" and self.start_pid is not None and self.start_machine == socket.gethostname():
+            try:
+                os.kill(self.start_pid, 0)
+            except ProcessLookupError:
+                return "interrupted"
+            except PermissionError:
+                pass
+        return self.status
+
     def to_json(self) -> dict[str, Any]:
-        # Not dataclasses.asdict: it deep-copies the plan (O(tasks)) and `start` saves the record at
-        # every phase boundary; the plan is plain JSON already and is shared, not copied.
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["hosts"] = [asdict(h) for h in self.hosts]
-        data["notes"] = list(self.notes)
-        return data
+        return {
+            "run_id": self.run_id, "config_path": self.config_path, "cluster": self.cluster, "mode": self.mode,
+            "created": self.created, "plan": self.plan.to_json(), "hosts": [asdict(h) for h in self.hosts],
+            "status": self.status, "notes": list(self.notes), "start_pid": self.start_pid,
+            "start_machine": self.start_machine,
+        }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> RunRecord:
-        hosts = [HostRecord(**h) for h in data.get("hosts", [])]
-        return cls(**{**data, "hosts": hosts})
+    def from_json(cls, data: object) -> RunRecord:
+        """The inverse of to_json; RecordError (one line) for anything else."""
+        if not isinstance(data, dict):
+            raise RecordError(f"a record is a JSON object, not {type(data).__name__}")
+        try:
+            status = data.get("status", "starting")
+            if status not in get_args(RecordStatus):
+                raise RecordError(f"unknown status {status!r}")
+            created = data["created"]
+            if isinstance(created, bool) or not isinstance(created, int | float):
+                raise RecordError(f"`created` is {type(created).__name__}, not a time")
+            hosts = data["hosts"]
+            if not isinstance(hosts, list):
+                raise RecordError("`hosts` is not a list")
+            start_pid = data.get("start_pid")
+            return cls(
+                run_id=_text(data["run_id"], "run_id"), config_path=_text(data["config_path"], "config_path"),
+                cluster=_text(data["cluster"], "cluster"), mode=_text(data["mode"], "mode"),
+                created=float(created), plan=ClusterPlan.from_json(data["plan"]),
+                hosts=[_host_record(h) for h in hosts], status=cast(RecordStatus, status),
+                notes=[str(n) for n in data.get("notes", [])],
+                start_pid=start_pid if isinstance(start_pid, int) else None,
+                start_machine=str(data.get("start_machine", "")),
+            )
+        except PlanDecodeError as exc:
+            raise RecordError(f"its plan: {exc}") from None
+        except KeyError as exc:
+            raise RecordError(f"no {exc.args[0]!r} key") from None
+        except (TypeError, ValueError) as exc:
+            if isinstance(exc, RecordError):
+                raise
+            raise RecordError(f"{type(exc).__name__}: {str(exc)[:120]}") from None
+
+
+def _text(value: object, key: str) -> str:
+    if not isinstance(value, str):
+        raise RecordError(f"`{key}` is {type(value).__name__}, not a string")
+    return value
+
+
+def _host_record(raw: object) -> HostRecord:
+    if not isinstance(raw, dict):
+        raise RecordError("a host entry is not an object")
+    pid = raw.get("supervisor_pid")
+    return HostRecord(
+        name=_text(raw["name"], "hosts.name"), workdir=_text(raw["workdir"], "hosts.workdir"),
+        run_dir=_text(raw.get("run_dir", ""), "hosts.run_dir"), python=_text(raw.get("python", "python3"), "python"),
+        supervisor_pid=pid if isinstance(pid, int) else None, started=bool(raw.get("started", False)),
+    )
 
 
 def _path(run_id: str) -> Path:
     return state_dir() / f"{run_id}.json"
 
 
+def _private_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)  # made by an older version, or by a umask we do not trust
+    return path
+
+
 def save(record: RunRecord) -> None:
-    directory = state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
+    directory = _private_dir(state_dir())
     tmp = directory / f".{record.run_id}.json.tmp{os.getpid()}"
     # Compact: json uses its C encoder only without `indent` (2.5x faster for a 200-host plan, measured).
-    tmp.write_text(json.dumps(record.to_json(), separators=(",", ":")))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(record.to_json(), separators=(",", ":")))
     os.replace(tmp, _path(record.run_id))
 
 
@@ -103,35 +182,46 @@ def exists(run_id: str) -> bool:
     return _path(run_id).exists()
 
 
+def read(path: Path) -> RunRecord:
+    """One record file; RecordError naming the file when it is unreadable or not a record."""
+    try:
+        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc if isinstance(exc, RecordError) else f"not JSON ({type(exc).__name__})"
+        raise RecordError(f"{path}: unreadable run record: {why}") from None
+
+
 def load(run_id: str) -> RunRecord:
     path = _path(run_id)
     if not RUN_NAME.match(run_id) or not path.exists():
-        known = ", ".join(r.run_id for r in list_runs()[-5:]) or "none"
+        known = ", ".join(r.run_id for r in list_runs()[0][-5:]) or "none"
         raise UsageError(f"unknown run {run_id!r} (known: {known}; see `tfcluster ls`)")
     try:
-        return RunRecord.from_json(json.loads(path.read_text()))
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"{path}: unreadable run record ({exc})") from exc
+        return read(path)
+    except RecordError as exc:
+        raise UsageError(str(exc)) from None
 
 
-def list_runs() -> list[RunRecord]:
-    """Every readable run record, oldest first."""
+def list_runs() -> tuple[list[RunRecord], list[str]]:
+    """Every readable run record, oldest first, and a one-line warning for each file that is not one
+    (a damaged record must not hide the others)."""
     directory = state_dir()
     if not directory.is_dir():
-        return []
-    records = []
-    for path in directory.glob("*.json"):
+        return [], []
+    records, warnings = [], []
+    for path in sorted(directory.glob("*.json")):
         try:
-            records.append(RunRecord.from_json(json.loads(path.read_text())))
-        except (OSError, ValueError, TypeError):
-            continue  # a damaged record must not hide the others
-    return sorted(records, key=lambda r: (r.created, r.run_id))
+            records.append(read(path))
+        except RecordError as exc:
+            warnings.append(f"skipped {exc}")
+    return sorted(records, key=lambda r: (r.created, r.run_id)), warnings
 
 
 def latest() -> RunRecord:
-    records = list_runs()
+    records, warnings = list_runs()
     if not records:
-        raise UsageError("no run yet: start one with `tfcluster start hosts.toml`")
+        skipped = f" ({len(warnings)} unreadable record(s) skipped: `tfcluster ls` names them)" if warnings else ""
+        raise UsageError(f"no run yet: start one with `tfcluster start hosts.toml`{skipped}")
     return records[-1]
 
 

@@ -10,37 +10,32 @@ import json
 import shlex
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from orchestrator.config.schema import SSHOptions
-from orchestrator.errors import HostError
-from orchestrator.plan.build import HostPlan
+from orchestrator.errors import HostError, Reason
+from orchestrator.plan.model import HostPlan
 from orchestrator.transport.base import CommandResult, Transport, shell_command
+from orchestrator.transport.factory import Opener, transport_for
 from training.layout import RUN_DIR_ENV, RunLayout
+from training.telemetry.state_files import (
+    ProbeReport,
+    StateFileError,
+    StopReport,
+    SupervisorStateFile,
+    TaskStateFile,
+    decode_state_line,
+)
+
+StateFiles = list[TaskStateFile | SupervisorStateFile]
 
 T = TypeVar("T")
 # The only reasons worth trying again for: the connection, not the host's answer. Anything else (auth,
 # host keys, a command that failed, a cancelled start) needs the user, and retrying would only hide it.
-TRANSIENT_REASONS = {"lost", "timeout", "refused", "unreachable"}
-
-
-def host_plan_from_json(data: dict[str, Any]) -> HostPlan:
-    """A HostPlan back from the run record's plan JSON (ClusterPlan.to_json)."""
-    return HostPlan(
-        name=data["name"], address=data["address"], transport=data.get("transport", "ssh"),
-        python=data["python"], workdir=data["workdir"], ssh=SSHOptions(**data.get("ssh", {})),
-        roles=tuple(data.get("roles", ())), tasks=tuple(data.get("tasks", ())),
-    )
-
-
-def open_transport(host: HostPlan) -> Transport:
-    from orchestrator.transport.factory import transport_for
-
-    return transport_for(host)
+TRANSIENT_REASONS: set[Reason] = {"lost", "timeout", "refused", "unreachable"}
 
 
 # A host that refuses or cannot be routed to is most likely down: a few quick tries, not the whole budget.
-DOWN_REASONS = {"refused", "unreachable"}
+DOWN_REASONS: set[Reason] = {"refused", "unreachable"}
 DOWN_ATTEMPTS = 3
 
 
@@ -64,7 +59,7 @@ def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: 
 class RemoteRun:
     """One host's side of one run, over one transport that is reopened after a lost connection."""
 
-    def __init__(self, host: HostPlan, run_dir: str, opener: Callable[[HostPlan], Transport] = open_transport) -> None:
+    def __init__(self, host: HostPlan, run_dir: str, opener: Opener = transport_for) -> None:
         self.host = host
         self.layout = RunLayout(run_dir)
         self._opener = opener
@@ -91,23 +86,24 @@ class RemoteRun:
             self.close()
             raise
 
-    def _supervisor_call(self, flags: list[str], timeout: float) -> dict[str, Any]:
+    def _supervisor_call(self, flags: list[str], timeout: float) -> object:
         """Run `training.supervisor <flags>` from the run's code dir; {"absent": true} when the run dir
         (or its code) is not on this host."""
         code = shlex.quote(self.layout.code)
         cmd = shell_command([self.host.python, "-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
         script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else echo '{{\"absent\": true}}'; fi"
-        result = self.run_shell(script, timeout)
-        if not result.ok:
-            raise HostError(self.host.name, "remote", (result.stderr.strip() or result.stdout.strip())[-300:])
+        result = self.run_shell(script, timeout).check("remote", f"training.supervisor {flags[0]}")
         try:
-            data = json.loads(result.stdout.strip().splitlines()[-1])
+            return json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
             raise HostError(self.host.name, "remote", f"unreadable answer: {result.stdout[-200:]!r}") from exc
-        return data if isinstance(data, dict) else {}
 
-    def probe(self, timeout: float) -> dict[str, Any]:
-        return self._supervisor_call(["--probe"], timeout)
+    def probe(self, timeout: float) -> ProbeReport:
+        raw = self._supervisor_call(["--probe"], timeout)
+        try:
+            return ProbeReport.decode(raw)
+        except StateFileError as exc:
+            raise HostError(self.host.name, "remote", f"unreadable probe report: {exc}") from None
 
     def _states_script(self, pid_var: str) -> str:
         state = shlex.quote(self.layout.state)
@@ -115,33 +111,36 @@ class RemoteRun:
                 f"kill -0 {pid_var} 2>/dev/null && echo ALIVE; true")
 
     @staticmethod
-    def _parse_states(stdout: str) -> tuple[list[dict[str, Any]], bool]:
-        states = []
+    def _parse_states(stdout: str) -> tuple[StateFiles, bool]:
+        states: StateFiles = []
         lines = stdout.splitlines()
         for line in lines:
             if line.startswith("{"):
                 try:
-                    states.append(json.loads(line))
-                except ValueError:
-                    continue
+                    states.append(decode_state_line(json.loads(line)))
+                except (ValueError, StateFileError):
+                    continue  # a file caught half-written by an old writer, or not ours
         return states, "ALIVE" in lines
 
-    def read_states(self, supervisor_pid: int | None, timeout: float) -> tuple[list[dict[str, Any]], bool]:
+    def read_states(self, supervisor_pid: int | None, timeout: float) -> tuple[StateFiles, bool]:
         """The run's state files (each one JSON line) and whether the supervisor pid still lives: a
         shell one-liner, much cheaper than a Python probe while `start` polls many hosts."""
         script = self._states_script(str(int(supervisor_pid or 0)))
         result = self.run_shell(script, timeout)
         return self._parse_states(result.stdout)
 
-    def stop(self, grace: float, timeout: float) -> dict[str, Any]:
-        return self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
+    def stop(self, grace: float, timeout: float) -> StopReport:
+        raw = self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
+        try:
+            return StopReport.decode(raw)
+        except StateFileError as exc:
+            raise HostError(self.host.name, "remote", f"unreadable stop report: {exc}") from None
 
     def purge(self, timeout: float) -> None:
-        result = self.run_shell(shell_command(["rm", "-rf", "--", self.layout.root]), timeout)
-        if not result.ok:
-            raise HostError(self.host.name, "purge", result.stderr.strip()[-200:])
+        self.run_shell(shell_command(["rm", "-rf", "--", self.layout.root]), timeout).check(
+            "purge", f"cannot remove {self.layout.root}")
 
-    def launch_supervisor(self, timeout: float) -> tuple[int | None, list[dict[str, Any]], bool]:
+    def launch_supervisor(self, timeout: float) -> tuple[int | None, StateFiles, bool]:
         """Start the host's supervisor detached and wait on the host until it has spawned its tasks
         (`training.supervisor --detach`: its own session, stdio away from the SSH channel, readiness
         through a pipe, no polling); return (its pid, the state files, alive). One round trip, one
@@ -156,9 +155,7 @@ class RemoteRun:
             "--host", self.host.name, "--ready-timeout", f"{max(1.0, min(timeout - 1.0, 20.0)):g}"])
         script = (f"cd {shlex.quote(self.layout.code)} || exit 1\n"
                   f"{RUN_DIR_ENV}={shlex.quote(root)} exec {launch}")
-        result = self.run_shell(script, timeout)
-        if not result.ok:
-            raise HostError(self.host.name, "launch", (result.stderr.strip() or result.stdout.strip())[-300:])
+        result = self.run_shell(script, timeout).check("launch", "the supervisor did not start")
         pid = next((int(line.split()[1]) for line in result.stdout.splitlines()
                     if line.startswith("PID ") and line.split()[1].isdigit()), None)
         states, alive = self._parse_states(result.stdout)

@@ -1,9 +1,11 @@
 """The Transport contract: run a command on one host, move files, stream lines. One result type.
 
-Implementations: `orchestrator.ssh_transport.SSHTransport` (Paramiko) and
-`orchestrator.local_transport.LocalTransport` (subprocess, for hosts with transport = "local").
+Implementations: `orchestrator.transport.ssh.SSHTransport` (Paramiko) and
+`orchestrator.transport.local.LocalTransport` (subprocess, for hosts with transport = "local").
 Commands are given as argv lists and shell-quoted exactly once, by `shell_command`; both implementations
-get their argv `run` from `ShellTransport` and only say how they run a shell string.
+get their argv `run` from `ShellTransport` and only say how they run a shell string (`_run_shell`).
+A command that exits non-zero is a result, not an error, unless the caller asks `check=True` (or calls
+`result.check(...)`): then it is `CommandFailed`, a HostError naming the host, the step and stderr.
 """
 
 from __future__ import annotations
@@ -14,9 +16,15 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from orchestrator.errors import CommandFailed, Reason
+
+DETAIL_CHARS = 300  # of stderr (or stdout) in a CommandFailed line
+
 
 @dataclass(frozen=True)
 class CommandResult:
+    host: str
+    command: str
     exit_code: int
     stdout: str
     stderr: str
@@ -25,6 +33,19 @@ class CommandResult:
     @property
     def ok(self) -> bool:
         return self.exit_code == 0
+
+    def check(self, reason: Reason = "command-failed", what: str = "") -> CommandResult:
+        """Self when the command exited 0, else CommandFailed: "<what>: <the end of stderr>"."""
+        if self.ok:
+            return self
+        tail = (self.stderr.strip() or self.stdout.strip())[-DETAIL_CHARS:]
+        what = what or f"`{short(self.command)}` exited with {self.exit_code}"
+        raise CommandFailed(self.host, reason, f"{what}: {tail}" if tail else what,
+                            command=self.command, exit_code=self.exit_code)
+
+
+def short(command: str, limit: int = 120) -> str:
+    return command if len(command) <= limit else command[: limit - 3] + "..."
 
 
 def shell_command(argv: Sequence[str], env: Mapping[str, str] | None = None, cwd: str | None = None) -> str:
@@ -67,10 +88,12 @@ class Transport(Protocol):
 
     def run(
         self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
-        env: Mapping[str, str] | None = None, cwd: str | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None, check: bool = False,
     ) -> CommandResult: ...
 
-    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+    def run_shell(
+        self, command: str, *, timeout: float | None = None, stdin: bytes | None = None, check: bool = False,
+    ) -> CommandResult:
         """Run a POSIX shell script as given (the caller quoted every value in it)."""
         ...
 
@@ -90,11 +113,17 @@ class ShellTransport(ABC):
     host: str
 
     @abstractmethod
-    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+    def _run_shell(self, command: str, timeout: float | None, stdin: bytes | None) -> CommandResult:
         """Run an already quoted POSIX shell command; on timeout raise HostError(reason="timeout"), never hang."""
+
+    def run_shell(
+        self, command: str, *, timeout: float | None = None, stdin: bytes | None = None, check: bool = False,
+    ) -> CommandResult:
+        result = self._run_shell(command, timeout, stdin)
+        return result.check() if check else result
 
     def run(
         self, argv: Sequence[str], *, timeout: float | None = None, stdin: bytes | None = None,
-        env: Mapping[str, str] | None = None, cwd: str | None = None,
+        env: Mapping[str, str] | None = None, cwd: str | None = None, check: bool = False,
     ) -> CommandResult:
-        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin)
+        return self.run_shell(shell_command(argv, env=env, cwd=cwd), timeout=timeout, stdin=stdin, check=check)

@@ -1,14 +1,17 @@
 """Pick and build the Transport for a host: `LocalTransport` for `transport = "local"`, else SSH with
-the host's effective settings (hosts.toml > ssh config > defaults, see `orchestrator.config.ssh_config`)."""
+the host's effective settings (hosts.toml > ssh config > defaults, see orchestrator.config.ssh_config)."""
 
 from __future__ import annotations
 
-from orchestrator.config.schema import Config, HostConfig, explicit_ssh
+from collections.abc import Callable
+
 from orchestrator.config.ssh_config import resolve_ssh
-from orchestrator.plan.build import HostPlan
+from orchestrator.plan.model import HostPlan
 from orchestrator.transport.base import Transport
 from orchestrator.transport.local import LocalTransport
 from orchestrator.transport.ssh import SSHTransport
+
+Opener = Callable[[HostPlan], Transport]  # how every command gets a (not yet connected) transport
 
 
 def transport_for(host: HostPlan) -> Transport:
@@ -16,10 +19,3 @@ def transport_for(host: HostPlan) -> Transport:
     if host.transport == "local":
         return LocalTransport(host.name)
     return SSHTransport(host.name, resolve_ssh(host.address, host.ssh))
-
-
-def transport_for_host(config: Config, host: HostConfig) -> Transport:
-    """The same, straight from the config (for callers that have no plan)."""
-    if host.transport == "local":
-        return LocalTransport(host.name)
-    return SSHTransport(host.name, resolve_ssh(host.address, explicit_ssh(config, host)))

@@ -32,7 +32,7 @@ class LocalTransport(ShellTransport):
     def __init__(self, host: str) -> None:
         self.host = host
 
-    def run_shell(self, command: str, *, timeout: float | None = None, stdin: bytes | None = None) -> CommandResult:
+    def _run_shell(self, command: str, timeout: float | None, stdin: bytes | None) -> CommandResult:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
@@ -52,7 +52,7 @@ class LocalTransport(ShellTransport):
             proc.wait()
             raise
         return CommandResult(
-            exit_code=proc.returncode, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
+            host=self.host, command=command, exit_code=proc.returncode, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
             duration_s=time.monotonic() - start,
         )
 

@@ -7,8 +7,9 @@ import functools
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from orchestrator.monitor.source import FakeClock, RecordingActions, ReplaySource
+from testkit.replay import FakeClock, ReplaySource
 from testkit.synthetic import Scenario, build, sample_logs
+from tests.doubles import RecordingActions
 from tui.app import DashboardApp
 
 SCENARIOS: dict[str, tuple[Scenario, float]] = {

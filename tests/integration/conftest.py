@@ -1,4 +1,4 @@
-"""Integration fixtures: real sshd machines on loopback addresses (see tests/integration/sshd.py)."""
+"""Integration fixtures: real sshd machines on loopback addresses (see testkit/sshd.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.integration import sshd
-from tests.integration.sshd import Machines
+from testkit import sshd
+from testkit.sshd import Machines
 
 
 @pytest.fixture(scope="session")

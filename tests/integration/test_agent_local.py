@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.ports import free_port_block
+from orchestrator.run.local_ports import free_port_block
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from orchestrator.config.load import load_config
 from orchestrator.plan.build import build_plan
 from orchestrator.run.check import HostCheck, run_check
 from orchestrator.transport.factory import transport_for
-from tests.integration.sshd import Machines
+from testkit.sshd import Machines
 from tfcluster.cli import app
 
 pytestmark = pytest.mark.integration

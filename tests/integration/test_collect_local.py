@@ -20,9 +20,9 @@ import pytest
 from orchestrator.errors import HostError
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.prometheus import render
-from orchestrator.plan.build import HostPlan
+from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
-from orchestrator.run.remote import host_plan_from_json, open_transport
+from orchestrator.transport.factory import transport_for
 from orchestrator.transport.base import Transport
 from training.telemetry.schema import dumps, make_event
 
@@ -145,7 +145,7 @@ def test_unreachable_host_never_breaks_the_collector(fake_run: FakeRun) -> None:
     def opener(host: HostPlan) -> Transport:
         if host.name == "b":
             raise HostError("b", "unreachable", "connection refused")
-        return open_transport(host)
+        return transport_for(host)
 
     record = fake_run.record()
     collector = Collector.for_record(record, INTERVAL, opener=opener).start()
@@ -153,7 +153,7 @@ def test_unreachable_host_never_breaks_the_collector(fake_run: FakeRun) -> None:
         wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running"
                    and s.tasks["worker-1"].liveness == "unreachable")
         assert any("connection refused" in e.text for e in collector.state.log)
-        assert host_plan_from_json(record.plan["hosts"][1]).name == "b"
+        assert record.plan.hosts[1].name == "b"
     finally:
         collector.close()
 

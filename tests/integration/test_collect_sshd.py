@@ -15,7 +15,7 @@ import pytest
 from orchestrator.config.load import load_config
 from orchestrator.monitor.collect import Collector, state_from_plan_json
 from orchestrator.plan.build import build_plan
-from tests.integration.sshd import Machines
+from testkit.sshd import Machines
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]

@@ -19,8 +19,8 @@ import pytest
 
 from orchestrator.monitor.collect import Collector
 from orchestrator.run import records as runs
+from testkit.sshd import Machines
 from tests.integration.lifecycle_helpers import cli, isolated_state_dir, started_run_id, status_json, wait_for
-from tests.integration.sshd import Machines
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 pytest.importorskip("tensorflow")

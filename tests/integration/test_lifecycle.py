@@ -19,9 +19,10 @@ from typing import Any
 import psutil
 import pytest
 
-from orchestrator.config.load import load_config
+from orchestrator.plan.from_file import plan_file
 from orchestrator.run import launch
 from orchestrator.run import records as runs
+from testkit.sshd import Machines
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
@@ -32,7 +33,6 @@ from tests.integration.lifecycle_helpers import (
     status_json,
     wait_for,
 )
-from tests.integration.sshd import Machines
 
 pytestmark = pytest.mark.integration
 
@@ -90,11 +90,11 @@ def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path:
     assert run_id in cli(state_dir, "ls").stdout
 
     # A second start ships nothing (same bytes); a changed task.py is the only upload.
-    config = load_config(hosts)
-    again = launch.start(config, str(hosts), launch.StartOptions(timeout=60))
+    plan = plan_file(hosts)
+    again = launch.start(plan, str(hosts), launch.StartOptions(timeout=60))
     assert all(o.ok and o.uploaded == 0 and o.shipped > 10 for o in again.outcomes.values())
     (tmp_path / "task.py").write_text(TASK_PY + "# changed\n")  # (release exists: these runs end at once)
-    third = launch.start(config, str(hosts), launch.StartOptions(timeout=60))
+    third = launch.start(plan, str(hosts), launch.StartOptions(timeout=60))
     assert all(o.uploaded == 1 for o in third.outcomes.values())
     for rec in (again.record, third.record):
         assert cli(state_dir, "stop", rec.run_id, "--purge").returncode == 0
@@ -306,8 +306,8 @@ def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
     The loss is injected at those two exact moments, which a real network fault cannot be timed to: the
     connection is really closed (the retry must open a new one) and the commands really ran."""
     from orchestrator.errors import HostError
-    from orchestrator.plan.build import HostPlan
-    from orchestrator.run.remote import open_transport
+    from orchestrator.plan.model import HostPlan
+    from orchestrator.transport.factory import transport_for
     from orchestrator.transport.base import CommandResult
     from orchestrator.transport.ssh import SSHTransport
 
@@ -325,12 +325,12 @@ def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
             return result
 
     def opener(host: HostPlan) -> SSHTransport:
-        real = open_transport(host)
+        real = transport_for(host)
         assert isinstance(real, SSHTransport)
         return DropsOnce(real.host, real.settings)
 
     hosts = _hosts(machines, tmp_path, 120.0)
-    result = launch.start(load_config(hosts), str(hosts), launch.StartOptions(timeout=60, run_name="lost-conn"),
+    result = launch.start(plan_file(hosts), str(hosts), launch.StartOptions(timeout=60, run_name="lost-conn"),
                           opener=opener)
     try:
         assert dropped == ["prepare", "launch"]

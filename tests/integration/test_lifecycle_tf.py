@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from orchestrator.run import records as runs
+from testkit.sshd import Machines
 from tests.integration.lifecycle_helpers import (
     cli,
     isolated_state_dir,
@@ -25,7 +26,6 @@ from tests.integration.lifecycle_helpers import (
     status_json,
     wait_for,
 )
-from tests.integration.sshd import Machines
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("tensorflow")

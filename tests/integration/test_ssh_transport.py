@@ -15,8 +15,8 @@ from orchestrator.config.schema import SSHOptions
 from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.errors import HostError
 from orchestrator.transport.ssh import SSHTransport
+from testkit.sshd import Machines
 from tests.helpers.procs import is_gone, read_pid
-from tests.integration.sshd import Machines
 from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY
 
 pytestmark = pytest.mark.integration

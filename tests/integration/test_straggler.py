@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
+from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("tensorflow")

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import ClusterPlan, build_plan
+from orchestrator.plan.build import build_plan
+from orchestrator.plan.model import ClusterPlan
 
 pytestmark = pytest.mark.integration
 

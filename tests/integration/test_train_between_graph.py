@@ -1,5 +1,5 @@
 """Between-graph replication on a real local TensorFlow cluster: every ps, worker and chief task is a real
-`python -m training.task` process started from a real plan's run.json (tests/helpers/local_cluster.py).
+`python -m training.task` process started from a real plan's run.json (testkit/local_cluster.py).
 Nothing is faked; the only stand-in is that every "machine" is 127.0.0.1 and shares one run directory.
 """
 
@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import ClusterPlan, build_plan
-from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
-from tests.helpers.ports import free_port_block
+from orchestrator.plan.build import build_plan
+from orchestrator.plan.model import ClusterPlan
+from orchestrator.run.local_ports import free_port_block
+from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 
 pytestmark = pytest.mark.integration
 tf = pytest.importorskip("tensorflow")
@@ -64,7 +65,7 @@ def check_progress(cluster: LocalCluster, job: str, index: int) -> list[dict[str
         assert set(e["ps_bytes"]) <= {"ps-0", "ps-1"}
     steps = [e["local_step"] for e in events]
     assert steps == sorted(steps)
-    assert events[-1]["examples"] == events[-1]["local_step"] * cluster.plan.training["batch_size"]
+    assert events[-1]["examples"] == events[-1]["local_step"] * cluster.plan.training.batch_size
     return events
 
 

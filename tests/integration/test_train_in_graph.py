@@ -1,6 +1,6 @@
 """In-graph replication on a real local TensorFlow cluster: ps tasks, worker servers and the one client,
 each a real `python -m training.task` process started from a real plan's run.json (see
-tests/helpers/local_cluster.py). Nothing is faked: the only stand-in is that every "machine" is 127.0.0.1.
+testkit/local_cluster.py). Nothing is faked: the only stand-in is that every "machine" is 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.local_cluster import LocalCluster, local_plan, running_cluster
+from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 
 pytestmark = pytest.mark.integration
 tf = pytest.importorskip("tensorflow")

@@ -14,8 +14,8 @@ import pytest
 from orchestrator.config.schema import Config
 from orchestrator.plan.build import build_plan
 from orchestrator.run.check import check_host, local_tf_version, run_check
+from orchestrator.run.local_ports import free_port_block
 from orchestrator.transport.factory import transport_for
-from tests.helpers.ports import free_port_block
 
 
 def _config(tmp_path: Path, **host_overrides: object) -> Config:

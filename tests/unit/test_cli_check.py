@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.helpers.ports import free_port_block
+from orchestrator.run.local_ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.load import alias_warnings, load_config, plan_config
+from orchestrator.config.load import load_config
+from orchestrator.config.schema import Mode
+from orchestrator.plan.from_file import alias_warnings, plan_config, plan_file, resolve_hosts_ssh
 from orchestrator.errors import ConfigError
 
 # A valid cluster that each case breaks in one place.
@@ -37,14 +39,14 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def error_for(tmp_path: Path, text: str | bytes, name: str = "hosts.toml") -> ConfigError:
+def error_for(tmp_path: Path, text: str | bytes, name: str = "hosts.toml", mode: Mode | None = None) -> ConfigError:
     path = tmp_path / name
     if isinstance(text, bytes):
         path.write_bytes(text)
     else:
         path.write_text(textwrap.dedent(text), encoding="utf-8")
     with pytest.raises(ConfigError) as info:
-        load_config(path)
+        plan_file(path, mode)
     line = info.value.one_line()
     assert "\n" not in line and "Traceback" not in line
     assert "errors.pydantic.dev" not in line and "Input should be" not in line
@@ -355,7 +357,7 @@ def test_alias_warning_names_the_real_hostname(tmp_path: Path, isolated_home: Pa
     (isolated_home / ".ssh" / "config").write_text("Host box-a\n  HostName 10.0.0.30\n")
     (tmp_path / "hosts.toml").write_text(GOOD + '[[hosts]]\nname = "a"\naddress = "box-a"\nroles = ["worker"]\n')
     config = load_config(tmp_path / "hosts.toml")
-    assert alias_warnings(config) == [
+    assert alias_warnings(resolve_hosts_ssh(config)) == [
         "host a: `box-a` is an ssh config alias for 10.0.0.30; the cluster spec uses 10.0.0.30, which every "
         "other machine must be able to reach"
     ]
@@ -364,3 +366,25 @@ def test_alias_warning_names_the_real_hostname(tmp_path: Path, isolated_home: Pa
     assert task.address == "10.0.0.30"
     assert f"10.0.0.30:{task.port}" in plan.cluster_spec[task.job]
     assert plan.host("a").address == "box-a"  # ssh still connects through the alias (User, ProxyJump...)
+
+
+def test_a_mode_override_keeps_the_line_of_the_error(tmp_path: Path) -> None:
+    """`start --mode in-graph` on a file without a ps: the error still names the file's line."""
+    text = '[cluster]\nname = "c"\n\n[[hosts]]\nname = "w"\naddress = "10.0.0.2"\nroles = ["worker"]\n'
+    err = error_for(tmp_path, text, mode="in-graph")
+    assert err.line is not None and err.one_line().startswith(f"{tmp_path}/hosts.toml:")
+    assert "in-graph mode keeps the variables on a parameter server" in err.message
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    ('model = "wide"\nmodel_args = { shards = 0 }', "training.model_args.shards: `shards` = 0 is out of range (1-1024)"),
+    ('model = "wide"\nmodel_args = { classes = 0 }', "training.model_args.classes: `classes` = 0 is out of range (2-100000)"),
+    ('model = "wide"\nmodel_args = { params = "lots" }', "training.model_args.params: `params` must be an integer, got 'lots'"),
+    ('model_args = { hidden = "x" }', "training.model_args.hidden: `hidden` must list layer sizes like \"256,256\", got 'x'"),
+    ('model = "wide"\nmodel_args = { params = 1e12 }', "training.model_args.params: `params` = 1000000000000 is out of range (1000-1000000000)"),
+    ('model_args = { hiden = "8" }', "training.model_args.hiden: `mlp` has no argument `hiden`; its arguments: input_dim, hidden, classes (did you mean `hidden`?)"),
+])
+def test_model_args_are_checked_with_one_line(tmp_path: Path, args: str, expected: str) -> None:
+    err = error_for(tmp_path, GOOD + "[training]\n" + args + "\n")
+    assert err.one_line().endswith(expected), err.one_line()
+    assert err.line is not None

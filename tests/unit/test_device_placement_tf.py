@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import ClusterPlan, build_plan
+from orchestrator.plan.build import build_plan
+from orchestrator.plan.model import ClusterPlan
 from training.models.sizes import mlp_shapes, wide_shapes
 
 tf = pytest.importorskip("tensorflow")

@@ -12,7 +12,8 @@ import pytest
 from orchestrator.config.load import load_config
 from orchestrator.config.schema import Config
 from orchestrator.errors import ConfigError
-from orchestrator.plan.build import ClusterPlan, build_plan
+from orchestrator.plan.build import build_plan
+from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
 from training.models.sizes import mlp_shapes, wide_shapes
 from training.placement import greedy_assign
@@ -263,7 +264,7 @@ def test_example_file_loads_and_plans(tmp_path: Path, monkeypatch: pytest.Monkey
 def _schema_keys(model: type, prefix: str = "") -> set[str]:
     from pydantic import BaseModel
 
-    from orchestrator.config.load import _unwrap
+    from orchestrator.config.explain import _unwrap
 
     keys = set()
     for name, info in model.model_fields.items():  # type: ignore[attr-defined]

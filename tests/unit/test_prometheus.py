@@ -5,9 +5,9 @@ from __future__ import annotations
 import urllib.request
 
 from orchestrator.monitor.prometheus import PrometheusExporter, render
-from orchestrator.monitor.source import FakeClock, ReplaySource
+from orchestrator.run.local_ports import free_port_block
+from testkit.replay import FakeClock, ReplaySource
 from testkit.synthetic import Scenario, build
-from tests.helpers.ports import free_port_block
 
 
 def synthetic_state():  # type: ignore[no-untyped-def]

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, UsageError
+from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
-from orchestrator.run.lifecycle import HostStatus, TaskStatus, _run_state, select_tasks
+from orchestrator.run.logs import select_tasks
+from orchestrator.run.status import HostStatus, TaskStatus, TaskStatusWord, _run_state
 from orchestrator.run.ship import ShipFile, ship, sync_files, training_package_files
 from orchestrator.transport.local import LocalTransport
+from tests.plans import tiny_plan
 
 
 @pytest.fixture(autouse=True)
@@ -25,9 +28,9 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "state"
 
 
-def _record(run_id: str, created: float, tasks: list[dict[str, object]] | None = None) -> runs.RunRecord:
+def _record(run_id: str, created: float, plan: ClusterPlan | None = None) -> runs.RunRecord:
     return runs.RunRecord(run_id=run_id, config_path="/x/hosts.toml", cluster="demo", mode="between-graph",
-                          created=created, plan={"tasks": tasks or [], "hosts": []},
+                          created=created, plan=plan or tiny_plan(),
                           hosts=[runs.HostRecord(name="m0", workdir="~/.tfcluster")])
 
 
@@ -44,7 +47,9 @@ def test_record_save_load_list_latest(state_dir: Path) -> None:
     runs.save(_record("b", 2.0))
     runs.save(_record("a", 1.0))
     (state_dir / "runs" / "broken.json").write_text("{not json")
-    assert [r.run_id for r in runs.list_runs()] == ["a", "b"]  # oldest first, the broken one skipped
+    known, skipped = runs.list_runs()
+    assert [r.run_id for r in known] == ["a", "b"]  # oldest first, the broken one skipped with a warning
+    assert len(skipped) == 1 and "broken.json: unreadable run record: not JSON" in skipped[0]
     assert runs.latest().run_id == "b" and runs.resolve(None).run_id == "b"
     loaded = runs.load("a")
     assert loaded.hosts[0].workdir == "~/.tfcluster" and loaded.config_path == "/x/hosts.toml"
@@ -138,10 +143,8 @@ def test_ship_again_into_the_same_code_dir_is_harmless(tmp_path: Path) -> None:
     assert (workdir / "runs/r1/run.json").read_text() == "{}"
 
 
-def test_record_json_shares_the_plan_and_round_trips(state_dir: Path) -> None:
-    record = _record("big", 1.0, [{"job": "worker", "index": i, "host": "m0"} for i in range(500)])
-    data = record.to_json()
-    assert data["plan"] is record.plan  # not deep-copied: start saves the record at every phase boundary
+def test_record_round_trips_compactly(state_dir: Path) -> None:
+    record = _record("big", 1.0, tiny_plan([("ps",), *[("worker",)] * 200]))
     runs.save(record)
     assert "\n" not in (state_dir / "runs" / "big.json").read_text()  # compact (json's C encoder)
     loaded = runs.load("big")
@@ -155,11 +158,8 @@ def test_training_package_is_shipped_without_bytecode() -> None:
 
 
 def test_select_tasks() -> None:
-    tasks: list[dict[str, object]] = [
-        {"job": "ps", "index": 0, "host": "m0"}, {"job": "worker", "index": 0, "host": "m1"},
-        {"job": "worker", "index": 1, "host": "m2"},
-    ]
-    record = _record("r", 1.0, tasks)
+    record = _record("r", 1.0)
+    tasks = list(record.plan.tasks)  # ps:0@m0, worker:0@m1, worker:1@m2
     assert select_tasks(record, []) == tasks
     assert select_tasks(record, ["worker"]) == tasks[1:]
     assert select_tasks(record, ["worker:1"]) == [tasks[2]]
@@ -168,7 +168,7 @@ def test_select_tasks() -> None:
         select_tasks(record, ["chief:0"])
 
 
-def _task(state: str, final: bool = False, code: int | None = None, failed: bool = False) -> TaskStatus:
+def _task(state: TaskStatusWord, final: bool = False, code: int | None = None, failed: bool = False) -> TaskStatus:
     return TaskStatus("worker", 0, "m0", state, final=final, exit_code=code, failed=failed)
 
 
@@ -182,3 +182,25 @@ def test_run_state_rules() -> None:
     assert _run_state(rec, [_task("unreachable")], [HostStatus("m0", reachable=False)]) == "partial"
     rec.status = "stopped"
     assert _run_state(rec, [_task("exited", True, None)], down) == "stopped"
+
+
+@pytest.mark.parametrize("content", [
+    "[]", "null", '"text"', "{}",
+    '{"run_id": "x", "config_path": "h", "cluster": "c", "mode": "m", "created": 1.0, "plan": "oops", "hosts": []}',
+    '{"run_id": "x", "config_path": "h", "cluster": "c", "mode": "m", "created": "yesterday", "plan": {}, "hosts": []}',
+])
+def test_a_stray_record_is_skipped_with_a_warning_naming_it(state_dir: Path, content: str) -> None:
+    runs.save(_record("good", 1.0))
+    (state_dir / "runs" / "stray.json").write_text(content)
+    known, skipped = runs.list_runs()
+    assert [r.run_id for r in known] == ["good"]
+    assert len(skipped) == 1 and "stray.json" in skipped[0] and "\n" not in skipped[0]
+    assert runs.latest().run_id == "good"
+    with pytest.raises(UsageError, match="stray.json: unreadable run record"):
+        runs.load("stray")
+
+
+def test_records_are_private(state_dir: Path) -> None:
+    runs.save(_record("p", 1.0))
+    assert (state_dir / "runs").stat().st_mode & 0o777 == 0o700
+    assert (state_dir / "runs" / "p.json").stat().st_mode & 0o777 == 0o600

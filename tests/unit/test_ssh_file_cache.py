@@ -11,7 +11,8 @@ from pathlib import Path
 
 import paramiko
 
-from orchestrator.transport.ssh import _identity, _load_known_hosts
+from orchestrator.transport.ssh_keys import identity as _identity
+from orchestrator.transport.ssh_keys import load_known_hosts as _load_known_hosts
 
 
 def _keygen(tmp_path: Path, name: str) -> Path:

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from orchestrator.monitor.events import EventParser, HeartbeatEvent, StreamDown, StreamUp
-from orchestrator.monitor.reducer import ClusterState, ema, host_reachable, task_liveness, window_buckets
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.views import ema, host_reachable, task_liveness, window_buckets
 from training.telemetry.schema import dumps, make_event
 
 T0 = 1_700_000_000.0

@@ -17,7 +17,7 @@ import pytest
 from orchestrator.errors import HostError
 from orchestrator.transport.base import shell_command
 from orchestrator.transport.local import LocalTransport
-from orchestrator.transport.ssh import sh_wrap, split_pid_marker
+from orchestrator.transport.ssh_channel import sh_wrap, split_pid_marker
 from tests.helpers.procs import is_gone, read_pid
 
 NASTY = [

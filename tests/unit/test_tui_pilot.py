@@ -8,7 +8,7 @@ import pytest
 from textual.widgets import DataTable, RichLog, Static
 
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.monitor.source import RecordingActions
+from tests.doubles import RecordingActions
 from tests.helpers.dash import make_app, sync
 from tui.app import DashboardApp
 from tui.screens import ConfirmScreen, TaskScreen

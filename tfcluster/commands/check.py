@@ -33,7 +33,7 @@ def check(
     ] = False,
 ) -> None:
     """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock."""
-    _, plan = load_plan(hosts_file)
+    plan = load_plan(hosts_file)
     console = widen(Console(highlight=False), MIN_WIDTH)
     err = Console(stderr=True, highlight=False)
 

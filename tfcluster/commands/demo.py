@@ -19,14 +19,16 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from orchestrator.config.load import load_config
+from orchestrator.errors import UsageError
 from orchestrator.monitor.collect import Collector, CollectorActions
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.run import lifecycle
-from orchestrator.run import records as runs
+from orchestrator.plan.from_file import plan_file
+from orchestrator.run import records
 from orchestrator.run.launch import StartOptions, start
 from orchestrator.run.local_ports import free_port_block
+from orchestrator.run.stop import stop
 from tfcluster.common import interrupt_on_hangup
+from tfcluster.live import print_state
 
 DEMO_TOML = """\
 # Written by `tfcluster demo`: one local "machine" running 1 ps and 2 CPU workers.
@@ -75,6 +77,8 @@ def demo(
     timeout: Annotated[float, typer.Option(help="With --headless: give up after this many seconds.")] = 600.0,
 ) -> None:
     """Start a local demo cluster (1 ps, 2 workers, between-graph, mlp) and open the dashboard on it."""
+    if as_json and not headless:
+        raise UsageError("demo --json prints the final state of a --headless demo; add --headless")
     if steps is None:
         steps = 500 if headless else 200_000
     home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
@@ -83,7 +87,7 @@ def demo(
                                       workdir=json.dumps(str(home / "work")), steps=steps))
     console = Console(stderr=True)
     console.print(f"demo: starting 1 ps + 2 workers on this machine ({hosts})")
-    result = start(load_config(hosts), str(hosts), StartOptions(timeout=180.0))
+    result = start(plan_file(hosts), str(hosts), StartOptions(timeout=180.0))
     record = result.record
     console.print(f"demo: run {record.run_id} started in {result.seconds:.1f}s")
     collector = Collector.for_record(record, interval).start()
@@ -96,8 +100,6 @@ def demo(
                 time.sleep(interval / 2)
                 st = collector.poll()
             ok = _finished(st) and all(t.exit_code == 0 for t in st.tasks.values())
-            from tfcluster.commands.dash import print_state
-
             print_state(st, as_json)
             if not _finished(st):
                 console.print(f"demo: not finished after {timeout:g}s")
@@ -109,9 +111,9 @@ def demo(
     finally:
         collector.close()
         console.print(f"demo: stopping run {record.run_id}")
-        lifecycle.stop(record, grace=3.0, purge=True)
+        stop(record, grace=3.0, purge=True)
         # A demo leaves nothing behind: its run dir, config and run record go with it.
         shutil.rmtree(home, ignore_errors=True)
-        runs.remove(record.run_id)
+        records.remove(record.run_id)
     if not ok:
         raise typer.Exit(1)

@@ -9,8 +9,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -18,13 +17,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from orchestrator.config.load import load_config
-from orchestrator.run import launch, lifecycle
-from orchestrator.run import records as runs
-from tfcluster.common import HostsFile, LatestRunId, widen
-
-# `start --dash` opens the dashboard on the new run; the dashboard command module sets this hook.
-open_dashboard: Callable[[str], None] | None = None
+from orchestrator.config.schema import Mode
+from orchestrator.run import launch, records
+from orchestrator.run.logs import logs as follow_logs
+from orchestrator.run.status import TaskStatus
+from orchestrator.run.status import status as run_status
+from orchestrator.run.stop import stop as stop_run
+from tfcluster.common import HostsFile, LatestRunId, load_plan, widen
+from tfcluster.live import open_dashboard, watch_status
 
 console = Console(highlight=False)
 MIN_WIDTH = 140  # for the tables when stdout is a pipe
@@ -44,7 +44,7 @@ def register(app: typer.Typer) -> None:
 def start(
     hosts_file: HostsFile,
     mode: Annotated[
-        Literal["in-graph", "between-graph"] | None,
+        Mode | None,
         typer.Option("--mode", help="Override hosts.toml's \\[cluster] mode."),
     ] = None,
     run: Annotated[str | None, typer.Option("--run", help="Name the run (default: <cluster>-<time>-<hex>).")] = None,
@@ -55,8 +55,8 @@ def start(
     dash: Annotated[bool, typer.Option("--dash", help="Open the live dashboard once the run is up.")] = False,
 ) -> None:
     """Ship the code, start every host's supervisor and wait until every task is running."""
-    config = load_config(hosts_file)
-    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, mode=mode, run_name=run)
+    plan = load_plan(hosts_file, mode)
+    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run)
     ids: dict[str, TaskID] = {}
     progress = Progress(
         TextColumn("{task.fields[host]:<12}"), TextColumn("{task.description:<10}"), BarColumn(),
@@ -69,15 +69,15 @@ def start(
         progress.update(ids[host], description=phase, completed=done, total=max(total, 1))
 
     with progress:
-        result = launch.start(config, str(hosts_file), options, progress=report)
+        result = launch.start(plan, str(hosts_file), options, progress=report)
     record = result.record
     out = widen(console, MIN_WIDTH)
     table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")
     for col in ("host", "tasks", "files uploaded", "supervisor pid", "state"):
         table.add_column(col)
     tasks_by_host: dict[str, list[str]] = {}
-    for t in record.plan.get("tasks", []):
-        tasks_by_host.setdefault(t["host"], []).append(f"{t['job']}:{t['index']}")
+    for t in record.plan.tasks:
+        tasks_by_host.setdefault(t.host, []).append(t.label)
     for h in record.hosts:
         o = result.outcomes[h.name]
         state = "running" if o.ok else f"not started: {o.error.one_line() if o.error else '?'}"
@@ -89,10 +89,7 @@ def start(
     out.print(f"  tfcluster status {record.run_id}    tfcluster logs {record.run_id} -f    "
               f"tfcluster stop {record.run_id}")
     if dash:
-        if open_dashboard is None:
-            err.print(f"the dashboard is not available in this build; try `tfcluster dash {record.run_id}`")
-        else:
-            open_dashboard(record.run_id)
+        open_dashboard(record.run_id)
 
 
 def stop(
@@ -102,8 +99,8 @@ def stop(
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host command.")] = 15.0,
 ) -> None:
     """Stop the run on every host, kill what is left, and verify no process of it remains."""
-    record = runs.resolve(run)
-    result = lifecycle.stop(record, grace=grace, timeout=timeout, purge=purge)
+    record = records.resolve(run)
+    result = stop_run(record, grace=grace, timeout=timeout, purge=purge)
     table = Table(header_style="bold", title=f"stop {record.run_id}")
     for col in ("host", "result", "killed", "left running"):
         table.add_column(col)
@@ -115,14 +112,14 @@ def stop(
             table.add_row(h.name, f"[red]unreachable[/]: {escape(r.error)}", "-", "?")
         else:
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
-            left = ", ".join(f"{p['pid']} {p['args'][:40]}" for p in r.remaining) or "none"
+            left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
     widen(console, MIN_WIDTH).print(table)
     if not all(r.ok for r in result.values()):
         raise typer.Exit(1)
 
 
-def _state_text(t: lifecycle.TaskStatus) -> str:
+def _state_text(t: TaskStatus) -> str:
     if t.state == "exited":
         how = f"code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
         return f"exited ({how})" + (" FAILED" if t.failed else "")
@@ -136,13 +133,11 @@ def status(
     watch: Annotated[bool, typer.Option("--watch", help="Live table from the telemetry agents until Ctrl-C.")] = False,
 ) -> None:
     """Every task's state, restarts, pid and host; exit code 1 when a task failed."""
-    if watch:  # the dashboard's state as a Rich live table (tfcluster/commands/dash.py)
-        from tfcluster.commands.dash import watch_status
-
-        watch_status(run)
+    if watch:  # the dashboard's state, live (tfcluster/live.py)
+        watch_status(run, as_json=as_json)
         return
-    record = runs.resolve(run)
-    st = lifecycle.status(record, timeout=timeout)
+    record = records.resolve(run)
+    st = run_status(record, timeout=timeout)
     if as_json:
         sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
     else:
@@ -167,16 +162,19 @@ def status(
 
 def list_runs() -> None:
     """Known runs (from the local run record), oldest first."""
-    records = runs.list_runs()
-    if not records:
+    known, skipped = records.list_runs()
+    for warning in skipped:
+        err.print(f"warning: {escape(warning)}")
+    if not known:
         console.print("no runs yet")
         return
     table = Table(header_style="bold")
     for col in ("run", "cluster", "mode", "created", "hosts", "last known"):
         table.add_column(col)
-    for r in records:
-        table.add_row(r.run_id, r.cluster, r.mode, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
-                      ", ".join(h.name for h in r.hosts), r.status)
+    for r in known:
+        table.add_row(escape(r.run_id), escape(r.cluster), escape(r.mode),
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
+                      escape(", ".join(h.name for h in r.hosts)), r.shown_status)
     widen(console, MIN_WIDTH).print(table)
 
 
@@ -187,11 +185,11 @@ def logs(
     lines: Annotated[int | None, typer.Option("--lines", "-n", min=0, help="Only the last N lines.")] = None,
 ) -> None:
     """Task logs, each line prefixed `job:task@host`."""
-    record = runs.load(run)
+    record = records.load(run)
 
     def emit(line: str) -> None:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` ends
-        lifecycle.logs(record, tasks or [], emit, follow=follow, lines=lines)
+        follow_logs(record, tasks or [], emit, follow=follow, lines=lines)

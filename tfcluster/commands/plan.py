@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shlex
 import sys
@@ -13,8 +12,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.config.load import alias_warnings
-from orchestrator.plan.build import ClusterPlan, TaskPlan
+from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
 from tfcluster.common import HostsFile, load_plan, widen
 
@@ -34,9 +32,7 @@ def plan(
     ] = 10.0,
 ) -> None:
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
-    config, cluster = load_plan(hosts_file)
-    # The plan is pure; what ~/.ssh/config makes of an address is known only here.
-    cluster = dataclasses.replace(cluster, warnings=(*cluster.warnings, *alias_warnings(config, str(hosts_file))))
+    cluster = load_plan(hosts_file)
     estimate = estimate_ps_load(cluster, steps_per_sec)
     if as_json:
         data = cluster.to_json()

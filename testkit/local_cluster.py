@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import ClusterPlan, TaskPlan, build_plan
-from tests.helpers.ports import free_port_block
+from orchestrator.plan.build import build_plan
+from orchestrator.plan.model import ClusterPlan, TaskPlan
+from orchestrator.run.local_ports import free_port_block
 
 REPO = Path(__file__).resolve().parents[2]
 

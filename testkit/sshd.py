@@ -263,7 +263,7 @@ class Machines:
         if roles is None:
             roles = [["ps"]] + [["chief", "worker"] if i == 1 else ["worker"] for i in range(1, n)]
         if base_port is None:
-            from tests.helpers.ports import free_port_block
+            from orchestrator.run.local_ports import free_port_block
 
             base_port = free_port_block(4 * n)
         out = [

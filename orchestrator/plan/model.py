@@ -1,0 +1,173 @@
+"""The plan's data: what runs where. Immutable, printable, and the one wire format after `start`.
+
+`ClusterPlan.to_json()` is what the run record keeps and what every host gets in run.json (the
+cluster side reads it as plain JSON: training/context.py); `ClusterPlan.from_json()` is the single
+typed decoder back (the run record, `status`, `stop`, `logs` and the collector all go through it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, cast, get_args
+
+from orchestrator.config.schema import Mode, SSHOptions, TrainingSection
+
+Job = Literal["chief", "ps", "worker"]
+JOBS: tuple[Job, ...] = get_args(Job)
+JOB_ORDER: tuple[Job, ...] = ("chief", "ps", "worker")  # TF_CONFIG lists jobs in this order
+Transport = Literal["ssh", "local"]
+
+
+class PlanDecodeError(ValueError):
+    """A plan JSON that is not what `to_json` writes (a damaged or foreign run record)."""
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    job: Job
+    index: int
+    host: str  # host name from hosts.toml
+    address: str  # the address other tasks use to reach it
+    port: int
+    gpu: int | None  # physical GPU index on the host, None = CPU
+    device: str  # where this task's compute is placed, e.g. /job:worker/task:1/device:GPU:0
+    cuda_visible_devices: str
+    tf_config: dict[str, Any]
+    command: list[str]  # argv run by the host's supervisor (cwd = the run's code/ dir)
+    env: dict[str, str]
+    is_chief: bool  # initialises, checkpoints, writes summaries
+    in_cluster: bool = True  # False only for a task that runs no TF server
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}-{self.index}"
+
+    @property
+    def label(self) -> str:
+        """How users name a task on the command line and in logs: `worker:1`."""
+        return f"{self.job}:{self.index}"
+
+    @property
+    def target(self) -> str:
+        return f"{self.address}:{self.port}"
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    name: str
+    address: str
+    transport: Transport
+    python: str
+    workdir: str
+    ssh: SSHOptions
+    roles: tuple[str, ...]
+    tasks: tuple[str, ...]  # task names ("worker-0") on this host
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    cluster_name: str
+    mode: Mode
+    cluster_spec: dict[str, list[str]]
+    hosts: tuple[HostPlan, ...]
+    tasks: tuple[TaskPlan, ...]
+    training: TrainingSection  # shipped to every host in run.json as plain data
+    uses_user_command: bool
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+    def task(self, job: str, index: int) -> TaskPlan:
+        for t in self.tasks:
+            if t.job == job and t.index == index:
+                return t
+        raise KeyError(f"{job}:{index}")
+
+    def tasks_on(self, host: str) -> list[TaskPlan]:
+        return [t for t in self.tasks if t.host == host]
+
+    def host(self, name: str) -> HostPlan:
+        for h in self.hosts:
+            if h.name == name:
+                return h
+        raise KeyError(name)
+
+    @property
+    def chief(self) -> TaskPlan:
+        return next(t for t in self.tasks if t.is_chief)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster_name": self.cluster_name, "mode": self.mode, "cluster_spec": self.cluster_spec,
+            "hosts": [{**asdict(h), "ssh": h.ssh.model_dump(exclude_none=True)} for h in self.hosts],
+            "tasks": [asdict(t) for t in self.tasks],
+            "training": self.training.model_dump(), "uses_user_command": self.uses_user_command,
+            "warnings": list(self.warnings),
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> ClusterPlan:
+        """The inverse of to_json; PlanDecodeError (one line) for anything else."""
+        try:
+            d = _mapping(data, "plan")
+            hosts = tuple(_host(h) for h in _list(d["hosts"], "hosts"))
+            tasks = tuple(_task(t) for t in _list(d["tasks"], "tasks"))
+            mode = d["mode"]
+            if mode not in get_args(Mode):
+                raise PlanDecodeError(f"unknown mode {mode!r}")
+            return cls(
+                cluster_name=str(d["cluster_name"]), mode=cast(Mode, mode),
+                cluster_spec={str(k): [str(a) for a in _list(v, k)] for k, v in _mapping(d["cluster_spec"],
+                                                                                          "cluster_spec").items()},
+                hosts=hosts, tasks=tasks,
+                training=TrainingSection.model_validate(_mapping(d["training"], "training"), strict=False),
+                uses_user_command=bool(d["uses_user_command"]),
+                warnings=tuple(str(w) for w in d.get("warnings", ())),
+            )
+        except PlanDecodeError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanDecodeError(f"not a tfcluster plan ({type(exc).__name__}: {str(exc)[:120]})") from None
+
+
+def _mapping(value: object, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise PlanDecodeError(f"{what} is {type(value).__name__}, not an object")
+    return value
+
+
+def _list(value: object, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise PlanDecodeError(f"{what} is {type(value).__name__}, not a list")
+    return value
+
+
+def _job(value: object) -> Job:
+    if value not in JOBS:
+        raise PlanDecodeError(f"unknown job {value!r}")
+    return cast(Job, value)
+
+
+def _task(raw: object) -> TaskPlan:
+    t = _mapping(raw, "task")
+    gpu = t["gpu"]
+    return TaskPlan(
+        job=_job(t["job"]), index=int(t["index"]), host=str(t["host"]), address=str(t["address"]),
+        port=int(t["port"]), gpu=None if gpu is None else int(gpu), device=str(t["device"]),
+        cuda_visible_devices=str(t["cuda_visible_devices"]), tf_config=_mapping(t["tf_config"], "tf_config"),
+        command=[str(a) for a in _list(t["command"], "command")],
+        env={str(k): str(v) for k, v in _mapping(t["env"], "env").items()},
+        is_chief=bool(t["is_chief"]), in_cluster=bool(t.get("in_cluster", True)),
+    )
+
+
+def _host(raw: object) -> HostPlan:
+    h = _mapping(raw, "host")
+    transport = h.get("transport", "ssh")
+    if transport not in get_args(Transport):
+        raise PlanDecodeError(f"unknown transport {transport!r}")
+    return HostPlan(
+        name=str(h["name"]), address=str(h["address"]), transport=cast(Transport, transport),
+        python=str(h["python"]), workdir=str(h["workdir"]),
+        ssh=SSHOptions.model_validate(_mapping(h.get("ssh", {}), "ssh"), strict=False),
+        roles=tuple(str(r) for r in _list(h.get("roles", []), "roles")),
+        tasks=tuple(str(n) for n in _list(h.get("tasks", []), "tasks")),
+    )

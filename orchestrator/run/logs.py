@@ -1,0 +1,132 @@
+"""`logs`: task logs prefixed `job:task@host`, read once or followed (`-f`) with reconnects.
+
+Each chosen task's `logs/<job>-<task>.log` is read with `tail` on its host (one connection per host);
+following keeps one `tail -F` stream per task and reconnects with backoff when a host goes away, until
+the caller's stop event is set or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from orchestrator.errors import HostError, UsageError
+from orchestrator.plan.model import TaskPlan
+from orchestrator.run import records
+from orchestrator.run.remote import RemoteRun, with_retry
+from orchestrator.transport.base import LineStream
+from orchestrator.transport.factory import Opener, transport_for
+from orchestrator.transport.fan_out import fan_out
+from training.layout import RunLayout
+
+
+def select_tasks(record: records.RunRecord, selectors: Iterable[str]) -> list[TaskPlan]:
+    """`worker:1`, `worker-1`, `worker` (every worker), or `worker@m2`; none = every task."""
+    tasks = list(record.plan.tasks)
+    selectors = list(selectors)
+    if not selectors:
+        return tasks
+    chosen: list[TaskPlan] = []
+    for sel in selectors:
+        spec, _, host = sel.partition("@")
+        job, sep, index = spec.replace("-", ":").partition(":")
+        matched = [t for t in tasks
+                   if t.job == job and (not sep or str(t.index) == index) and (not host or t.host == host)]
+        if not matched:
+            known = ", ".join(t.label for t in tasks)
+            raise UsageError(f"no task {sel!r} in run {record.run_id} (tasks: {known})")
+        chosen.extend(t for t in matched if t not in chosen)
+    return chosen
+
+
+def _prefix(task: TaskPlan) -> str:
+    return f"{task.label}@{task.host}"
+
+
+def logs(record: records.RunRecord, selectors: Iterable[str], emit: Callable[[str], None], *,
+         follow: bool = False, lines: int | None = None, timeout: float = 15.0,
+         stop_event: threading.Event | None = None, opener: Opener = transport_for) -> None:
+    """Emit every chosen task's log lines prefixed `job:task@host`; with follow, keep streaming
+    (reconnecting with backoff) until stop_event is set or KeyboardInterrupt."""
+    chosen = select_tasks(record, selectors)
+    stop_event = stop_event or threading.Event()
+    tail_from = "+1" if lines is None else str(lines)
+
+    def path_of(task: TaskPlan) -> str:
+        return RunLayout(record.host(task.host).run_dir).log_file(task.job, task.index)
+
+    if not follow:
+        def read(host: str) -> list[tuple[TaskPlan, list[str]]]:
+            remote = RemoteRun(record.plan.host(host), record.host(host).run_dir, opener)
+            try:
+                out = []
+                for task in (t for t in chosen if t.host == host):
+                    argv = ["tail", "-n", tail_from, path_of(task)]
+                    result = with_retry(host, lambda a=argv: remote.transport.run(a, timeout=timeout),  # type: ignore[misc]
+                                        time.monotonic() + timeout)
+                    out.append((task, result.stdout.splitlines() if result.ok else
+                                [f"-- no log yet ({result.stderr.strip()[-120:]})"]))
+                return out
+            finally:
+                remote.close()
+
+        results = fan_out(sorted({t.host for t in chosen}), read)
+        for host, res in results.items():
+            if isinstance(res, HostError):
+                emit(f"-- {host}: {res.one_line()}")
+                continue
+            for task, text in res:
+                for line in text:
+                    emit(f"{_prefix(task)} {line}")
+        return
+
+    q: queue.Queue[str] = queue.Queue()
+    open_streams: list[LineStream] = []  # closed from here on exit: a blocked read then returns
+
+    def follow_one(task: TaskPlan) -> None:
+        host = task.host
+        remote = RemoteRun(record.plan.host(host), record.host(host).run_dir, opener)
+        first, delay = True, 0.2
+        while not stop_event.is_set():
+            try:
+                argv = ["tail", "-n", tail_from if first else "0", "-F", path_of(task)]
+                stream = remote.transport.stream(argv)
+                open_streams.append(stream)
+                first, delay = False, 0.2
+                try:
+                    for line in stream.lines():
+                        if stop_event.is_set():
+                            break
+                        q.put(f"{_prefix(task)} {line.rstrip(chr(10))}")
+                finally:
+                    stream.close()
+                if stop_event.is_set():
+                    break
+                q.put(f"-- {_prefix(task)}: stream ended, reconnecting")
+            except HostError as exc:
+                q.put(f"-- {_prefix(task)}: {exc.one_line()}; retrying in {delay:.1f}s")
+                remote.close()
+            stop_event.wait(delay)
+            delay = min(delay * 2, 10.0)
+        remote.close()
+
+    threads = [threading.Thread(target=follow_one, args=(t,), daemon=True, name="tfcluster-logs") for t in chosen]
+    for th in threads:
+        th.start()
+    try:
+        while not stop_event.is_set():
+            try:
+                emit(q.get(timeout=0.2))
+            except queue.Empty:
+                continue
+    finally:
+        stop_event.set()
+        for stream in list(open_streams):
+            with contextlib.suppress(Exception):  # closing on the way out; the thread ends anyway
+                stream.close()
+        while not q.empty():
+            emit(q.get_nowait())
+

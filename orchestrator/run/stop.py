@@ -1,0 +1,70 @@
+"""`stop` (and `--purge`): stop a run on every host and verify that no process of it is left.
+
+Every host is visited at once (transport.fan_out); a host that cannot be reached is reported in the
+result (ok=False, error) and the record keeps saying where the run may live, so a later `stop` finds
+it again. The work on each host is one `training.supervisor --stop` (SIGTERM, grace, then SIGKILL of
+every process carrying the run's marker) followed by a fresh probe: the verdict comes from what is
+seen running afterwards, never from the stop's own report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from orchestrator.run import records
+from orchestrator.run.remote import RemoteRun, with_retry
+from orchestrator.transport.factory import Opener, transport_for
+from orchestrator.transport.fan_out import fan_out
+from training.telemetry.state_files import RunProcess
+
+
+@dataclass
+class HostStop:
+    host: str
+    ok: bool
+    absent: bool = False  # no run dir there (never prepared, or purged)
+    killed: list[int] = field(default_factory=list)
+    remaining: list[RunProcess] = field(default_factory=list)  # from the verifying process listing
+    purged: bool = False
+    error: str | None = None
+
+
+def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float = 10.0, timeout: float = 30.0,
+               purge: bool = False, opener: Opener = transport_for) -> dict[str, HostStop]:
+    targets = [n for n in names if record.host(n).run_dir]
+
+    def one(name: str) -> HostStop:
+        remote = RemoteRun(record.plan.host(name), record.host(name).run_dir, opener)
+        deadline = time.monotonic() + timeout + grace
+        try:
+            report = with_retry(name, lambda: remote.stop(grace, timeout), deadline)
+            if report.absent:
+                return HostStop(name, ok=True, absent=True)
+            seen = with_retry(name, lambda: remote.probe(timeout), deadline + timeout)
+            remaining = list(seen.processes)
+            purged = False
+            if purge and not remaining:
+                with_retry(name, lambda: remote.purge(timeout), deadline + timeout)
+                purged = True
+            return HostStop(name, ok=not remaining, killed=list(report.killed), remaining=remaining, purged=purged)
+        finally:
+            remote.close()
+
+    return {name: res if isinstance(res, HostStop) else HostStop(name, ok=False, error=res.one_line())
+            for name, res in fan_out(targets, one).items()}
+
+
+def stop(record: records.RunRecord, *, grace: float = 10.0, timeout: float = 30.0, purge: bool = False,
+         opener: Opener = transport_for) -> dict[str, HostStop]:
+    """Stop the run everywhere, verify nothing of it remains; idempotent. Unreachable hosts are
+    reported in the result (ok=False, error) and the record keeps saying where the run may live."""
+    result = stop_hosts(record, [h.name for h in record.hosts], grace=grace, timeout=timeout, purge=purge,
+                        opener=opener)
+    if all(r.ok for r in result.values()):
+        record.status = "purged" if purge else "stopped"
+    records.save(record)
+    if purge and all(r.ok for r in result.values()):
+        records.remove(record.run_id)
+    return result

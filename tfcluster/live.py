@@ -1,0 +1,110 @@
+"""The run's live state for the command line: one collector (an agent stream per host) feeding a Rich
+table (`status --watch`, `dash --once`), JSON (scripts), or the Textual dashboard (`dash`, `start
+--dash`). Shared by the command modules, which never import each other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from orchestrator.errors import UsageError
+from orchestrator.monitor.collect import Collector, CollectorActions
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.views import task_sort_key
+from orchestrator.run import records
+
+ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
+
+
+def state_table(st: ClusterState) -> Table:
+    """The ClusterState as a Rich table (status --watch, dash --once without --json)."""
+    from tui import format as fmt
+
+    loss = "-" if st.loss is None else f"{st.loss:.4f}"
+    counts = "  ".join(f"{n} {s}" for s, n in st.counts.items() if n)
+    table = Table(header_style="bold", title=f"run {st.run_id}  step {fmt.number(st.global_step)}  loss {loss}  "
+                                             f"{fmt.rate(st.examples_per_s)} ex/s  ({counts or 'no tasks'})")
+    for col, just in (("host", "left"), ("task", "left"), ("state", "left"), ("steps/s", "right"),
+                      ("ex/s", "right"), ("step", "right"), ("loss", "right"), ("restarts", "right"),
+                      ("age", "right")):
+        table.add_column(col, justify=just)  # type: ignore[arg-type]
+    for tv in sorted(st.tasks.values(), key=task_sort_key):
+        table.add_row(tv.host, tv.name, fmt.state_text(tv.liveness, tv.exit_code),
+                      fmt.rate(tv.steps_per_s), fmt.rate(tv.examples_per_s, 0), fmt.number(tv.global_step),
+                      "-" if tv.loss is None else f"{tv.loss:.4f}", str(tv.restarts),
+                      fmt.age(tv.age_s) + ("!" if tv.liveness == "unreachable" else ""))
+    for p in sorted(st.ps.values(), key=lambda p: p.name):
+        table.caption = (table.caption or "") + (
+            f"{p.name}: in {fmt.byte_rate(p.measured_in)} (accounted {fmt.byte_rate(p.accounted_in)}), "
+            f"out {fmt.byte_rate(p.measured_out)} (accounted {fmt.byte_rate(p.accounted_out)})\n")
+    return table
+
+
+def print_state(st: ClusterState, as_json: bool) -> None:
+    """A final or one-off state on stdout: JSON for scripts, else the table (dash --once, demo --headless)."""
+    if as_json:
+        sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
+    else:
+        Console().print(state_table(st))
+
+
+def collect_once(run: str | None, interval: float, timeout: float | None = None) -> ClusterState:
+    record = records.resolve(run)
+    collector = Collector.for_record(record, interval).start()
+    try:
+        return collector.wait_for_data(ONCE_HEARTBEATS, timeout or 15.0 + 4 * interval)
+    finally:
+        collector.close()
+
+
+def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) -> None:
+    """Until Ctrl-C: a Rich live table of the run (`status --watch`), or with `as_json` one JSON line of
+    the whole state per interval on stdout (`status --watch --json`, for scripts that follow a run)."""
+    record = records.resolve(run)
+    collector = Collector.for_record(record, interval).start()
+    try:
+        if as_json:
+            while True:
+                sys.stdout.write(json.dumps(collector.poll().to_json(), separators=(",", ":")) + "\n")
+                sys.stdout.flush()
+                time.sleep(interval)
+        with Live(state_table(collector.poll()), console=Console(), refresh_per_second=4, transient=False) as live:
+            while True:
+                time.sleep(interval)
+                live.update(state_table(collector.poll()))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        collector.close()
+
+
+def open_dashboard(run: str | None, *, readonly: bool = False, interval: float = 1.0,
+                   prometheus: int | None = None) -> None:
+    """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out."""
+    record = records.resolve(run)
+    collector = Collector.for_record(record, interval).start()
+    exporter = None
+    try:
+        if prometheus is not None:
+            from orchestrator.monitor.prometheus import PrometheusExporter
+
+            try:
+                exporter = PrometheusExporter(prometheus).start()
+            except OSError as exc:
+                raise UsageError(f"--prometheus {prometheus}: cannot listen ({exc.strerror or exc})") from exc
+            source = exporter.wrap(collector)
+        else:
+            source = collector
+        from tui.app import DashboardApp
+
+        DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval).run()
+    finally:
+        collector.close()
+        if exporter is not None:
+            exporter.close()

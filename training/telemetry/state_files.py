@@ -1,0 +1,195 @@
+"""Typed decoders for what the supervisor leaves on its host and reports over the transport.
+
+- `state/<job>-<task>.json` (TaskStateFile) and `state/supervisor-<host>.json` (SupervisorStateFile),
+  written atomically by training/supervisor.py;
+- the JSON line of `supervisor --probe` (ProbeReport: those files plus the run's live processes) and of
+  `supervisor --stop` (StopReport).
+
+The writers stay plain dicts (the supervisor imports nothing it does not need at start-up); the
+orchestrator reads every one of them through these decoders only. A decoder raises StateFileError for
+a value that is not what the writer writes; a consumer skips such a file, never crashes on it.
+Stdlib only (shipped with training/, though only the orchestrator imports it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from typing import Literal
+
+    TaskState = Literal["starting", "running", "exited", "restarting"]
+    SupervisorState = Literal["starting", "running", "finished", "failed", "stopped", "crashed"]
+
+TASK_STATES = ("starting", "running", "exited", "restarting")
+SUPERVISOR_STATES = ("starting", "running", "finished", "failed", "stopped", "crashed")
+
+
+class StateFileError(ValueError):
+    """A state file or report that is not what the supervisor writes."""
+
+
+def _get(d: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any = ...) -> Any:
+    if key not in d:
+        if default is ...:
+            raise StateFileError(f"no {key!r}")
+        return default
+    value = d[key]
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+        raise StateFileError(f"{key!r} is a boolean")
+    if not isinstance(value, kind):
+        raise StateFileError(f"{key!r} is {type(value).__name__}")
+    return value
+
+
+def _object(raw: object, what: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise StateFileError(f"{what} is {type(raw).__name__}, not an object")
+    return raw
+
+
+@dataclass(frozen=True)
+class TaskStateFile:
+    host: str
+    job: str
+    task: int
+    state: TaskState
+    pid: int | None
+    restarts: int
+    exit_code: int | None
+    signal: int | None
+    final: bool
+    updated_at: float
+    started_at: float | None = None
+    exited_at: float | None = None
+    next_start: float | None = None
+    history: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}-{self.task}"
+
+    @classmethod
+    def decode(cls, raw: object) -> TaskStateFile:
+        d = _object(raw, "a task state")
+        state = _get(d, "state", str)
+        if state not in TASK_STATES:
+            raise StateFileError(f"unknown task state {state!r}")
+        num = (int, float)
+        return cls(
+            host=_get(d, "host", str), job=_get(d, "job", str), task=_get(d, "task", int),
+            state=cast("TaskState", state), pid=_get(d, "pid", int, None), restarts=_get(d, "restarts", int, 0),
+            exit_code=_get(d, "exit_code", int, None), signal=_get(d, "signal", int, None),
+            final=bool(_get(d, "final", bool, False)), updated_at=float(_get(d, "updated_at", num, 0.0)),
+            started_at=_get(d, "started_at", num, None), exited_at=_get(d, "exited_at", num, None),
+            next_start=_get(d, "next_start", num, None),
+            history=tuple(h for h in _get(d, "history", list, []) if isinstance(h, dict)),
+        )
+
+
+@dataclass(frozen=True)
+class SupervisorStateFile:
+    host: str
+    pid: int
+    state: SupervisorState
+    run_id: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    updated_at: float | None = None
+    alive: bool = False  # added by --probe: the pid is this run's supervisor, still running
+
+    @classmethod
+    def decode(cls, raw: object) -> SupervisorStateFile:
+        d = _object(raw, "a supervisor state")
+        state = _get(d, "state", str)
+        if state not in SUPERVISOR_STATES:
+            raise StateFileError(f"unknown supervisor state {state!r}")
+        num = (int, float)
+        return cls(
+            host=_get(d, "host", str), pid=_get(d, "pid", int), state=cast("SupervisorState", state),
+            run_id=_get(d, "run_id", str, None), started_at=_get(d, "started_at", num, None),
+            ended_at=_get(d, "ended_at", num, None), updated_at=_get(d, "updated_at", num, None),
+            alive=bool(_get(d, "alive", bool, False)),
+        )
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    pid: int
+    pgid: int
+    task: str  # TFCLUSTER_TASK_ID: "<job>-<i>#<attempt>", "" for the supervisor
+    args: str
+
+    @classmethod
+    def decode(cls, raw: object) -> RunProcess:
+        d = _object(raw, "a process")
+        return cls(pid=_get(d, "pid", int), pgid=_get(d, "pgid", int), task=_get(d, "task", str, ""),
+                   args=_get(d, "args", str, ""))
+
+
+def decode_state_line(raw: object) -> TaskStateFile | SupervisorStateFile:
+    """One state file's content, by its `kind`."""
+    d = _object(raw, "a state file")
+    if d.get("kind") == "supervisor":
+        return SupervisorStateFile.decode(d)
+    return TaskStateFile.decode(d)
+
+
+def _decoded_list(values: object, decode: Any) -> list[Any]:
+    """Every entry that decodes (a damaged state file must not hide the others)."""
+    out = []
+    for raw in values if isinstance(values, list) else []:
+        try:
+            out.append(decode(raw))
+        except StateFileError:
+            continue
+    return out
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    """`supervisor --probe`: this host's view of the run; absent = no run dir (or code) there."""
+
+    absent: bool = False
+    supervisors: tuple[SupervisorStateFile, ...] = ()
+    tasks: tuple[TaskStateFile, ...] = ()
+    processes: tuple[RunProcess, ...] = ()
+    now: float | None = None
+
+    @property
+    def supervisor(self) -> SupervisorStateFile | None:
+        return self.supervisors[0] if self.supervisors else None
+
+    @classmethod
+    def decode(cls, raw: object) -> ProbeReport:
+        d = _object(raw, "a probe report")
+        if d.get("absent"):
+            return cls(absent=True)
+        return cls(
+            supervisors=tuple(_decoded_list(d.get("supervisors"), SupervisorStateFile.decode)),
+            tasks=tuple(_decoded_list(d.get("tasks"), TaskStateFile.decode)),
+            processes=tuple(_decoded_list(d.get("processes"), RunProcess.decode)),
+            now=_get(d, "now", (int, float), None),
+        )
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """`supervisor --stop`: what was signalled and what is left (verified again by a probe)."""
+
+    absent: bool = False
+    terminated: tuple[int, ...] = ()
+    killed: tuple[int, ...] = ()
+    remaining: tuple[RunProcess, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def decode(cls, raw: object) -> StopReport:
+        d = _object(raw, "a stop report")
+        if d.get("absent"):
+            return cls(absent=True)
+        ints = lambda key: tuple(p for p in _get(d, key, list, []) if isinstance(p, int))  # noqa: E731
+        return cls(terminated=ints("terminated"), killed=ints("killed"),
+                   remaining=tuple(_decoded_list(d.get("remaining"), RunProcess.decode)))
