@@ -26,6 +26,7 @@ integration: venv
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 demo: venv
 	$(VENV)/bin/tfcluster demo

@@ -57,7 +57,7 @@ def _time_check(path: Path, busy: list[float] | None = None) -> float:
 def _time_cli(path: Path) -> float:
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "tfcluster", "check", str(path), "--json"], cwd=ROOT, capture_output=True,
+        [sys.executable, "-m", "tfcluster", "check", str(path), "--json"], check=False, cwd=ROOT, capture_output=True,
         text=True, timeout=120,
     )
     elapsed = time.perf_counter() - started

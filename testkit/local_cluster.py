@@ -82,7 +82,7 @@ class LocalCluster:
             proc = subprocess.Popen(
                 task.command, cwd=self.code, env=self.env_for(task), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,  # noqa: PLW1509 - benchmarks pin a straggler's CPUs
             )
         finally:
             log.close()

@@ -238,7 +238,7 @@ def read_tcp(ports: Iterable[int], peer_ports: Iterable[int] = ()) -> list[TcpCo
     if not ports or shutil.which("ss") is None:
         return []
     try:
-        res = subprocess.run(ss_command(ports, peer_ports), capture_output=True, text=True, timeout=5)
+        res = subprocess.run(ss_command(ports, peer_ports), check=False, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_ss(res.stdout) if res.returncode == 0 else []
@@ -312,7 +312,7 @@ def read_gpus() -> list[dict[str, Any]]:
         return []
     try:
         res = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=5)
+                              "--format=csv,noheader,nounits"], check=False, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_nvidia_smi(res.stdout) if res.returncode == 0 else []

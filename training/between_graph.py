@@ -109,7 +109,7 @@ def sync_settings(ctx: TaskContext) -> tuple[int, int]:
     return int(aggregate), total
 
 
-def run(ctx: TaskContext) -> int:
+def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the session and the loop, top to bottom
     tr = ctx.training
     own = f"/job:{ctx.job}/task:{ctx.index}"
     config = session_config(device_filters=["/job:ps", own])
@@ -125,7 +125,7 @@ def run(ctx: TaskContext) -> int:
     except ValueError as e:  # unknown model, or the user's module cannot be imported: one line, exit 2
         raise TaskSetupError(f"[training] model: {e}") from e
 
-    setter, strategy = variable_setter(ctx.cluster_spec, ctx.device)
+    setter, _strategy = variable_setter(ctx.cluster_spec, ctx.device)
     with v1.device(setter):
         global_step = v1.train.get_or_create_global_step()
         features, labels = model.input_fn(batch_size, int(tr.get("seed", 0)))

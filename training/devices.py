@@ -45,7 +45,7 @@ def session_config(*, device_filters: Iterable[str] | None = None, cpu_only: boo
 
 def _nbytes(var: Any) -> int:
     shape = var.shape.as_list() if var.shape.rank is not None else []
-    return int(math.prod(d or 1 for d in shape)) * var.dtype.base_dtype.size
+    return int(math.prod(d or 1 for d in shape)) * int(var.dtype.base_dtype.size)
 
 
 def placed_variables(graph: Any = None) -> list[PlacedVariable]:

@@ -15,11 +15,13 @@ import os
 import socket
 import sys
 import time
+from typing import Any  # noqa: F401 - named in type comments
 
 
 def tf_report(distributions, import_tf):
+    # type: (list[str], bool) -> tuple[bool, str | None, str | None]
     """(found, version, error) for TensorFlow under this interpreter."""
-    found, version, error = False, None, None
+    found, version, error = False, None, None  # type: bool, str | None, str | None
     try:
         import importlib.util
 
@@ -41,19 +43,20 @@ def tf_report(distributions, import_tf):
                     break
                 except md.PackageNotFoundError:
                     pass
-    except Exception as e:  # noqa: BLE001 - reported, not raised: the probe must print its report
+    except Exception as e:
         error = repr(e)
     if import_tf and found:
         try:
             import tensorflow as tf
 
             version = tf.__version__
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             found, error = False, "import tensorflow failed: %r" % (e,)
     return found, version, error
 
 
 def gpu_report():
+    # type: () -> tuple[int, str | None]
     """(GPU count, error) from `nvidia-smi -L`; no nvidia-smi on PATH = 0 GPUs."""
     smi = [os.path.join(d, "nvidia-smi") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
     smi = [p for p in smi if os.access(p, os.X_OK)]
@@ -62,8 +65,8 @@ def gpu_report():
     try:
         import subprocess
 
-        out = subprocess.run([smi[0], "-L"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
-    except Exception as e:  # noqa: BLE001
+        out = subprocess.run([smi[0], "-L"], check=False, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=15)
+    except Exception as e:
         return 0, "nvidia-smi -L failed: %r" % (e,)
     if out.returncode != 0:
         err = out.stderr.decode(errors="replace").strip()[:200]
@@ -72,6 +75,7 @@ def gpu_report():
 
 
 def port_problem(port):
+    # type: (int) -> str | None
     """None when `port` can be bound on every interface, as TensorFlow binds it; else why not.
     SO_REUSEADDR: TIME_WAIT leftovers are no conflict, a listener is."""
     for family, addr in ((socket.AF_INET, "0.0.0.0"), (getattr(socket, "AF_INET6", None), "::")):
@@ -95,6 +99,7 @@ def port_problem(port):
 
 
 def workdir_report(workdir):
+    # type: (str) -> dict[str, object]
     """The absolute workdir, whether it exists, whether it (or its nearest parent) is writable, free bytes."""
     wd = os.path.expanduser(workdir)
     if not os.path.isabs(wd):
@@ -115,7 +120,9 @@ def workdir_report(workdir):
 
 
 def report(args):
-    r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}
+    # type: (dict[str, Any]) -> dict[str, object]
+    r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}  # type: dict[str, object]
+
     r["tf_found"], r["tf_version"], tf_error = tf_report(args["tf_distributions"], args["import_tf"])
     if tf_error:
         r["tf_error"] = tf_error

@@ -99,7 +99,7 @@ def _static_nbytes(t: tf.Tensor) -> int:
     shape = t.shape.as_list()
     if any(d is None for d in shape):
         return 0  # unknown statically: not accounted (the built-in models have static shapes)
-    return int(math.prod(shape)) * t.dtype.size
+    return int(math.prod(shape)) * int(t.dtype.size)
 
 
 def _tower_setter(device: str, n_ps: int, cluster: tf.train.ClusterSpec, strategy: PsStrategy | None) -> Any:
@@ -127,7 +127,7 @@ def _average(grads: Sequence[Any]) -> Any:
     return tf.add_n(list(grads)) / float(len(grads))
 
 
-def build_in_graph(
+def build_in_graph(  # noqa: PLR0915 - the one graph, top to bottom
     plan: Mapping[str, Any],
     model: Model,
     *,
@@ -261,7 +261,7 @@ def _say(message: str) -> None:
 _SessionRunHook: Any = v1.train.SessionRunHook
 
 
-class SessionLogHook(_SessionRunHook):
+class SessionLogHook(_SessionRunHook):  # type: ignore[misc]  # TensorFlow ships no types
     """Logs every (re)creation of the session: after a PS or worker restart MonitoredTrainingSession
     recreates it and restores the variables from the latest checkpoint."""
 

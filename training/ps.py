@@ -152,7 +152,7 @@ def wait_for_finishers(target: str, job: str, index: int, expected: set[str], st
                         else:
                             log.info("%s:%d: %s finished training", job, index, sender)
                     finished.add(name)
-        except Exception as e:  # noqa: BLE001 (reported, then the task exits)
+        except Exception as e:
             log.error("%s:%d: done queue failed: %s", job, index, str(e).splitlines()[0])
         all_done.set()
 

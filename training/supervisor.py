@@ -171,8 +171,22 @@ class Child:
 
 
 class Task:
-    __slots__ = ("job", "index", "command", "env", "proc", "state", "restarts", "exit_code", "exit_signal",
-                 "final", "next_start", "started_at", "exited_at", "history")
+    __slots__ = (
+        "command",
+        "env",
+        "exit_code",
+        "exit_signal",
+        "exited_at",
+        "final",
+        "history",
+        "index",
+        "job",
+        "next_start",
+        "proc",
+        "restarts",
+        "started_at",
+        "state",
+    )
 
     def __init__(self, job: str, index: int, command: list[str], env: dict[str, str]) -> None:
         self.job = job

@@ -14,12 +14,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.table import Table
 from rich.text import Text
 from textual import events
 from textual.app import App, ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.timer import Timer
 from textual.widgets import DataTable, Footer, Input, RichLog, Static
@@ -76,7 +77,7 @@ SORTS: dict[str, Callable[[TaskView], object]] = {
 class DashboardApp(App[None]):
     CSS_PATH = "dashboard.tcss"
     TITLE = "tfcluster"
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("q", "quit", "Quit"),
         Binding("s", "cycle_sort", "Sort"),
         Binding("slash", "filter", "Filter"),

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Footer, Label, RichLog, Sparkline, Static
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n", "answer(False)", "No"),
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("y", "answer(True)", "Yes"), Binding("n", "answer(False)", "No"),
                 Binding("escape", "answer(False)", "Cancel")]
 
     def __init__(self, question: str) -> None:
@@ -47,7 +47,7 @@ class ConfirmScreen(ModalScreen[bool]):
 class TaskScreen(Screen[None]):
     """One task: its numbers, steps/s and loss over the last minute, and a live tail of its log."""
 
-    BINDINGS = [Binding("escape", "app.pop_screen", "Back"), Binding("q", "app.pop_screen", "Back", show=False)]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back"), Binding("q", "app.pop_screen", "Back", show=False)]
 
     def __init__(self, task_name: str) -> None:
         super().__init__()

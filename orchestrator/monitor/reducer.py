@@ -31,6 +31,7 @@ from orchestrator.monitor.views import (
     LOG_LEN,
     STALE_INTERVALS,
     HostView,
+    Liveness,
     LogEntry,
     PsTraffic,
     TaskView,
@@ -58,7 +59,7 @@ class ClusterState:
         self.log_total = 0  # entries ever logged, so a view can append only the new ones
         self.malformed = 0  # lines the collector could not parse
         self.version = 0  # bumped on every change, so a view can skip an unchanged frame
-        self.counts: dict[str, int] = dict.fromkeys(LIVENESS_STATES, 0)
+        self.counts: dict[Liveness, int] = dict.fromkeys(LIVENESS_STATES, 0)
         self.global_step: int | None = None
         self.loss: float | None = None
         self.examples_per_s = 0.0

@@ -55,7 +55,7 @@ def build_plan(
 
     ports = allocate_ports({job: len(v) for job, v in slots.items()}, JOB_ORDER, config.cluster.base_port, source)
 
-    cluster_spec = {
+    cluster_spec: dict[str, list[str]] = {
         job: [f"{_host_address(h)}:{ports[(job, i)]}" for i, (h, _) in enumerate(slots[job])]
         for job in JOB_ORDER
         if slots[job]

@@ -141,9 +141,10 @@ def _list(value: object, what: str) -> list[Any]:
 
 
 def _job(value: object) -> Job:
-    if value not in JOBS:
-        raise PlanDecodeError(f"unknown job {value!r}")
-    return cast(Job, value)
+    for job in JOBS:
+        if value == job:
+            return job
+    raise PlanDecodeError(f"unknown job {value!r}")
 
 
 def _task(raw: object) -> TaskPlan:

@@ -220,7 +220,7 @@ class _Starter:
         starts are allowed, cancels the others (they stop waiting: this start fails anyway)."""
         by_name = {h.name: h for h in hosts}
 
-        def done(name: str, result: None | HostError) -> None:
+        def done(name: str, result: HostError | None) -> None:
             if not isinstance(result, HostError):
                 return
             error = HostError(name, result.reason, result.detail) if result.host == "?" else result

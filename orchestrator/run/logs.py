@@ -52,37 +52,48 @@ def logs(record: records.RunRecord, selectors: Iterable[str], emit: Callable[[st
     """Emit every chosen task's log lines prefixed `job:task@host`; with follow, keep streaming
     (reconnecting with backoff) until stop_event is set or KeyboardInterrupt."""
     chosen = select_tasks(record, selectors)
-    stop_event = stop_event or threading.Event()
     tail_from = "+1" if lines is None else str(lines)
 
-    def path_of(task: TaskPlan) -> str:
-        return RunLayout(record.host(task.host).run_dir).log_file(task.job, task.index)
+    if follow:
+        _follow(record, chosen, emit, tail_from, stop_event or threading.Event(), opener)
+    else:
+        _read(record, chosen, emit, tail_from, timeout, opener)
 
-    if not follow:
-        def read(host: str) -> list[tuple[TaskPlan, list[str]]]:
-            remote = RemoteRun(record.plan.host(host), record.host(host).run_dir, opener)
-            try:
-                out = []
-                for task in (t for t in chosen if t.host == host):
-                    argv = ["tail", "-n", tail_from, path_of(task)]
-                    result = with_retry(host, lambda a=argv: remote.transport.run(a, timeout=timeout),  # type: ignore[misc]
-                                        time.monotonic() + timeout)
-                    out.append((task, result.stdout.splitlines() if result.ok else
-                                [f"-- no log yet ({result.stderr.strip()[-120:]})"]))
-                return out
-            finally:
-                remote.close()
 
-        results = fan_out(sorted({t.host for t in chosen}), read)
-        for host, res in results.items():
-            if isinstance(res, HostError):
-                emit(f"-- {host}: {res.one_line()}")
-                continue
-            for task, text in res:
-                for line in text:
-                    emit(f"{_prefix(task)} {line}")
-        return
+def _log_path(record: records.RunRecord, task: TaskPlan) -> str:
+    return RunLayout(record.host(task.host).run_dir).log_file(task.job, task.index)
 
+
+def _read(record: records.RunRecord, chosen: list[TaskPlan], emit: Callable[[str], None], tail_from: str,
+          timeout: float, opener: Opener) -> None:
+    """Each chosen log once, host by host in parallel, emitted in task order per host."""
+    def read(host: str) -> list[tuple[TaskPlan, list[str]]]:
+        remote = RemoteRun(record.plan.host(host), record.host(host).run_dir, opener)
+        try:
+            out = []
+            for task in (t for t in chosen if t.host == host):
+                argv = ["tail", "-n", tail_from, _log_path(record, task)]
+                result = with_retry(host, lambda a=argv: remote.transport.run(a, timeout=timeout),  # type: ignore[misc]
+                                    time.monotonic() + timeout)
+                out.append((task, result.stdout.splitlines() if result.ok else
+                            [f"-- no log yet ({result.stderr.strip()[-120:]})"]))
+            return out
+        finally:
+            remote.close()
+
+    results = fan_out(sorted({t.host for t in chosen}), read)
+    for host, res in results.items():
+        if isinstance(res, HostError):
+            emit(f"-- {host}: {res.one_line()}")
+            continue
+        for task, text in res:
+            for line in text:
+                emit(f"{_prefix(task)} {line}")
+
+
+def _follow(record: records.RunRecord, chosen: list[TaskPlan], emit: Callable[[str], None], tail_from: str,
+            stop_event: threading.Event, opener: Opener) -> None:
+    """One `tail -F` stream per task, reconnecting with backoff, until stop_event or Ctrl-C."""
     q: queue.Queue[str] = queue.Queue()
     open_streams: list[LineStream] = []  # closed from here on exit: a blocked read then returns
 
@@ -92,7 +103,7 @@ def logs(record: records.RunRecord, selectors: Iterable[str], emit: Callable[[st
         first, delay = True, 0.2
         while not stop_event.is_set():
             try:
-                argv = ["tail", "-n", tail_from if first else "0", "-F", path_of(task)]
+                argv = ["tail", "-n", tail_from if first else "0", "-F", _log_path(record, task)]
                 stream = remote.transport.stream(argv)
                 open_streams.append(stream)
                 first, delay = False, 0.2

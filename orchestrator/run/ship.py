@@ -221,7 +221,7 @@ def ship(
               f"cp -alf {shlex.quote(tree)}/. {shlex.quote(code_dir)}/ 2>/dev/null || "
               f"cp -af {shlex.quote(tree)}/. {shlex.quote(code_dir)}/"]
     # The tree script must stay in one piece (its if/fi and $$): only the moves are chunked apart.
-    scripts = _chunks(moves, "set -e") + ["set -e\n" + "\n".join(links)]
+    scripts = [*_chunks(moves, "set -e"), "set -e\n" + "\n".join(links)]
     stdin = None
     if write_file is not None:
         path, stdin = write_file

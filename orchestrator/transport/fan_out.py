@@ -41,7 +41,7 @@ def fan_out(
             result: T | HostError = fn(key)
         except HostError as exc:
             result = exc
-        except Exception as exc:  # noqa: BLE001 - a host's fault is its result, not a crash
+        except Exception as exc:
             result = HostError(key, "error", f"{type(exc).__name__}: {exc}")
         if on_done is not None:
             on_done(key, result)

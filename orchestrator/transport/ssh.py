@@ -108,14 +108,15 @@ class SSHTransport(ShellTransport):
         client = paramiko.SSHClient()
         # Paramiko checks these keys itself (a mismatch raises BadHostKeyException) and asks the policy
         # only for unknown ones; nothing is ever saved by Paramiko itself.
-        client._system_host_keys = known
+        client._system_host_keys = known  # type: ignore[attr-defined]  # (a private attribute, stable since 1.x)
         client.set_missing_host_key_policy(HostKeyPolicy(self.host, s, known, self.warnings))
         started = time.monotonic()
         pkey, key_filename = auth_keys(s.identity_files, [key for _, key in identities])
         try:
             client.connect(
-                s.hostname, port=s.port, username=s.user, pkey=pkey, key_filename=key_filename,
-                allow_agent=s.use_agent, look_for_keys=s.look_for_keys, sock=sock,  # type: ignore[arg-type]
+                s.hostname, port=s.port, username=s.user, pkey=pkey,
+                key_filename=key_filename,  # type: ignore[arg-type]  # a list is accepted, the stubs say str
+                allow_agent=s.use_agent, look_for_keys=s.look_for_keys, sock=sock,
                 # `timeout` bounds the key exchange; it must outlast the banner wait, or Paramiko goes on
                 # to authenticate on a dead transport ("No existing session") instead of timing out.
                 timeout=s.connect_timeout * 1.5 + 1, banner_timeout=s.connect_timeout,

@@ -30,7 +30,7 @@ def cli_env(state_dir: Path) -> dict[str, str]:
 
 
 def cli(state_dir: Path, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "tfcluster", *args], env=cli_env(state_dir), cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "tfcluster", *args], check=False, env=cli_env(state_dir), cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 

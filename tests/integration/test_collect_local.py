@@ -22,8 +22,8 @@ from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.prometheus import render
 from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
-from orchestrator.transport.factory import transport_for
 from orchestrator.transport.base import Transport
+from orchestrator.transport.factory import transport_for
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -166,14 +166,14 @@ def test_dash_once_json_cli(fake_run: FakeRun, tmp_path: Path) -> None:
     finally:
         del os.environ[runs.STATE_DIR_ENV]
     res = subprocess.run([sys.executable, "-m", "tfcluster", "dash", fake_run.run_id, "--once", "--json",
-                          "--interval", str(INTERVAL)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          "--interval", str(INTERVAL)], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     tasks = {t["name"]: t for t in out["tasks"]}
     assert tasks["worker-0"]["state"] == "running" and tasks["worker-0"]["steps_per_s"] > 0
     assert out["totals"]["counts"]["running"] == 2
-    bad = subprocess.run([sys.executable, "-m", "tfcluster", "dash", "no-such-run", "--once"], cwd=ROOT, env=env,
+    bad = subprocess.run([sys.executable, "-m", "tfcluster", "dash", "no-such-run", "--once"], check=False, cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown run" in bad.stderr and "Traceback" not in bad.stderr
 

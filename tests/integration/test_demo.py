@@ -31,7 +31,7 @@ def demo_processes(run_id: str) -> list[psutil.Process]:
 def test_demo_headless_trains_and_prints_final_state(tmp_path: Path) -> None:
     env = {**os.environ, "TFCLUSTER_STATE_DIR": str(tmp_path / "state")}
     res = subprocess.run([sys.executable, "-m", "tfcluster", "demo", "--headless", "--steps", "200", "--json",
-                          "--interval", "0.5", "--timeout", "300"], cwd=ROOT, env=env, capture_output=True,
+                          "--interval", "0.5", "--timeout", "300"], check=False, cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=380)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     st = json.loads(res.stdout)

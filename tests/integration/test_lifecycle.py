@@ -222,7 +222,7 @@ def test_stop_reports_an_unreachable_host_and_is_idempotent(
         assert res.returncode == 1
         line = next(x for x in res.stdout.splitlines() if "m2" in x)
         assert "unreachable" in line and "refused" in line, res.stdout
-        code, st = status_json(state_dir, "lost-host")
+        _code, st = status_json(state_dir, "lost-host")
         assert st["state"] == "partial"
         assert {t["name"]: t["state"] for t in st["tasks"]}["worker:1"] == "unreachable"
         alive = run_processes("lost-host")
@@ -307,8 +307,8 @@ def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
     connection is really closed (the retry must open a new one) and the commands really ran."""
     from orchestrator.errors import HostError
     from orchestrator.plan.model import HostPlan
-    from orchestrator.transport.factory import transport_for
     from orchestrator.transport.base import CommandResult
+    from orchestrator.transport.factory import transport_for
     from orchestrator.transport.ssh import SSHTransport
 
     dropped: list[str] = []

@@ -103,7 +103,7 @@ def _start(state_dir: Path, hosts: Path, *args: str) -> str:
 
 def _finish(state_dir: Path, run_id: str) -> dict[str, Any]:
     def finished() -> dict[str, Any] | None:
-        code, st = status_json(state_dir, run_id)
+        _code, st = status_json(state_dir, run_id)
         assert st["state"] not in ("failed", "stopped"), _logs(state_dir, run_id)
         return st if st["state"] == "finished" else None
 
@@ -180,7 +180,7 @@ def _ended(state_dir: Path, run_id: str) -> dict[str, Any]:
     return st
 
 
-@pytest.mark.parametrize("mode, victim", [("between-graph", "worker:1"), ("in-graph", "chief:0")])
+@pytest.mark.parametrize(("mode", "victim"), [("between-graph", "worker:1"), ("in-graph", "chief:0")])
 def test_finisher_dead_for_good_still_lets_the_run_end(
     machines: Machines, tmp_path: Path, state_dir: Path, mode: str, victim: str
 ) -> None:

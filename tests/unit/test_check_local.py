@@ -34,7 +34,7 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
     script.write_text("#!/bin/sh\necho 'GPU 0: Fake A100 (UUID: GPU-0)'\necho 'GPU 1: Fake A100 (UUID: GPU-1)'\n")
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    yield
+    return
 
 
 def test_local_host_is_ready(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ def _hosts(tmp_path: Path, python: str) -> Path:
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "tfcluster", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "tfcluster", *args], check=False, cwd=REPO, capture_output=True, text=True, timeout=60,
         env={**os.environ, **(env or {})},
     )
 

@@ -14,7 +14,7 @@ EXAMPLE = REPO / "hosts.example.toml"
 def tfcluster(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     # HOME is a fresh directory: load_config honours ~/.ssh/config and must not read the developer's.
     return subprocess.run(
-        [sys.executable, "-m", "tfcluster", *args], cwd=REPO, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-m", "tfcluster", *args], check=False, cwd=REPO, capture_output=True, text=True, timeout=60,
         env={"PATH": "/usr/bin:/bin", "HOME": str(home), "COLUMNS": "80", "NO_COLOR": "1"},
     )
 

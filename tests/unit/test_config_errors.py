@@ -9,8 +9,8 @@ import pytest
 
 from orchestrator.config.load import load_config
 from orchestrator.config.schema import Mode
-from orchestrator.plan.from_file import alias_warnings, plan_config, plan_file, resolve_hosts_ssh
 from orchestrator.errors import ConfigError
+from orchestrator.plan.from_file import alias_warnings, plan_config, plan_file, resolve_hosts_ssh
 
 # A valid cluster that each case breaks in one place.
 GOOD = """\

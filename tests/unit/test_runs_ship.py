@@ -16,8 +16,8 @@ from orchestrator.errors import ConfigError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
 from orchestrator.run.logs import select_tasks
-from orchestrator.run.status import HostStatus, TaskStatus, TaskStatusWord, _run_state
 from orchestrator.run.ship import ShipFile, ship, sync_files, training_package_files
+from orchestrator.run.status import HostStatus, TaskStatus, TaskStatusWord, _run_state
 from orchestrator.transport.local import LocalTransport
 from tests.plans import tiny_plan
 
@@ -37,7 +37,7 @@ def _record(run_id: str, created: float, plan: ClusterPlan | None = None) -> run
 def test_run_ids_and_names() -> None:
     assert re.fullmatch(r"my-cluster-\d{8}-\d{6}-[0-9a-f]{4}", runs.new_run_id("my cluster"))
     assert runs.new_run_id("demo", "exp-1") == "exp-1"
-    with pytest.raises(UsageError, match="--run '../x'"):
+    with pytest.raises(UsageError, match=r"--run '../x'"):
         runs.new_run_id("demo", "../x")
 
 
@@ -53,7 +53,7 @@ def test_record_save_load_list_latest(state_dir: Path) -> None:
     assert runs.latest().run_id == "b" and runs.resolve(None).run_id == "b"
     loaded = runs.load("a")
     assert loaded.hosts[0].workdir == "~/.tfcluster" and loaded.config_path == "/x/hosts.toml"
-    with pytest.raises(UsageError, match="unknown run 'zzz'.*known: a, b"):
+    with pytest.raises(UsageError, match=r"unknown run 'zzz'.*known: a, b"):
         runs.load("zzz")
     runs.remove("a")
     assert not runs.exists("a")
@@ -196,7 +196,7 @@ def test_a_stray_record_is_skipped_with_a_warning_naming_it(state_dir: Path, con
     assert [r.run_id for r in known] == ["good"]
     assert len(skipped) == 1 and "stray.json" in skipped[0] and "\n" not in skipped[0]
     assert runs.latest().run_id == "good"
-    with pytest.raises(UsageError, match="stray.json: unreadable run record"):
+    with pytest.raises(UsageError, match=r"stray.json: unreadable run record"):
         runs.load("stray")
 
 

@@ -104,5 +104,5 @@ def test_jump_host_with_its_own_proxy_jump_comes_after_it(config_file: str) -> N
 
 
 def test_missing_explicit_config_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="ssh.config_file"):
+    with pytest.raises(ConfigError, match=r"ssh.config_file"):
         resolve_ssh("h", SSHOptions(config_file=str(tmp_path / "nope")))

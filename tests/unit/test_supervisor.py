@@ -5,6 +5,7 @@ Real processes, real files; the "tasks" are tiny `python -c` programs instead of
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -118,7 +119,7 @@ def test_failing_task_restarts_with_backoff_until_max_restarts(tmp_path: Path, c
     assert st["state"] == "exited" and st["exit_code"] == 3 and st["restarts"] == 3 and st["final"]
     starts = [e["t"] for e in _events(layout) if e["state"] == "running"]
     assert len(starts) == 4
-    gaps = [b - a for a, b in zip(starts, starts[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(starts)]
     # Backoff doubles: 0.2, 0.4, 0.8 s (lower bounds only; a busy machine may be slower).
     assert gaps[0] >= 0.2 and gaps[1] >= 0.4 and gaps[2] >= 0.8
     assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "failed"
@@ -189,7 +190,7 @@ def _detach(layout: RunLayout, host: str = "h1", timeout: float = 20.0) -> subpr
     """As `start` runs it: -S, the run marker set by the caller, in the code dir."""
     env = {**os.environ, "PYTHONPATH": str(REPO), RUN_DIR_ENV: layout.root}
     return subprocess.run([sys.executable, "-S", "-m", "training.supervisor", "--detach", "--run-dir", layout.root,
-                           "--host", host, "--ready-timeout", "10"], env=env, cwd=layout.code,
+                           "--host", host, "--ready-timeout", "10"], check=False, env=env, cwd=layout.code,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -242,7 +243,7 @@ def test_detach_when_the_supervisor_fails_at_once(tmp_path: Path, cleanup: Any) 
     layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(4)")], restart="never")
     cleanup[1].append(layout.root)
     result = _detach(layout)
-    pid, states, _ = _report(result.stdout)
+    pid, _states, _ = _report(result.stdout)
     _wait(lambda: _state(layout, "worker", 0).get("final") is True)
     assert _state(layout, "worker", 0)["exit_code"] == 4
     _wait(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)

@@ -47,10 +47,10 @@ def test_missing_environment_is_one_clear_error() -> None:
 
 def test_missing_or_broken_run_file(tmp_path: Path) -> None:
     env = {"TFCLUSTER_RUN_DIR": str(tmp_path), "TFCLUSTER_JOB": "ps", "TFCLUSTER_TASK": "0"}
-    with pytest.raises(TaskSetupError, match="run.json"):
+    with pytest.raises(TaskSetupError, match=r"run.json"):
         TaskContext.from_env(env)
     (tmp_path / "run.json").write_text("{not json")
-    with pytest.raises(TaskSetupError, match="run.json"):
+    with pytest.raises(TaskSetupError, match=r"run.json"):
         TaskContext.from_env(env)
 
 

@@ -57,7 +57,7 @@ def test_env_values_verbatim() -> None:
 def test_ssh_wrapped_command_passes_values_verbatim_and_reports_pid() -> None:
     """What the remote login shell gets: one string; run it the way sshd does (`$SHELL -c string`)."""
     remote = sh_wrap(shell_command([*ECHO_ARGV, *NASTY], env={"A": "x y;$z"}))
-    proc = subprocess.run(["/bin/sh", "-c", remote], capture_output=True, timeout=30)
+    proc = subprocess.run(["/bin/sh", "-c", remote], check=False, capture_output=True, timeout=30)
     assert json.loads(proc.stdout) == NASTY
     pid, stderr = split_pid_marker(proc.stderr)
     assert pid is not None and pid > 1
@@ -132,6 +132,6 @@ def test_program_with_tilde_is_the_remote_home_and_the_rest_stays_quoted(tmp_pat
 def test_ssh_wrapped_script_keeps_its_own_quoting_and_exit_code() -> None:
     """run_shell sends a script as is (no second `sh -c`): `$$`, `set -e` and exit codes are the script's."""
     script = "set -e\necho \"me $$\"\nfalse\necho never"
-    proc = subprocess.run(["/bin/sh", "-c", sh_wrap(script)], capture_output=True, timeout=30)
+    proc = subprocess.run(["/bin/sh", "-c", sh_wrap(script)], check=False, capture_output=True, timeout=30)
     pid, _ = split_pid_marker(proc.stderr)
     assert proc.returncode == 1 and proc.stdout.decode().split() == ["me", str(pid)]

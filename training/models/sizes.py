@@ -9,6 +9,7 @@ the user's machine, never a traceback on a host).
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ def mlp_shapes(args: Mapping[str, object]) -> list[VariableShape]:
     classes = _int_arg(args, "classes")
     dims = [input_dim, *hidden, classes]
     shapes = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:], strict=True)):
+    for i, (a, b) in enumerate(itertools.pairwise(dims)):
         shapes.append(VariableShape(f"layer{i}/kernel", (a, b)))
         shapes.append(VariableShape(f"layer{i}/bias", (b,)))
     return shapes

@@ -138,6 +138,10 @@ def decode_state_line(raw: object) -> TaskStateFile | SupervisorStateFile:
     return TaskStateFile.decode(d)
 
 
+def _pids(d: dict[str, Any], key: str) -> tuple[int, ...]:
+    return tuple(p for p in _get(d, key, list, []) if isinstance(p, int) and not isinstance(p, bool))
+
+
 def _decoded_list(values: object, decode: Any) -> list[Any]:
     """Every entry that decodes (a damaged state file must not hide the others)."""
     out = []
@@ -190,6 +194,5 @@ class StopReport:
         d = _object(raw, "a stop report")
         if d.get("absent"):
             return cls(absent=True)
-        ints = lambda key: tuple(p for p in _get(d, key, list, []) if isinstance(p, int))  # noqa: E731
-        return cls(terminated=ints("terminated"), killed=ints("killed"),
+        return cls(terminated=_pids(d, "terminated"), killed=_pids(d, "killed"),
                    remaining=tuple(_decoded_list(d.get("remaining"), RunProcess.decode)))
