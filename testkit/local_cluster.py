@@ -26,7 +26,7 @@ from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.run.local_ports import free_port_block
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def local_plan(mode: str, *, ps: int = 2, workers: int = 2, training: Mapping[str, Any] | None = None,

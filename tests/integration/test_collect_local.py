@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 
+from orchestrator.config.schema import Config
 from orchestrator.errors import HostError
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.prometheus import render
+from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
 from orchestrator.transport.base import Transport
@@ -29,11 +31,6 @@ from training.telemetry.schema import dumps, make_event
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 0.25
-
-
-def host_json(name: str, workdir: Path) -> dict[str, Any]:
-    return {"name": name, "address": "127.0.0.1", "transport": "local", "python": sys.executable,
-            "workdir": str(workdir), "ssh": {}, "roles": ["worker"], "tasks": []}
 
 
 class FakeRun:
@@ -50,12 +47,13 @@ class FakeRun:
                 (d / sub).mkdir(parents=True)
             (d / "code" / "training").symlink_to(ROOT / "training")
             self.dirs[h] = d
-        self.plan = {
-            "cluster_name": "t", "mode": "between-graph",
-            "hosts": [host_json("a", tmp / "a"), host_json("b", tmp / "b")],
-            "tasks": [{"job": "worker", "index": 0, "host": "a", "port": 1, "gpu": None},
-                      {"job": "worker", "index": 1, "host": "b", "port": 2, "gpu": None}],
-        }
+        self.plan = build_plan(Config.model_validate({
+            "cluster": {"name": "t", "mode": "in-graph"},  # with a command: no ps needed (no ps events here)
+            "training": {"command": "true"},
+            "remote": {"python": sys.executable},
+            "hosts": [{"name": h, "address": "127.0.0.1", "transport": "local", "roles": roles,
+                       "workdir": str(tmp / h)} for h, roles in (("a", ["worker"]), ("b", ["chief", "worker"]))],
+        }))
         self.sleeper = subprocess.Popen(["sleep", "60"])
         (self.dirs["a"] / "logs" / "worker-0.log").write_text("".join(f"line {i}\n" for i in range(50)))
         self.stop = threading.Event()

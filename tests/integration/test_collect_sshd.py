@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from orchestrator.config.load import load_config
-from orchestrator.monitor.collect import Collector, state_from_plan_json
+from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.build import build_plan
 from testkit.sshd import Machines
 from training.telemetry.schema import dumps, make_event
@@ -64,7 +65,7 @@ def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None
 
     writer = threading.Thread(target=write, daemon=True)
     writer.start()
-    collector = Collector(state_from_plan_json(plan.to_json(), run_id, INTERVAL), list(plan.hosts), run_dirs,
+    collector = Collector(ClusterState.from_plan(plan, run_id, INTERVAL), list(plan.hosts), run_dirs,
                           {h.name: h.python for h in plan.hosts}, INTERVAL).start()
     try:
         wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running"

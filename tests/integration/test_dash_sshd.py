@@ -20,10 +20,11 @@ import pytest
 from orchestrator.monitor.collect import Collector
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
+from tests import requires
 from tests.integration.lifecycle_helpers import cli, isolated_state_dir, started_run_id, status_json, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
-pytest.importorskip("tensorflow")
+requires.tensorflow()
 
 INTERVAL = 1.0
 TRAINING = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,

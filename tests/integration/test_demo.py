@@ -12,8 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import requires
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
-pytest.importorskip("tensorflow")
+requires.tensorflow()
 ROOT = Path(__file__).resolve().parents[2]
 
 

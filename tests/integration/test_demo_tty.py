@@ -16,8 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests import requires
+
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
-pytest.importorskip("tensorflow")
+requires.tensorflow()
 ROOT = Path(__file__).resolve().parents[2]
 ANSI = re.compile(rb"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]|\x1b[=>]")
 

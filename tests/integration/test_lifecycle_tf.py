@@ -18,6 +18,7 @@ import pytest
 
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
+from tests import requires
 from tests.integration.lifecycle_helpers import (
     cli,
     isolated_state_dir,
@@ -28,7 +29,7 @@ from tests.integration.lifecycle_helpers import (
 )
 
 pytestmark = pytest.mark.integration
-pytest.importorskip("tensorflow")
+requires.tensorflow()
 
 FINISH_TIMEOUT = 180.0
 TINY = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
+from tests import requires
 
 pytestmark = pytest.mark.integration
-pytest.importorskip("tensorflow")
+requires.tensorflow()
 
 SKIP = 2  # the first progress events include session start-up
 

@@ -20,9 +20,10 @@ from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run.local_ports import free_port_block
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
+from tests import requires
 
 pytestmark = pytest.mark.integration
-tf = pytest.importorskip("tensorflow")
+tf = requires.tensorflow()
 
 EXIT_TIMEOUT = 120.0
 PROGRESS_FIELDS = ("v", "t", "host", "kind", "job", "task", "local_step", "global_step", "examples", "loss",

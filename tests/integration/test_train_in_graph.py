@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
+from tests import requires
 
 pytestmark = pytest.mark.integration
-tf = pytest.importorskip("tensorflow")
+tf = requires.tensorflow()
 
 EXIT_TIMEOUT = 90.0
 PROGRESS_FIELDS = ("v", "t", "host", "kind", "job", "task", "local_step", "global_step", "examples", "loss",

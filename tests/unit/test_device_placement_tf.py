@@ -12,9 +12,10 @@ import pytest
 from orchestrator.config.schema import Config
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan
+from tests import requires
 from training.models.sizes import mlp_shapes, wide_shapes
 
-tf = pytest.importorskip("tensorflow")
+tf = requires.tensorflow()
 v1 = tf.compat.v1
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from orchestrator.config.schema import Config
 from orchestrator.plan.build import build_plan
+from tests import requires
 
-tf = pytest.importorskip("tensorflow")
+tf = requires.tensorflow()
 
 from training.in_graph import CLIENT_DEVICE, build_in_graph, task_of, towers_from_plan  # noqa: E402
 from training.models import get_model  # noqa: E402
