@@ -7,17 +7,10 @@ import json
 import os
 from pathlib import Path
 
-from training.agent import (
-    Agent,
-    EventsTailer,
-    PsCounters,
-    TcpConn,
-    parse_nvidia_smi,
-    parse_ss,
-    ports_from_run,
-    ps_ports_from_run,
-    ss_command,
-)
+from training.agent.core import Agent, ports_from_run, ps_ports_from_run
+from training.agent.host_metrics import parse_nvidia_smi
+from training.agent.tailer import EventsTailer
+from training.agent.tcp import PsCounters, TcpConn, parse_ss, ss_command
 
 DATA = Path(__file__).parent / "data"
 

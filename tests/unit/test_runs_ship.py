@@ -117,7 +117,7 @@ def test_ship_compiles_the_training_package_once_for_every_code_tree(tmp_path: P
     assert len(os.listdir(workdir / "cache" / "trees")) == 2
     assert len(os.listdir(workdir / "cache" / "packages")) == 1
     tag = sys.implementation.cache_tag
-    pyc = [workdir / f"runs/{run}/code/training/__pycache__/supervisor.{tag}.pyc" for run in ("r1", "r2")]
+    pyc = [workdir / f"runs/{run}/code/training/supervisor/__pycache__/core.{tag}.pyc" for run in ("r1", "r2")]
     assert pyc[0].stat().st_ino == pyc[1].stat().st_ino
     assert (workdir / "runs/r2/code/train.py").read_text() == "v2\n"
     # Importing from a run's code dir uses that .pyc: it is not rewritten.
@@ -153,7 +153,7 @@ def test_record_round_trips_compactly(state_dir: Path) -> None:
 
 def test_training_package_is_shipped_without_bytecode() -> None:
     rels = {f.rel for f in training_package_files()}
-    assert {"training/__init__.py", "training/supervisor.py", "training/layout.py"} <= rels
+    assert {"training/__init__.py", "training/supervisor/__main__.py", "training/layout.py"} <= rels
     assert not any("__pycache__" in r or r.endswith(".pyc") for r in rels)
 
 

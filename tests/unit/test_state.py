@@ -302,7 +302,7 @@ def test_to_json_is_serialisable() -> None:
 
 
 def test_supervisor_sequence_restarting_starting_running_with_signal() -> None:
-    """What training/supervisor.py writes for a SIGKILLed task: restarting (signal 9), starting, running."""
+    """What training/supervisor/core.py writes for a SIGKILLed task: restarting (signal 9), starting, running."""
     st = ClusterState(now=T0)
     t = healthy(st, 3)
     feed(st, task_state(t + 0.2, "restarting", pid=11, exit_code=None, signal=9, restarts=1))

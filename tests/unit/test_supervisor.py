@@ -18,8 +18,8 @@ from typing import Any
 import psutil
 import pytest
 
-from training.layout import RunLayout
-from training.supervisor import RUN_DIR_ENV, probe, stop
+from training.layout import RUN_DIR_ENV, RunLayout
+from training.supervisor.remote_ops import probe, stop
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """Typed decoders for what the supervisor leaves on its host and reports over the transport.
 
 - `state/<job>-<task>.json` (TaskStateFile) and `state/supervisor-<host>.json` (SupervisorStateFile),
-  written atomically by training/supervisor.py;
+  written atomically by training/supervisor/core.py;
 - the JSON line of `supervisor --probe` (ProbeReport: those files plus the run's live processes) and of
   `supervisor --stop` (StopReport).
 

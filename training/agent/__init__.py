@@ -1,0 +1,13 @@
+"""Per-host telemetry agent: `python -m training.agent --run-dir R --host NAME --interval 1`.
+
+Streams JSON lines on stdout for the orchestrator's collector (one SSH channel per host):
+- every new line of the run's `events/*.jsonl` files (tailed; files that appear later are picked up,
+  a partial last line waits until it is complete),
+- a `host_sample` every interval: CPU and memory (psutil, else /proc), GPUs (nvidia-smi where present),
+  and `ps_tcp`: bytes in/out per local PS task port and per peer, measured from the kernel's TCP
+  counters (`ss -tinH`),
+- a `heartbeat` every interval (first thing at start, so the collector learns the clock offset).
+
+It stops on SIGTERM/SIGHUP/SIGINT, when stdout is closed (the SSH channel went away: the next write
+fails), or, with --exit-on-stdin-eof, when stdin reaches EOF. Stdlib only; psutil is optional.
+"""

@@ -1,0 +1,98 @@
+"""The Agent: every interval a `host_sample` and a `heartbeat`, and every new line of the run's events
+files, as JSON lines on its output (the collector's SSH channel); it stops when that output is closed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import time
+from collections.abc import Iterable
+from typing import TextIO
+
+from training.agent.host_metrics import CpuMem, read_gpus
+from training.agent.tailer import EventsTailer
+from training.agent.tcp import PsCounters, read_tcp
+from training.layout import RUN_FILE
+from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, dumps, make_event
+
+
+def ports_from_run(run_dir: str, host: str) -> tuple[dict[str, int], set[int]]:
+    """This host's PS tasks and their ports, and every other task's port, from the plan in run.json."""
+    try:
+        with open(os.path.join(run_dir, RUN_FILE)) as f:
+            plan = json.load(f).get("plan", {})
+    except (OSError, ValueError):
+        return {}, set()
+    ps: dict[str, int] = {}
+    others: set[int] = set()
+    for t in plan.get("tasks", []):
+        if t.get("port") is None:
+            continue
+        if t.get("job") == "ps" and t.get("host") == host:
+            ps[f"ps-{t.get('index')}"] = int(t["port"])
+        else:
+            others.add(int(t["port"]))
+    return ps, others
+
+
+def ps_ports_from_run(run_dir: str, host: str) -> dict[str, int]:
+    return ports_from_run(run_dir, host)[0]
+
+
+class Agent:
+    def __init__(self, run_dir: str, host: str, interval: float, out: TextIO,
+                 ps_ports: dict[str, int] | None = None, peer_ports: set[int] | None = None) -> None:
+        self.run_dir = run_dir
+        self.host = host
+        self.interval = interval
+        self.out = out
+        self.tailer = EventsTailer(os.path.join(run_dir, "events"))
+        self._explicit_ports = ps_ports
+        self.counters = PsCounters(dict(ps_ports or {}), set(peer_ports or ()))
+        self.cpu = CpuMem()
+        self.gpu_tool = shutil.which("nvidia-smi") is not None
+        self.stop = threading.Event()
+
+    def _ports(self) -> dict[str, int]:
+        if self._explicit_ports is None and not self.counters.ports:
+            # run.json may appear after the agent started
+            self.counters.ports, self.counters.peer_ports = ports_from_run(self.run_dir, self.host)
+        return self.counters.ports
+
+    def emit(self, lines: Iterable[str]) -> None:
+        """Write and flush; a closed stdout (the channel went away) ends the agent."""
+        try:
+            for line in lines:
+                self.out.write(line + "\n")
+            self.out.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            self.stop.set()
+
+    def sample(self) -> str:
+        cpu, mem = self.cpu.sample()
+        ports = self._ports()
+        if ports:
+            self.counters.update(read_tcp(ports.values(), self.counters.peer_ports))
+        return dumps(make_event(KIND_HOST_SAMPLE, self.host, cpu_pct=cpu, mem_pct=mem,
+                                gpus=read_gpus() if self.gpu_tool else [], ps_tcp=self.counters.snapshot()))
+
+    def heartbeat(self) -> str:
+        return dumps(make_event(KIND_HEARTBEAT, self.host, interval_s=self.interval))
+
+    def run(self) -> None:
+        self.emit([self.heartbeat()])
+        # Events are tailed more often than sampled, so a task_state change shows up quickly.
+        tail_every = min(self.interval, 0.25)
+        next_sample = time.monotonic()
+        while not self.stop.is_set():
+            lines = self.tailer.poll()
+            now = time.monotonic()
+            if now >= next_sample:
+                lines.append(self.sample())
+                lines.append(self.heartbeat())
+                next_sample = max(next_sample + self.interval, now)
+            if lines:
+                self.emit(lines)
+            self.stop.wait(max(0.0, min(tail_every, next_sample - time.monotonic())))

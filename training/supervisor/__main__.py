@@ -1,0 +1,49 @@
+"""`python -m training.supervisor`: the supervisor's command line (see the package docstring)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from training.layout import RUN_DIR_ENV
+from training.supervisor.core import DEFAULTS, Supervisor
+from training.supervisor.detach import detach
+from training.supervisor.remote_ops import probe, stop
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.supervisor")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--host", default="")
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--stop", action="store_true")
+    parser.add_argument("--detach", action="store_true")
+    parser.add_argument("--grace", type=float, default=DEFAULTS["grace"])
+    parser.add_argument("--ready-timeout", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    run_dir = os.path.abspath(args.run_dir)
+    if args.probe:
+        print(json.dumps(probe(run_dir)))
+        return 0
+    if args.stop:
+        print(json.dumps(stop(run_dir, args.grace)))
+        return 0
+    if not args.host:
+        parser.error("--host is required to supervise")
+    if os.environ.get(RUN_DIR_ENV) != run_dir:
+        # The marker must be in our own /proc/<pid>/environ (set at exec time), so `stop` finds us too.
+        # `start` sets it in the launching shell, which saves this second interpreter start.
+        env = {**os.environ, RUN_DIR_ENV: run_dir}
+        flags = ["-S"] if sys.flags.no_site else []
+        again = ["--run-dir", run_dir, "--host", args.host]
+        if args.detach:
+            again += ["--detach", "--ready-timeout", str(args.ready_timeout)]
+        os.execve(sys.executable, [sys.executable, *flags, "-m", "training.supervisor", *again], env)
+    if args.detach:
+        return detach(run_dir, args.host, args.ready_timeout)
+    return Supervisor(run_dir, args.host).serve()
+
+
+sys.exit(main())

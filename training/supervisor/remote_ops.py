@@ -1,0 +1,76 @@
+"""`--probe` and `--stop`: what the orchestrator runs on a host over the transport, one round trip each.
+
+`probe` reports the state files the supervisor keeps and the run's live processes (decoded on the
+orchestrator's side by training/telemetry/state_files.py); `stop` TERMs the supervisor, waits `grace`,
+then KILLs every process carrying the run's marker until none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from typing import TYPE_CHECKING
+
+from training.layout import RUN_DIR_ENV, RunLayout
+from training.supervisor.files import read_json
+from training.supervisor.procfs import proc_environ, proc_pgid, run_processes, signal_pids
+
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def probe(run_dir: str) -> dict[str, Any]:
+    """This host's view of the run: supervisor and task state files, and which run processes live."""
+    layout = RunLayout(run_dir)
+    supervisors: list[dict[str, Any]] = []
+    tasks: list[dict[str, Any]] = []
+    if os.path.isdir(layout.state):
+        for name in sorted(os.listdir(layout.state)):
+            if not name.endswith(".json"):
+                continue
+            data = read_json(os.path.join(layout.state, name))
+            if data is None:
+                continue
+            if data.get("kind") == "supervisor":
+                pid = data.get("pid")
+                data["alive"] = isinstance(pid, int) and proc_pgid(pid) is not None and \
+                    proc_environ(pid).get(RUN_DIR_ENV) == run_dir
+                supervisors.append(data)
+            else:
+                tasks.append(data)
+    return {"run_dir": run_dir, "exists": os.path.isdir(run_dir), "supervisors": supervisors, "tasks": tasks,
+            "processes": run_processes(run_dir), "now": time.time()}
+
+
+def stop(run_dir: str, grace: float) -> dict[str, Any]:
+    """SIGTERM the supervisor(s), wait up to `grace`, then KILL their groups and any run process left."""
+    layout = RunLayout(run_dir)
+    sup_pids: list[int] = []
+    if os.path.isdir(layout.state):
+        for name in os.listdir(layout.state):
+            if name.startswith("supervisor-") and name.endswith(".json"):
+                data = read_json(os.path.join(layout.state, name)) or {}
+                pid = data.get("pid")
+                if isinstance(pid, int) and proc_environ(pid).get(RUN_DIR_ENV) == run_dir:
+                    sup_pids.append(pid)
+    signal_pids(sup_pids, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(proc_pgid(p) is not None for p in sup_pids):
+        time.sleep(0.05)
+    killed: list[int] = []
+    for _ in range(20):  # KILL until nothing is left (a fork may race with the scan)
+        left = run_processes(run_dir)
+        if not left:
+            break
+        groups = {p["pgid"] for p in left}
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        pids = [p["pid"] for p in left]
+        signal_pids(pids, signal.SIGKILL)
+        killed.extend(pids)
+        time.sleep(0.05)
+    return {"run_dir": run_dir, "terminated": sup_pids, "killed": sorted(set(killed)),
+            "remaining": run_processes(run_dir)}
