@@ -70,6 +70,11 @@ class RunLayout:
     def task_state_file(self, job: str, task: int) -> str:
         return os.path.join(self.state, f"{job}-{task}.json")
 
+    def self_progress_file(self, job: str, task: int) -> str:
+        """Written by a task process that writes its own progress events (training/report.py): holds its
+        TFCLUSTER_TASK_ID, so the supervisor's log tailer (training/progress/tailer.py) stands down for it."""
+        return os.path.join(self.state, f"{job}-{task}.self-progress")
+
     def supervisor_state_file(self, host: str) -> str:
         return os.path.join(self.state, f"supervisor-{host}.json")
 
