@@ -24,6 +24,7 @@ PYTHONPATH, and this module finds tfcluster's `training` package two directories
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -34,10 +35,8 @@ _CODE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 def _implementation() -> Any:
     impl: Any = None
-    try:
+    with contextlib.suppress(ImportError):
         from training import report as impl
-    except ImportError:
-        pass
     if impl is None and _CODE_ROOT not in sys.path:
         sys.path.append(_CODE_ROOT)  # last: never shadows the program's own modules
         try:
