@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -224,3 +225,62 @@ def test_tailer_follows_a_real_writer_process(tmp_path: Path) -> None:
     assert len(written) >= 2
     assert [e["local_step"] for e in written] == sorted(e["local_step"] for e in written)
     assert written[-1]["local_step"] == 300
+
+
+REPLAY_THEN_FAIL_ONCE = r"""
+import os, sys, time
+data = open(sys.argv[1], "rb").read()
+for line in data.splitlines(keepends=True):  # Keras fit verbose=2, a line every 0.15 s
+    sys.stdout.buffer.write(line); sys.stdout.flush(); time.sleep(0.15)
+sys.exit(3 if os.environ["TFCLUSTER_TASK_ID"].endswith("#0") else 0)  # the first attempt fails
+"""
+
+
+def test_tailer_with_the_real_supervisor_across_a_restart(tmp_path: Path) -> None:
+    """The real supervisor runs a user command (plan.uses_user_command) that prints real Keras output and
+    fails once; tailers created after the spawn read the log from its start, reset at the supervisor's
+    attempt note, and the reducer fed the supervisor's task_state events and the progress events agrees."""
+    layout = RunLayout(str(tmp_path / "runs" / "r1"))
+    for d in layout.dirs():
+        os.makedirs(d, exist_ok=True)
+    task = {"job": "worker", "index": 0, "host": "h1",
+            "command": [sys.executable, "-c", REPLAY_THEN_FAIL_ONCE, str(DATA / "keras_fit_verbose2.log")],
+            "env": {"TFCLUSTER_JOB": "worker", "TFCLUSTER_TASK": "0"}}
+    plan = {"tasks": [task], "uses_user_command": True,
+            "training": {"restart": "on-failure", "max_restarts": 2, "progress_interval": 0.3}}
+    Path(layout.run_file).write_text(json.dumps({"run_id": "r1", "created": time.time(), "plan": plan,
+                                                 "supervisor": {"backoff_initial": 0.3, "poll": 0.05}}))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    sup = subprocess.Popen([sys.executable, "-m", "training.supervisor", "--run-dir", layout.root, "--host", "h1"],
+                           env=env, start_new_session=True)
+    try:
+        time.sleep(0.3)  # as the supervisor would: tailers made once its tasks are spawned
+        tailers = log_progress_tailers(layout, "h1", json.loads(Path(layout.run_file).read_text())["plan"])
+        deadline = time.monotonic() + 60
+        while sup.poll() is None and time.monotonic() < deadline:
+            poll_tailers(tailers)
+            time.sleep(0.1)
+        assert sup.poll() == 0
+        time.sleep(0.35)
+        poll_tailers(tailers)
+        close_tailers(tailers)
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+    assert tailers[0].attempt_id == "worker-0#1"
+    progress = events(Path(layout.events_file("worker", 0)))
+    steps = [e["local_step"] for e in progress]
+    restart_at = next(i for i in range(1, len(steps)) if steps[i] < steps[i - 1])
+    assert steps[restart_at - 1] == 300 and steps[-1] == 300  # both attempts: 3 epochs of 100, from 0
+    parser = EventParser()
+    state = ClusterState(now=0.0)
+    lines = Path(layout.supervisor_events_file("h1")).read_text().splitlines()
+    lines += Path(layout.events_file("worker", 0)).read_text().splitlines()
+    parsed = [parser.parse(line) for line in lines]
+    for event in sorted((e for e in parsed if e is not None), key=lambda e: e.t):
+        state.apply(event, event.t)
+    view = state.tasks["worker-0"]
+    assert parser.malformed == 0 and None not in parsed
+    assert view.restarts == 1 and view.local_step == 300 and view.proc_state == "exited"
+

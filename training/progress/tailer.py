@@ -129,10 +129,12 @@ class LogProgressTailer:
 
 # ---- the supervisor's side ----------------------------------------------------------------------------
 
-def log_progress_tailers(layout: RunLayout, host: str, plan: dict[str, Any],
-                         clock: Callable[[], float] = time.time) -> list[LogProgressTailer]:
+def log_progress_tailers(layout: RunLayout, host: str, plan: dict[str, Any], clock: Callable[[], float] = time.time,
+                         from_start: bool = True) -> list[LogProgressTailer]:
     """One tailer per task of `host` when the plan runs the user's own command, else none (the built-in
-    programs write their own progress events). Call it before the first spawn, so every line is seen.
+    programs write their own progress events). The logs are read from their start (they belong to this
+    run), so the supervisor can create the tailers after it has spawned the tasks and signalled `ready`:
+    importing this module (~15 ms, mostly ProgressReporter's imports) then stays off `start`'s path.
     `plan` is run.json's "plan"; its training table may carry `progress_pattern` (validated by the
     orchestrator: training/progress/lines.py pattern_error), `progress_builtin` (default true) and
     `progress_interval` (default 1 s)."""
@@ -147,6 +149,7 @@ def log_progress_tailers(layout: RunLayout, host: str, plan: dict[str, Any],
             layout.log_file(t["job"], int(t["index"])), layout.events_file(t["job"], int(t["index"])),
             host=host, job=t["job"], task=int(t["index"]), pattern=pattern, builtin=builtin,
             marker_path=layout.self_progress_file(t["job"], int(t["index"])), interval=interval, clock=clock,
+            from_end=not from_start,
         )
         for t in plan.get("tasks", [])
         if t.get("host") == host
