@@ -42,6 +42,12 @@ class RunLayout:
         return os.path.join(self.root, "code")
 
     @property
+    def public(self) -> str:
+        """Modules for the user's programs (`tfcluster_report`): the supervisor puts this directory on
+        every task's PYTHONPATH."""
+        return os.path.join(self.code, "training", "public")
+
+    @property
     def events(self) -> str:
         return os.path.join(self.root, "events")
 
