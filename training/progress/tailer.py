@@ -62,8 +62,9 @@ class LogProgressTailer:
 
     # -- the supervisor's calls ----------------------------------------------------------------------
 
-    def poll(self) -> None:
-        """Read what the task printed since the last poll; write an event when one is due."""
+    def poll(self, final: bool = False) -> None:
+        """Read what the task printed since the last poll; write an event when one is due (or now, when
+        `final`)."""
         now = self.clock()
         for segment in self.follower.read():
             self.segments += 1
@@ -78,7 +79,7 @@ class LogProgressTailer:
                 self._reporter.record(sample.local_step, sample.global_step, sample.examples,
                                       sample.loss if sample.loss is not None else float("nan"))
                 self._pending = True
-        if self._pending and now >= self._next_write:
+        if self._pending and (final or now >= self._next_write):
             self._next_write = now + self.interval
             if self._self_reporting():
                 self._stand_down()
@@ -87,9 +88,10 @@ class LogProgressTailer:
                 self._pending = False
 
     def close(self) -> None:
-        """Write what is pending (unless the task reports itself) and release the files."""
-        if self._self_reporting():
-            self._reporter.drop_pending()
+        """Read the rest of the log, write what is pending (unless the task reports itself), release the
+        files."""
+        with contextlib.suppress(OSError):
+            self.poll(final=True)
         with contextlib.suppress(OSError):
             self._reporter.close()
         self.follower.close()
