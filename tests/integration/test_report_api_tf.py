@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAMS = ROOT / "tests" / "fixtures_src" / "report"
 
 
-def run_task(program: str, tmp_path: Path) -> list[dict]:
+def run_task(program: str, tmp_path: Path) -> list[dict[str, Any]]:
     import tensorflow  # noqa: F401  (fails, not skips, when TensorFlow is missing)
 
     run_dir = tmp_path / "run"

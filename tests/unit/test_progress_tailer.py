@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from orchestrator.events import EventParser, ProgressEvent
 from orchestrator.state import ClusterState
@@ -100,7 +101,7 @@ def test_follower_cuts_an_endless_segment(tmp_path: Path) -> None:
 
 # -- LogProgressTailer ----------------------------------------------------------------------------------
 
-def events(path: Path) -> list[dict]:
+def events(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 

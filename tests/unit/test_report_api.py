@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from training.layout import RunLayout
 
@@ -28,7 +29,7 @@ def task_env(run_dir: Path) -> dict[str, str]:
             "TFCLUSTER_HOST": "h7", "TFCLUSTER_TASK_ID": "worker-2#0"}
 
 
-def progress(run_dir: Path) -> list[dict]:
+def progress(run_dir: Path) -> list[dict[str, Any]]:
     path = Path(RunLayout(str(run_dir)).events_file("worker", 2))
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 

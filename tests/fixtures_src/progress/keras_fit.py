@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 
 
-class StepTime(tf.keras.callbacks.Callback):
+class StepTime(tf.keras.callbacks.Callback):  # type: ignore[misc]
     """Makes each batch take a few ms, like a real step, so verbose=1 prints several updates per epoch."""
 
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         time.sleep(0.004)
 
 

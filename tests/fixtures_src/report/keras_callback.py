@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -11,8 +12,8 @@ import tfcluster_report
 BATCH = 32
 
 
-class Slow(tf.keras.callbacks.Callback):
-    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+class Slow(tf.keras.callbacks.Callback):  # type: ignore[misc]
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         time.sleep(0.005)  # ~1.5 s per epoch in all: several progress intervals
 
 

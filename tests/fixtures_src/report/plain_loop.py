@@ -16,7 +16,7 @@ def main() -> None:
     w = tf.Variable(tf.zeros([8, 1]))
     opt = tf.keras.optimizers.SGD(0.05)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def step(xb: tf.Tensor, yb: tf.Tensor) -> tf.Tensor:
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(tf.square(tf.matmul(xb, w) - yb))
