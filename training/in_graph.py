@@ -240,7 +240,7 @@ class InGraphReporter(ProgressReporter):
         self.towers: dict[str, Any] = {}  # replaced (one assignment) by the loop each step
         self.step_s: float | None = None
 
-    def _event(self, sample: tuple[int, int, int, float], now: float) -> dict[str, Any]:
+    def _event(self, sample: tuple[int, int, int | None, float], now: float) -> dict[str, Any]:
         event = super()._event(sample, now)
         steps = int(event.get("steps", 0))
         if self.input_bytes_per_step:

@@ -42,6 +42,12 @@ class RunLayout:
         return os.path.join(self.root, "code")
 
     @property
+    def public(self) -> str:
+        """Modules for the user's programs (`tfcluster_report`): the supervisor puts this directory on
+        every task's PYTHONPATH."""
+        return os.path.join(self.code, "training", "public")
+
+    @property
     def events(self) -> str:
         return os.path.join(self.root, "events")
 
@@ -69,6 +75,11 @@ class RunLayout:
 
     def task_state_file(self, job: str, task: int) -> str:
         return os.path.join(self.state, f"{job}-{task}.json")
+
+    def self_progress_file(self, job: str, task: int) -> str:
+        """Written by a task process that writes its own progress events (training/report.py): holds its
+        TFCLUSTER_TASK_ID, so the supervisor's log tailer (training/progress/tailer.py) stands down for it."""
+        return os.path.join(self.state, f"{job}-{task}.self-progress")
 
     def supervisor_state_file(self, host: str) -> str:
         return os.path.join(self.state, f"supervisor-{host}.json")

@@ -6,7 +6,7 @@ atomic under the GIL: no lock, no I/O, no allocation beyond the tuple). A daemon
 events/<job>-<task>.jsonl (flushed per line). A slow disk therefore delays events, never training.
 
 Fields (DESIGN.md): `local_step`, `global_step` (as last seen by this task), `examples` (cumulative, this
-task), `loss` (last step's), `interval_s` (since the previous event), `steps` (local steps in the
+task; null when the program does not say, e.g. progress read from its log), `loss` (last step's), `interval_s` (since the previous event), `steps` (local steps in the
 interval) and `ps_bytes` ({"ps-0": {"pulled": n, "pushed": m}}: accounted bytes in the interval, see
 training/telemetry/accounting.py).
 """
@@ -25,7 +25,7 @@ from typing import IO, Any
 from training.telemetry.accounting import scale
 from training.telemetry.schema import KIND_PROGRESS, dumps, make_event
 
-_Sample = tuple[int, int, int, float]  # local_step, global_step, examples, loss
+_Sample = tuple[int, int, int | None, float]  # local_step, global_step, examples, loss
 
 
 class ProgressReporter:
@@ -57,8 +57,12 @@ class ProgressReporter:
         self.events_written = 0
 
     # -- called by the training loop -------------------------------------------------------------
-    def record(self, local_step: int, global_step: int, examples: int, loss: float) -> None:
+    def record(self, local_step: int, global_step: int, examples: int | None, loss: float) -> None:
         self._latest = (local_step, global_step, examples, loss)
+
+    def drop_pending(self) -> None:
+        """Forget a sample recorded since the last event (its process is gone, or someone else reports)."""
+        self._latest = self._emitted
 
     def set_ps_bytes_per_step(self, per_step: dict[str, dict[str, int]]) -> None:
         self.ps_bytes_per_step = dict(per_step)

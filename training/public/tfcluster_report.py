@@ -1,0 +1,78 @@
+"""tfcluster_report: tell tfcluster how your own training program progresses. Stdlib only.
+
+    from tfcluster_report import report
+    for step in range(steps):
+        loss = train_step(batch)
+        report(loss=loss, examples=len(batch))      # microseconds; events written by a thread
+
+    model.fit(x, y, callbacks=[tfcluster_report.TfclusterCallback(batch_size=64)])            # Keras
+    tf.compat.v1.train.MonitoredTrainingSession(hooks=[tfcluster_report.TfclusterHook(loss)])  # TF1
+
+Contract (details in training/report.py and training/report_tf.py, which this module re-exports):
+- `report(step=None, loss=None, examples=None, global_step=None)`: `step` is this process's cumulative
+  step count (default: previous + 1), `examples` the examples since the previous call (summed),
+  `global_step` the cluster's step as last seen (default: `step`), `loss` the last loss. The dashboard,
+  `dash --once --json`, Prometheus and `status` show it like the built-in trainer's progress.
+- `close()` writes the last step now (otherwise done at exit); `current_step()` is the count so far.
+- `TfclusterCallback` (Keras) and `TfclusterHook` (tf.compat.v1 SessionRunHook) import TensorFlow
+  when first used; importing this module never does.
+- Outside tfcluster (no TFCLUSTER_* environment) every call does nothing, after one warning.
+
+It ships with tfcluster's code on every host: the supervisor puts this directory on the tasks'
+PYTHONPATH, and this module finds tfcluster's `training` package two directories up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import warnings
+from typing import Any
+
+_CODE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _implementation() -> Any:
+    impl: Any = None
+    with contextlib.suppress(ImportError):
+        from training import report as impl
+    if impl is None and _CODE_ROOT not in sys.path:
+        sys.path.append(_CODE_ROOT)  # last: never shadows the program's own modules
+        try:
+            from training import report as impl
+        except ImportError:
+            impl = None
+    return impl
+
+
+_impl = _implementation()
+
+if _impl is not None:
+    report = _impl.report
+    close = _impl.close
+    current_step = _impl.current_step
+else:  # another `training` package shadows tfcluster's: say so once, then stay out of the way
+    warnings.warn(f"tfcluster_report: cannot import tfcluster's training package from {_CODE_ROOT} (a module "
+                  "named `training` shadows it?); report() does nothing", RuntimeWarning, stacklevel=2)
+
+    def report(step: Any = None, loss: Any = None, examples: Any = None, global_step: Any = None) -> None:
+        return None
+
+    def close() -> None:
+        return None
+
+    def current_step() -> int:
+        return 0
+
+
+def __getattr__(name: str) -> Any:
+    """TfclusterCallback and TfclusterHook, built (with TensorFlow) on first use."""
+    if name in ("TfclusterCallback", "TfclusterHook") and _impl is not None:
+        from training.report_tf import tf_class
+
+        return tf_class(name)
+    raise AttributeError(f"module 'tfcluster_report' has no attribute {name!r}")
+
+
+__all__ = ["report", "close", "current_step"]  # (not the TF classes: `import *` must not import TensorFlow)
