@@ -15,7 +15,7 @@ import os
 import socket
 import sys
 import time
-from typing import Any  # noqa: F401 - named in type comments
+from typing import Any
 
 
 def tf_report(distributions, import_tf):

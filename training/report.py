@@ -38,7 +38,7 @@ TASK_ID_ENV = "TFCLUSTER_TASK_ID"  # as training/supervisor.py sets it (not impo
 class _Session:
     """The reporting state of this process: counters and the writer thread."""
 
-    __slots__ = ("pid", "lock", "reporter", "local", "examples", "loss")
+    __slots__ = ("examples", "local", "lock", "loss", "pid", "reporter")
 
     def __init__(self, reporter: ProgressReporter) -> None:
         self.pid = os.getpid()
@@ -96,7 +96,7 @@ def close() -> None:
 
 
 def _warn_bad_value(exc: BaseException) -> None:
-    global _bad_value_warned
+    global _bad_value_warned  # noqa: PLW0603 - one warning per process, for a module-level API
     if not _bad_value_warned:
         _bad_value_warned = True
         warnings.warn(f"tfcluster_report.report(): ignoring a value it cannot use ({exc})", RuntimeWarning,
@@ -114,7 +114,7 @@ def _interval(layout: RunLayout) -> float:
 
 
 def _start() -> _Session | None:
-    global _session, _off
+    global _session, _off  # noqa: PLW0603 - the API is module functions over one per-process session
     with _start_lock:
         if _session is not None or _off:
             return _session

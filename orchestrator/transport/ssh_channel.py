@@ -120,7 +120,7 @@ class SSHLineStream:
         self._closed_here = False
         self.stderr_tail = ""
 
-    def lines(self) -> Iterator[str]:  # noqa: PLR0912 - the channel's states, in one read loop
+    def lines(self) -> Iterator[str]:
         buf = bytearray()
         err = bytearray()
         chan = self._chan

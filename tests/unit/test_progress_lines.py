@@ -5,6 +5,7 @@ Expected values are read from the captured files with independent regexes, never
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from pathlib import Path
@@ -86,7 +87,7 @@ def test_keras_fit_verbose2_epoch_lines_count_across_epochs() -> None:
     assert [s.local_step for _, s in samples] == [sum(per_epoch[:i + 1]) for i in range(len(per_epoch))]
     assert [s.loss for _, s in samples] == losses
     assert samples[-1][1].global_step == sum(per_epoch)
-    (t0, s0), (t1, s1) = samples[-2:]
+    (t0, _s0), (t1, s1) = samples[-2:]
     assert s1.steps_per_s == pytest.approx(per_epoch[-1] / (t1 - t0))
 
 
@@ -113,7 +114,7 @@ def test_keras_fit_verbose1_carriage_return_updates() -> None:
     changes = step_changes(samples)
     (t0, s0), (t1, s1) = changes[-2:]
     assert s1.steps_per_s == pytest.approx((s1.local_step - s0.local_step) / (t1 - t0))
-    assert all(b[1].local_step > a[1].local_step for a, b in zip(changes, changes[1:], strict=False))
+    assert all(b[1].local_step > a[1].local_step for a, b in itertools.pairwise(changes))
 
 
 def test_keras_evaluate_after_fit_counts_on_and_predict_does_not() -> None:

@@ -20,7 +20,7 @@ def run(code: str, tmp_path: Path, env_extra: dict[str, str] | None) -> subproce
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFCLUSTER_")}
     env["PYTHONPATH"] = str(PUBLIC)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=60)
 
 

@@ -125,7 +125,7 @@ class LineProgress:
     def feed(self, line: str, t: float) -> ProgressSample | None:
         try:
             return self._feed(line, t)
-        except Exception:  # noqa: BLE001 (a task's output must never break its supervisor)
+        except Exception:
             return None
 
     # -- recognising ----------------------------------------------------------------------------------

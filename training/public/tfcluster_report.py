@@ -75,4 +75,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tfcluster_report' has no attribute {name!r}")
 
 
-__all__ = ["report", "close", "current_step"]  # (not the TF classes: `import *` must not import TensorFlow)
+__all__ = ["close", "current_step", "report"]  # (not the TF classes: `import *` must not import TensorFlow)
