@@ -15,7 +15,6 @@ import os
 import socket
 import sys
 import time
-from typing import Any
 
 
 def tf_report(distributions, import_tf):

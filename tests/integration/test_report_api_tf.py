@@ -26,7 +26,6 @@ PROGRAMS = ROOT / "tests" / "fixtures_src" / "report"
 
 
 def run_task(program: str, tmp_path: Path) -> list[dict[str, Any]]:
-    import tensorflow
 
     run_dir = tmp_path / "run"
     layout = RunLayout(str(run_dir))
