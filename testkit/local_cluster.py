@@ -76,13 +76,13 @@ class LocalCluster:
         return env
 
     def start_task(self, task: TaskPlan) -> subprocess.Popen[bytes]:
-        log = open(self.run_dir / "logs" / f"{task.name}.log", "ab")
+        log = open(self.run_dir / "logs" / f"{task.name}.log", "ab")  # noqa: SIM115 (owned by the child)
         cpus = self.affinity.get(task.name)
         try:
             proc = subprocess.Popen(
                 task.command, cwd=self.code, env=self.env_for(task), stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
+                preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,  # noqa: PLW1509 - benchmarks pin a straggler's CPUs
             )
         finally:
             log.close()

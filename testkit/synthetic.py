@@ -50,7 +50,7 @@ def _speed(i: int) -> int:
     return 3 + (i * 7) % 5
 
 
-def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:
+def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # noqa: PLR0912 - one branch per scripted incident
     st = ClusterState(sc.run_id, "between-graph", "demo", 1.0, now=sc.start)
     for p in range(sc.ps):
         st.add_task("ps", p, f"p{p}", port=23000 + p)

@@ -109,7 +109,7 @@ def sync_settings(ctx: TaskContext) -> tuple[int, int]:
     return int(aggregate), total
 
 
-def run(ctx: TaskContext) -> int:
+def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the session and the loop, top to bottom
     tr = ctx.training
     own = f"/job:{ctx.job}/task:{ctx.index}"
     config = session_config(device_filters=["/job:ps", own])

@@ -127,7 +127,7 @@ def _average(grads: Sequence[Any]) -> Any:
     return tf.add_n(list(grads)) / float(len(grads))
 
 
-def build_in_graph(
+def build_in_graph(  # noqa: PLR0915 - the one graph, top to bottom
     plan: Mapping[str, Any],
     model: Model,
     *,

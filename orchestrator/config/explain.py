@@ -95,7 +95,7 @@ def _user_path(loc: tuple[str | int, ...]) -> tuple[KeyPath, type[BaseModel] | N
     return tuple(path), owner, field
 
 
-def _describe(
+def _describe(  # noqa: PLR0912 - one branch per kind of pydantic error
     loc: KeyPath, errors: list[ErrorDetails], owner: type[BaseModel] | None, field: Any
 ) -> tuple[str, str | None]:
     err = errors[0]

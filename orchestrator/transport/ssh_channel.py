@@ -120,7 +120,7 @@ class SSHLineStream:
         self._closed_here = False
         self.stderr_tail = ""
 
-    def lines(self) -> Iterator[str]:
+    def lines(self) -> Iterator[str]:  # noqa: PLR0912 - the channel's states, in one read loop
         buf = bytearray()
         err = bytearray()
         chan = self._chan

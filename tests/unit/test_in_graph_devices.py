@@ -15,8 +15,8 @@ from tests import requires
 
 tf = requires.tensorflow()
 
-from training.in_graph import CLIENT_DEVICE, build_in_graph, task_of, towers_from_plan
-from training.models import get_model
+from training.in_graph import CLIENT_DEVICE, build_in_graph, task_of, towers_from_plan  # noqa: E402
+from training.models import get_model  # noqa: E402
 
 
 def gpu_plan(**training: Any) -> dict[str, Any]:

@@ -59,7 +59,7 @@ class Supervisor:
         for d in self.layout.dirs():
             os.makedirs(d, exist_ok=True)
         os.chdir(self.layout.code)  # the tasks' working directory (posix_spawn has no cwd of its own)
-        self._events = open(self.layout.supervisor_events_file(host), "a", encoding="utf-8")
+        self._events = open(self.layout.supervisor_events_file(host), "a", encoding="utf-8")  # noqa: SIM115
 
     # -- records
     def _write_self(self) -> None:
