@@ -15,6 +15,7 @@ import os
 import socket
 import sys
 import time
+from typing import Any  # noqa: F401 - named in type comments
 
 
 def tf_report(distributions, import_tf):

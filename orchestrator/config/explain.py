@@ -6,6 +6,7 @@ line, the key path and the nearest valid key or value.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import types
 import typing
@@ -151,11 +152,27 @@ def _describe(  # noqa: PLR0912 - one branch per kind of pydantic error
     if kind == "string_too_short":
         return "must not be empty", None
     if kind == "string_pattern_mismatch":
-        fixed = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(value)).strip("-._") or None
-        return f"{_toml_literal(value)} is not a valid name: use letters, digits, `.`, `_` and `-`", fixed
+        return _pattern_message(loc, value)
     if kind == "value_error":
         return str(ctx.get("error", err["msg"])).removeprefix("Value error, "), None
     return err["msg"], None
+
+
+def _pattern_message(loc: KeyPath, value: object) -> tuple[str, str | None]:
+    """A string that does not match its key's pattern: host names, environment names, one-line strings."""
+    key = next((p for p in reversed(loc) if isinstance(p, str)), "")
+    is_env_name = (len(loc) >= 2 and loc[-2] == "env" and value == loc[-1]) or "forward_env" in loc
+    if is_env_name:
+        fixed = re.sub(r"[^A-Za-z0-9_]+", "_", str(value)).strip("_")
+        fixed = f"_{fixed}" if fixed[:1].isdigit() else fixed
+        return (f"{_toml_literal(value)} is not an environment variable name: use letters, digits and `_`, "
+                "not starting with a digit"), (fixed if fixed and fixed != value else None)
+    if "env" in loc:
+        return "an environment value cannot contain a NUL character", None
+    if key == "name":
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(value)).strip("-._")
+        return f"{_toml_literal(value)} is not a valid name: use letters, digits, `.`, `_` and `-`", name or None
+    return f"{_toml_literal(value)} must be one line (no newline, tab or other control character)", None
 
 
 def _join_or(words: Iterable[str]) -> str:
@@ -192,7 +209,7 @@ def _toml_text(value: object) -> str:
     if isinstance(value, bool):
         text = "true" if value else "false"
     elif isinstance(value, str):
-        text = '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        text = json.dumps(value, ensure_ascii=False)  # TOML's basic strings escape like JSON: one line
     elif isinstance(value, list):
         text = "[" + ", ".join(_toml_text(v) for v in value) + "]"
     elif isinstance(value, dict):

@@ -11,9 +11,17 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Role = Literal["ps", "worker", "chief"]
-Mode = Literal["between-graph", "in-graph"]
+Mode = Literal["between-graph", "in-graph", "multi-worker-mirrored", "parameter-server-strategy"]
 HostKeyPolicy = Literal["yes", "accept-new", "no"]
 Port = Annotated[int, Field(ge=1, le=65535)]
+# Strings that reach a remote shell or the file system: printable, one line (a newline would silently
+# split a command or land a path elsewhere). Quoting makes every other character safe.
+OneLine = Annotated[str, Field(pattern=r"^[^\x00-\x1f\x7f]*$")]
+EnvName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+EnvValue = Annotated[str, Field(pattern=r"^[^\x00]*$")]
+# Set by the plan for every task; a user's env may not replace them (TF_CPP_MIN_LOG_LEVEL may).
+RESERVED_ENV = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
+RESERVED_ENV_PREFIX = "TFCLUSTER_"
 
 
 class Strict(BaseModel):
@@ -46,9 +54,16 @@ class SSHOptions(Strict):
     config_file: str | None = None  # ~/.ssh/config by default; "none" disables it
 
 
+def _check_env(env: dict[str, str] | None) -> dict[str, str] | None:
+    for name in env or {}:
+        if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIX):
+            raise ValueError(f"`{name}` is set by tfcluster for every task and cannot be given here")
+    return env
+
+
 class RemoteSection(Strict):
-    python: str = "python3"
-    workdir: str = "~/.tfcluster"
+    python: Annotated[OneLine, Field(min_length=1)] = "python3"
+    workdir: Annotated[OneLine, Field(min_length=1)] = "~/.tfcluster"
 
 
 class HostConfig(Strict):
@@ -60,8 +75,11 @@ class HostConfig(Strict):
     transport: Literal["ssh", "local"] = "ssh"
     ssh: SSHOptions | None = None
     # Per-host overrides of [remote]: loopback "machines" share one filesystem and need their own workdir.
-    python: str | None = None
-    workdir: str | None = None
+    python: Annotated[OneLine, Field(min_length=1)] | None = None
+    workdir: Annotated[OneLine, Field(min_length=1)] | None = None
+    env: dict[EnvName, EnvValue] | None = None  # added to [training] env for this host's tasks (wins)
+
+    _env_names = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
 
     @field_validator("roles")
     @classmethod
@@ -92,7 +110,7 @@ class HostConfig(Strict):
 class TrainingSection(Strict):
     model: str = "mlp"  # a built-in model name, or "package.module:build" for the user's own
     model_args: dict[str, int | float | str | bool] = Field(default_factory=dict)
-    command: str | None = None  # the user's own program, run once per task with placeholders filled
+    command: OneLine | None = None  # the user's own program, run once per task with placeholders filled
     sync: list[str] = Field(default_factory=list)  # files/dirs shipped with the user's program
     batch_size: Annotated[int, Field(ge=1, le=1 << 20)] = 128
     steps: Annotated[int, Field(ge=1)] = 1000
@@ -104,14 +122,40 @@ class TrainingSection(Strict):
     input: Literal["client", "worker"] = "client"  # in-graph: who produces each tower's data
     checkpoint_dir: str = "checkpoints"  # relative to the run dir on the chief, or a shared absolute path
     shared_checkpoint_dir: bool = False  # true: every PS writes its shard there (needs a shared filesystem)
-    checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = None
+    # Both, whichever comes first: a PS lost early in a run costs little (steps), a slow run still saves (time).
+    checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = 500
     checkpoint_every_secs: Annotated[float, Field(gt=0)] | None = 60.0
     summary_every_steps: Annotated[int, Field(ge=1)] = 100
     progress_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     slowdown: dict[str, Annotated[float, Field(ge=1.0, le=1000.0)]] = Field(default_factory=dict)
     restart: Literal["never", "on-failure"] = "on-failure"
     max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
+    # A task that ran healthily this long gets its restart budget back (Kubernetes' back-off reset).
+    restart_window: Annotated[float, Field(gt=0, le=7 * 86400)] = 600.0
+    # When the run has succeeded (Kubeflow TFJob's success policy): "chief" = the chief (worker 0 without
+    # a chief) exited 0; "all-workers" = every worker (and the chief) exited 0.
+    success: Literal["chief", "all-workers"] = "chief"
+    progress_pattern: str | None = None  # a regex over each line a task prints (see hosts.example.toml)
+    env: dict[EnvName, EnvValue] = Field(default_factory=dict)  # for every task; TF_CPP_MIN_LOG_LEVEL wins here
+    forward_env: list[EnvName] = Field(default_factory=list)  # copied from your environment at start, never stored
     seed: int = 0
+
+    _env_names = field_validator("env")(classmethod(lambda cls, v: _check_env(v)))
+
+    @field_validator("forward_env")
+    @classmethod
+    def _forward_names(cls, names: list[str]) -> list[str]:
+        _check_env(dict.fromkeys(names, ""))
+        return names
+
+    @field_validator("progress_pattern")
+    @classmethod
+    def _pattern(cls, pattern: str | None) -> str | None:
+        from training.progress.lines import pattern_error
+
+        if pattern is not None and (why := pattern_error(pattern)):
+            raise ValueError(why)
+        return pattern
 
     @field_validator("slowdown")
     @classmethod

@@ -7,27 +7,37 @@ Rules (DESIGN.md "Plan rules"):
   workers the remaining ones), else worker 0 acts as chief;
 - in-graph: the single client runs as the `chief` task (CPU: it aggregates) on the chief host, or on
   the first worker host when no host has the chief role; workers only run a server;
+- multi-worker-mirrored: as between-graph, without ps (a `chief` task when a host has that role, else
+  worker 0 is chief: it checkpoints);
+- parameter-server-strategy: ps and workers run standard servers; the coordinator is the `chief` task
+  (CPU) on the chief host, or on the first worker host when no host has the chief role;
+- every task's environment: the plan's variables, then `[training] env`, then the host's `env`
+  (TF_CPP_MIN_LOG_LEVEL defaults to 1 unless one of them sets it); the user's `command` gets its
+  placeholders as TFCLUSTER_ARG_* variables (orchestrator.plan.command);
 - ports: orchestrator.plan.ports. Every other rule a plan must hold: orchestrator.plan.rules.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Mapping
 
 from orchestrator.config.schema import Config, HostConfig, explicit_ssh, host_python, host_workdir
 from orchestrator.errors import ConfigError
+from orchestrator.plan.command import command_env, fill_command
 from orchestrator.plan.model import JOB_ORDER, ClusterPlan, HostPlan, Job, TaskPlan
 from orchestrator.plan.ports import allocate_ports
 from orchestrator.plan.rules import (
     check_backup_workers,
-    check_command_template,
     check_model_arguments,
     check_rules,
     check_slowdown,
     plan_warnings,
 )
+
+# Modes whose chief job is a separate client/coordinator on CPU; in the others the chief trains.
+CLIENT_CHIEF_MODES = ("in-graph", "parameter-server-strategy")
+TRAINING_CHIEF_MODES = ("between-graph", "multi-worker-mirrored")
 
 Slots = dict[Job, list[tuple[HostConfig, "int | None"]]]  # job -> (host, gpu) in task-index order
 
@@ -49,9 +59,7 @@ def build_plan(
 
     mode = config.cluster.mode
     slots = _slots(config, source)
-
-    if config.training.command is not None:
-        check_command_template(config.training.command, source)
+    shell_text = None if config.training.command is None else fill_command(config.training.command, source)
 
     ports = allocate_ports({job: len(v) for job, v in slots.items()}, JOB_ORDER, config.cluster.base_port, source)
 
@@ -71,6 +79,9 @@ def build_plan(
             cuda = "" if gpu is None else str(gpu)
             tf_config = {"cluster": cluster_spec, "task": {"type": job, "index": i}}
             env = {
+                "TF_CPP_MIN_LOG_LEVEL": "1",  # TF's C++ INFO lines off, unless the user's env says otherwise
+                **config.training.env,
+                **(h.env or {}),
                 "TF_CONFIG": json.dumps(tf_config, separators=(",", ":")),
                 "CUDA_VISIBLE_DEVICES": cuda,
                 "TFCLUSTER_JOB": job,
@@ -78,9 +89,12 @@ def build_plan(
                 "TFCLUSTER_HOST": h.name,
                 "TFCLUSTER_MODE": mode,
                 "PYTHONUNBUFFERED": "1",
-                "TF_CPP_MIN_LOG_LEVEL": "1",
             }
-            command = _task_command(config, h, job, i, cluster_spec)
+            if shell_text is None:
+                command = [host_python(config, h), "-m", "training.task"]
+            else:
+                command = ["/bin/sh", "-c", shell_text]
+                env.update(command_env(_placeholder_values(config, h, job, i, cluster_spec)))
             tasks.append(
                 TaskPlan(
                     job=job, index=i, host=h.name, address=_host_address(h), port=ports[(job, i)],
@@ -123,10 +137,11 @@ def _slots(config: Config, source: str) -> Slots:
         slots["ps"].append((h, None))
     chief_host = hosts_with["chief"][0] if hosts_with["chief"] else None
     for h in config.hosts:
-        if "worker" not in h.roles and not (h is chief_host and mode == "between-graph"):
+        trains_as_chief = h is chief_host and mode in TRAINING_CHIEF_MODES
+        if "worker" not in h.roles and not trains_as_chief:
             continue
         gpus = list(h.gpus or [])
-        if h is chief_host and mode == "between-graph":
+        if trains_as_chief:
             slots["chief"].append((h, gpus.pop(0) if gpus else None))
             if "worker" not in h.roles:
                 continue
@@ -144,26 +159,22 @@ def _slots(config: Config, source: str) -> Slots:
             f"no worker task left: the chief takes the first GPU of `{config.hosts[i].name}` and it has no "
             "other; list another GPU, or add a host with role `worker`",
         )
-    if mode == "in-graph":
+    if mode in CLIENT_CHIEF_MODES:
         client_host = chief_host or hosts_with["worker"][0]
         slots["chief"].append((client_host, None))
     return slots
 
 
-def _task_command(config: Config, host: HostConfig, job: Job, index: int, spec: dict[str, list[str]]) -> list[str]:
-    python = host_python(config, host)
-    user_command = config.training.command
-    if user_command is None:
-        return [python, "-m", "training.task"]
-    values = {
+def _placeholder_values(
+    config: Config, host: HostConfig, job: Job, index: int, spec: dict[str, list[str]]
+) -> dict[str, str]:
+    """The values of the user command's placeholders for one task (orchestrator.plan.command)."""
+    return {
         "job": job,
         "task": str(index),
         "ps_hosts": ",".join(spec.get("ps", [])),
         "worker_hosts": ",".join(spec.get("worker", [])),
         "chief_host": ",".join(spec.get("chief", [])),
-        "python": python,
+        "python": host_python(config, host),
         "host": host.name,
     }
-    # Every value is shell-quoted: the string runs under `sh -c` on the host.
-    filled = user_command.format(**{k: shlex.quote(v) for k, v in values.items()})
-    return ["/bin/sh", "-c", filled]

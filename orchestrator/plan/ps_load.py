@@ -47,7 +47,7 @@ class PsLoadEstimate:
 
 
 def trainer_count(plan: ClusterPlan) -> int:
-    """Tasks that run training steps: workers, plus a between-graph chief (it trains too)."""
+    """Tasks that pull and push every step: workers, plus a between-graph chief (it trains too)."""
     jobs = ("worker", "chief") if plan.mode == "between-graph" else ("worker",)
     return sum(1 for t in plan.tasks if t.job in jobs)
 

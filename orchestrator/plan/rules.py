@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
-import string
 from collections.abc import Mapping, Sequence
 
 from orchestrator.config.schema import Config, HostConfig, explicit_ssh
@@ -20,8 +19,6 @@ from orchestrator.config.toml_lines import format_key_path
 from orchestrator.errors import ConfigError
 from orchestrator.plan.model import TaskPlan
 from training.models.sizes import BUILTIN_SHAPES, ModelArgError, check_model_args
-
-COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
 
 DEFAULT_SSH_PORT = 22
 
@@ -70,18 +67,24 @@ def check_rules(config: Config, source: str) -> None:
             source, "hosts",
             'no worker: give at least one host the role `worker` (roles = ["worker"])',
         )
-    needs_ps = config.cluster.mode == "between-graph" or config.training.command is None
-    if needs_ps and not any("ps" in h.roles for h in config.hosts):
-        key = "cluster.mode" if "mode" in config.cluster.model_fields_set else "hosts"
-        if config.cluster.mode == "between-graph":
-            raise ConfigError(
-                source, key,
-                'between-graph mode needs a parameter server: give a host the role `ps` (roles = ["ps"])',
-            )
-        # The built-in in-graph client keeps the variables on PS tasks too (training/in_graph.py).
+    mode = config.cluster.mode
+    ps_hosts = [i for i, h in enumerate(config.hosts) if "ps" in h.roles]
+    mode_key = "cluster.mode" if "mode" in config.cluster.model_fields_set else "hosts"
+    if mode == "multi-worker-mirrored" and ps_hosts:
+        i = ps_hosts[0]
         raise ConfigError(
-            source, key, 'in-graph mode keeps the variables on a parameter server: give a host the role `ps`',
+            source, f"hosts[{i}].roles",
+            f"multi-worker-mirrored mode has no parameter server (the workers all-reduce their gradients): "
+            f"remove role `ps` from `{config.hosts[i].name}`, or use mode \"parameter-server-strategy\"",
         )
+    # The built-in in-graph client keeps its variables on PS tasks too (training/in_graph.py).
+    needs_ps = mode in ("between-graph", "parameter-server-strategy") or (
+        mode == "in-graph" and config.training.command is None)
+    if needs_ps and not ps_hosts:
+        what = {"between-graph": "between-graph mode needs a parameter server",
+                "parameter-server-strategy": "parameter-server-strategy keeps the variables on parameter servers",
+                "in-graph": "in-graph mode keeps the variables on a parameter server"}[mode]
+        raise ConfigError(source, mode_key, f'{what}: give a host the role `ps` (roles = ["ps"])')
 
     training = config.training
     if training.command is None and training.model not in BUILTIN_SHAPES and ":" not in training.model:
@@ -106,36 +109,6 @@ def check_model_arguments(config: Config, source: str) -> None:
         raise ConfigError(source, format_key_path(key), exc.message, suggestion=exc.suggestion) from None
 
 
-def _braced(name: str) -> str:
-    return "{" + name + "}"
-
-
-def check_command_template(template: str, source: str) -> None:
-    """The user's command may only use COMMAND_PLACEHOLDERS, each plainly (`{task}`, not `{task!r}`)."""
-    try:
-        fields = [(name, conversion) for _, name, _, conversion in string.Formatter().parse(template)]
-    except ValueError as exc:  # unbalanced braces
-        raise ConfigError(
-            source, "training.command", f"{exc}: write {{{{ and }}}} for a literal brace in the command"
-        ) from None
-    for name, conversion in fields:
-        if name is None:
-            continue
-        if name not in COMMAND_PLACEHOLDERS:
-            close = difflib.get_close_matches(name, COMMAND_PLACEHOLDERS, n=1, cutoff=0.5)
-            raise ConfigError(
-                source, "training.command",
-                f"unknown placeholder {{{name}}}; known: " + ", ".join(_braced(p) for p in COMMAND_PLACEHOLDERS),
-                suggestion=_braced(close[0]) if close else None,
-            )
-        if conversion is not None:
-            raise ConfigError(
-                source, "training.command",
-                f"placeholder {{{name}!{conversion}}}: conversions are not allowed, values are already shell-quoted",
-                suggestion=_braced(name),
-            )
-
-
 def check_slowdown(config: Config, tasks: Sequence[TaskPlan], source: str) -> None:
     names = [f"{t.job}:{t.index}" for t in tasks if t.job in ("worker", "chief")]
     for key in config.training.slowdown:
@@ -151,6 +124,11 @@ def check_slowdown(config: Config, tasks: Sequence[TaskPlan], source: str) -> No
 def check_backup_workers(config: Config, tasks: Sequence[TaskPlan], source: str) -> None:
     training = config.training
     trainers = sum(1 for t in tasks if t.job == "worker" or (t.job == "chief" and config.cluster.mode == "between-graph"))
+    if training.sync_replicas and config.cluster.mode != "between-graph":
+        raise ConfigError(source, "training.sync_replicas",
+                          f"sync_replicas is for between-graph mode; {config.cluster.mode} is "
+                          + ("synchronous already" if config.cluster.mode != "parameter-server-strategy"
+                             else "asynchronous by design (use multi-worker-mirrored for synchronous steps)"))
     if training.sync_replicas and training.backup_workers >= trainers:
         raise ConfigError(
             source, "training.backup_workers",
@@ -162,8 +140,9 @@ def check_backup_workers(config: Config, tasks: Sequence[TaskPlan], source: str)
 def plan_warnings(config: Config, dial: Mapping[str, str]) -> list[str]:
     out = []
     for h in config.hosts:
-        if h.gpus and "worker" not in h.roles and not ("chief" in h.roles and config.cluster.mode == "between-graph"):
-            out.append(f"host {h.name}: `gpus` is ignored, only worker tasks (and a between-graph chief) use GPUs")
+        trains_as_chief = "chief" in h.roles and config.cluster.mode in ("between-graph", "multi-worker-mirrored")
+        if h.gpus and "worker" not in h.roles and not trains_as_chief:
+            out.append(f"host {h.name}: `gpus` is ignored, only worker tasks (and a training chief) use GPUs")
         if h.workers is not None and "worker" not in h.roles:
             out.append(f"host {h.name}: `workers` is ignored, the host has no `worker` role")
         if explicit_ssh(config, h).strict_host_key_checking == "no" and h.transport == "ssh":

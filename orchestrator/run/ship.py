@@ -74,7 +74,10 @@ def sync_files(sync: Iterable[str], base_dir: str, source: str = "hosts.toml") -
     """The user's `[training] sync` entries, relative to hosts.toml's directory; dirs are walked."""
     out: list[ShipFile] = []
     for entry in sync:
-        path = Path(entry).expanduser()
+        try:
+            path = Path(entry).expanduser()
+        except RuntimeError:  # `~name` of a user this machine does not know
+            raise ConfigError(source, "training.sync", f"{entry!r}: no such user's home directory") from None
         full = path if path.is_absolute() else Path(base_dir) / path
         if not full.exists():
             raise ConfigError(source, "training.sync", f"{entry!r} does not exist (looked for {full})")

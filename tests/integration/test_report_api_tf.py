@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from orchestrator.events import EventParser, ProgressEvent
-from orchestrator.state import ClusterState
 
+from orchestrator.monitor.events import EventParser, ProgressEvent
+from orchestrator.monitor.reducer import ClusterState
 from training.layout import RunLayout
 
 pytestmark = pytest.mark.integration

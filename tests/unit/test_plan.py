@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,7 @@ from orchestrator.config.load import load_config
 from orchestrator.config.schema import Config
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
-from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
 from training.models.sizes import mlp_shapes, wide_shapes
 from training.placement import greedy_assign
@@ -138,7 +138,16 @@ def test_builtin_command_uses_the_hosts_python() -> None:
     assert plan.task("worker", 0).command == ["/opt/venv/bin/python", "-m", "training.task"]
 
 
-def test_user_command_placeholders_are_filled_and_shell_quoted() -> None:
+def _words(task: TaskPlan) -> list[str]:
+    """The words a real /bin/sh makes of a task's command, in the task's environment."""
+    assert task.command[:2] == ["/bin/sh", "-c"]
+    probe = f"set -- {task.command[2]}\nprintf '%s\\0' \"$@\""
+    out = subprocess.run(["/bin/sh", "-c", probe], env={"PATH": "/usr/bin:/bin", **task.env},
+                         capture_output=True, check=True).stdout
+    return out.decode().split("\0")[:-1]
+
+
+def test_user_command_placeholders_become_quoted_variable_references() -> None:
     hosts = [
         host("ps", "10.0.0.20", ["ps"]),
         host("w", "10.0.0.11", ["worker"], workers=2, python="/opt/my env/python"),
@@ -146,20 +155,18 @@ def test_user_command_placeholders_are_filled_and_shell_quoted() -> None:
     command = "{python} train.py --job {job} --task {task} --ps {ps_hosts} --workers {worker_hosts} --on {host}"
     plan = plan_of(hosts, training={"command": command}, cluster={"base_port": 24000})
     task = plan.task("worker", 1)
-    assert task.command[:2] == ["/bin/sh", "-c"]
-    script = task.command[2]
-    # the shell splits it back into exactly the intended words, the space in the python path kept
-    assert shlex.split(script) == [
+    assert _words(task) == [
         "/opt/my env/python", "train.py", "--job", "worker", "--task", "1",
         "--ps", "10.0.0.20:24000", "--workers", "10.0.0.11:24001,10.0.0.11:24002", "--on", "w",
     ]
-    assert "'/opt/my env/python'" in script
+    assert "/opt/my env/python" not in task.command[2]  # never pasted into the shell text
+    assert task.command[2].startswith('"${TFCLUSTER_ARG_PYTHON}" train.py')
 
 
 def test_user_command_value_with_shell_metacharacters_stays_one_word() -> None:
     hosts = [host("ps", "10.0.0.20", ["ps"]), host("w", "10.0.0.11", ["worker"], python="py; rm -rf /")]
     plan = plan_of(hosts, training={"command": "{python} -c pass"})
-    assert shlex.split(plan.task("worker", 0).command[2]) == ["py; rm -rf /", "-c", "pass"]
+    assert _words(plan.task("worker", 0)) == ["py; rm -rf /", "-c", "pass"]
 
 
 @pytest.mark.parametrize(
@@ -168,7 +175,7 @@ def test_user_command_value_with_shell_metacharacters_stays_one_word() -> None:
         ("train.py --idx {task_index}", "unknown placeholder {task_index}", "{task}"),
         ("train.py --j {jobs}", "unknown placeholder {jobs}", "{job}"),
         ("train.py {}", "unknown placeholder {}", None),
-        ("train.py {task!r}", "conversions are not allowed", "{task}"),
+        ("train.py {task!r}", "conversions and formats are not allowed", "{task}"),
         ("train.py {task", "expected '}'", None),
     ],
 )

@@ -13,13 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.events import EventParser, ProgressEvent
-from orchestrator.state import ClusterState
-
+from orchestrator.monitor.events import EventParser, ProgressEvent
+from orchestrator.monitor.reducer import ClusterState
 from training.layout import RunLayout
 from training.progress.follow import FileFollower
 from training.progress.tailer import LogProgressTailer, close_tailers, log_progress_tailers, poll_tailers
-from training.supervisor import Child, spawn
+from training.supervisor.children import Child, spawn
 
 DATA = Path(__file__).parent / "data" / "progress"
 
@@ -211,7 +210,7 @@ for i in range(0, len(data), 300):  # the captured bytes, at the pace of a real 
 
 def test_tailer_follows_a_real_writer_process(tmp_path: Path) -> None:
     """A real process writes the captured Keras bytes into its log the way the supervisor wires a task
-    (training.supervisor.spawn), while the tailer polls every 0.1 s of real time."""
+    (training.supervisor.children.spawn), while the tailer polls every 0.1 s of real time."""
     log, ev = tmp_path / "worker-0.log", tmp_path / "worker-0.jsonl"
     tailer = LogProgressTailer(str(log), str(ev), host="h", job="worker", task=0, interval=0.3)
     child = Child(spawn([sys.executable, "-c", WRITER, str(DATA / "keras_fit_verbose1.log")], dict(os.environ),

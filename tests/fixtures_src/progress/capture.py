@@ -1,5 +1,5 @@
 """Regenerates tests/unit/data/progress/*.log: runs each fixture program exactly as the supervisor runs a
-task (training.supervisor.spawn: stdin /dev/null, stdout and stderr appended to one log file, the plan's
+task (training.supervisor.children.spawn: stdin /dev/null, stdout and stderr appended to one log file, the plan's
 PYTHONUNBUFFERED=1 and TF_CPP_MIN_LOG_LEVEL=1), and writes a README line per file.
 
     .venv/bin/python -m tests.fixtures_src.progress.capture
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tensorflow as tf
 
-from training.supervisor import Child, spawn
+from training.supervisor.children import Child, spawn
 
 HERE = Path(__file__).resolve().parent
 OUT = HERE.parents[1] / "unit" / "data" / "progress"
