@@ -1,26 +1,34 @@
 # Everything a fresh machine needs is behind these targets: `make test`, `make demo`.
+# scripts/provision installs what they need from the system (python3-venv, OpenSSH's sshd) when it is
+# missing, or stops with one line saying what to install; .ci/run uses the same script.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PROVISION := sh scripts/provision
 
-.PHONY: venv test unit integration lint demo bench clean
+.PHONY: venv provision test unit integration lint demo bench clean
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@PYTHON='$(PYTHON)' $(PROVISION) venv
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[cpu,test]'
 	touch $(STAMP)
 
-test: venv
+# The integration tests start real sshd processes: sshd and ssh-keygen, installed if missing.
+provision:
+	@$(PROVISION) openssh
+
+test: provision venv
 	$(PY) -m pytest -q tests
 
 unit: venv
 	$(PY) -m pytest -q tests/unit
 
-integration: venv
+integration: provision venv
 	$(PY) -m pytest -q tests/integration
 
 lint: venv
@@ -31,7 +39,7 @@ lint: venv
 demo: venv
 	$(VENV)/bin/tfcluster demo
 
-bench: venv
+bench: provision venv
 	$(PY) -m benchmarks
 
 clean:

@@ -27,7 +27,11 @@ machine should not depend on this machine's interactive shell set-up.
 Every machine set gets its own temporary directory and sshd processes; all are killed at the end of
 the test session (and at interpreter exit as a last resort). sshd is started only when a test asks
 for machines, so unit-only runs never pay for it. Works as root (CI) and as a normal user (sshd then
-only accepts logins as that user, which is the user the tests use).
+only accepts logins as that user, which is the user the tests use, and needs no /run/sshd).
+
+sshd and ssh-keygen are found by `find_openssh_tool`: $TFCLUSTER_OPENSSH_PATH when set, else $PATH then
+/usr/sbin, /usr/local/sbin, /sbin (Debian's sshd is not on a normal user's PATH): the rule
+scripts/provision uses to decide whether to install them (`make test` runs it first).
 """
 
 from __future__ import annotations
@@ -51,18 +55,41 @@ import psutil
 
 from orchestrator.run.local_ports import free_port_on
 
-SSHD = os.environ.get("TFCLUSTER_TEST_SSHD", "/usr/sbin/sshd")
-SSH_KEYGEN = shutil.which("ssh-keygen") or "/usr/bin/ssh-keygen"
+# Where distributions put sshd; Debian's is not on a normal user's PATH.
+SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 START_TIMEOUT_S = 10.0
 
 _LIVE: list[Machines] = []  # every machine set started in this process, for the exit-time safety net
 
 
+def openssh_search_path() -> str:
+    """Where sshd and ssh-keygen are looked for: $TFCLUSTER_OPENSSH_PATH when set, else $PATH then the sbin
+    directories. The same rule as scripts/provision, which installs them there (tests check they agree)."""
+    override = os.environ.get("TFCLUSTER_OPENSSH_PATH")
+    if override is not None:
+        return override
+    return os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
+
+
+def find_openssh_tool(name: str) -> str | None:
+    """The first executable file `name` in openssh_search_path() (empty entries skipped), or None."""
+    for directory in openssh_search_path().split(os.pathsep):
+        candidate = os.path.join(directory, name)
+        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+SSHD = find_openssh_tool("sshd") or "sshd"
+SSH_KEYGEN = find_openssh_tool("ssh-keygen") or "ssh-keygen"
+
+
 def sshd_available() -> str | None:
-    """None when sshd and ssh-keygen exist, else what is missing (the CI script installs them)."""
-    for tool in (SSHD, SSH_KEYGEN):
-        if not os.access(tool, os.X_OK):
-            return f"{tool} not found: install openssh-server (.ci/run does)"
+    """None when sshd and ssh-keygen are found, else one line saying what is missing and what installs it."""
+    missing = [tool for tool in ("sshd", "ssh-keygen") if find_openssh_tool(tool) is None]
+    if missing:
+        return (f"{' and '.join(missing)} not found in {openssh_search_path()}: "
+                "run scripts/provision (`make test` does), or install openssh-server")
     return None
 
 
