@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.sshd import find_openssh_tool
+from testkit.sshd import find_openssh_tool
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534  # an unprivileged uid for the non-root case when the tests run as root (CI does)
@@ -55,7 +55,7 @@ def run_provision(sandbox: Path, *args: str, env: Mapping[str, str], as_nobody: 
     command = ["/bin/sh", str(sandbox / "provision"), *args]
     if as_nobody:
         command = [shutil.which("setpriv") or "setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *command]
-    return subprocess.run(command, env={"PATH": str(sandbox / "bin"), **env}, cwd=sandbox,
+    return subprocess.run(command, check=False, env={"PATH": str(sandbox / "bin"), **env}, cwd=sandbox,
                           capture_output=True, text=True, timeout=30)
 
 
