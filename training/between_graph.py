@@ -217,7 +217,7 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
     if step_times_path and step_times is not None:
         with open(step_times_path, "w", encoding="utf-8") as f:
             json.dump(step_times, f)
-    signalled = signal_done(lambda *_: server.target, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
+    signalled = signal_done(lambda *_: server.target, ctx.run_id, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
     log.info("%s: signalled the end of training to %s", ctx.name, ", ".join(f"{j}:{i}" for j, i in signalled))
     return 0
 

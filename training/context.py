@@ -28,6 +28,7 @@ class TaskContext:
     mode: str  # "between-graph" | "in-graph"
     layout: RunLayout
     plan: dict[str, Any]  # ClusterPlan.to_json()
+    run_id: str  # run.json's run_id: every message between this run's tasks carries it (training/ps.py)
     task_plan: dict[str, Any]  # this task's TaskPlan, as in plan["tasks"]
 
     @classmethod
@@ -39,7 +40,8 @@ class TaskContext:
         layout = RunLayout(env[RUN_DIR_ENV])
         try:
             with open(layout.run_file, encoding="utf-8") as f:
-                plan = json.load(f)["plan"]
+                run = json.load(f)
+            plan, run_id = run["plan"], str(run.get("run_id", ""))
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise TaskSetupError(f"{layout.run_file}: cannot read the run's plan: {e}") from e
         job = env["TFCLUSTER_JOB"]
@@ -53,7 +55,7 @@ class TaskContext:
         return cls(
             job=job, index=index, host=env.get("TFCLUSTER_HOST") or str(task_plan.get("host", "")),
             mode=env.get("TFCLUSTER_MODE") or str(plan.get("mode", "between-graph")),
-            layout=layout, plan=plan, task_plan=task_plan,
+            layout=layout, plan=plan, run_id=run_id, task_plan=task_plan,
         )
 
     @property

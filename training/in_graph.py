@@ -381,7 +381,7 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
         stop_cluster()
     else:
         targets = serving_targets("in-graph", plan["cluster_spec"])
-        signalled = signal_done(lambda *_: server.target, "chief:0", targets, "/job:chief/task:0")
+        signalled = signal_done(lambda *_: server.target, ctx.run_id, "chief:0", targets, "/job:chief/task:0")
         missing = sorted(set(targets) - set(signalled))
         _say("told every ps and worker server to stop" if not missing else f"could not tell {missing} to stop")
     return 0

@@ -81,6 +81,16 @@ class RunLayout:
         TFCLUSTER_TASK_ID, so the supervisor's log tailer (training/progress/tailer.py) stands down for it."""
         return os.path.join(self.state, f"{job}-{task}.self-progress")
 
+    def hold_file(self, job: str, task: int) -> str:
+        """Written (by `tfcluster`, from the dashboard) to stop a task for good: its supervisor does not
+        restart it when it exits."""
+        return os.path.join(self.state, f"{job}-{task}.hold")
+
+    def facts_file(self, host: str) -> str:
+        """What the host's supervisor sees of its tasks' processes (training/telemetry/host_facts.py).
+        Not *.json: readers of the state files' glob never mistake it for a task's state."""
+        return os.path.join(self.state, f"host-{host}.facts")
+
     def supervisor_state_file(self, host: str) -> str:
         return os.path.join(self.state, f"supervisor-{host}.json")
 

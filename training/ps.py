@@ -3,25 +3,26 @@
 `serve(ctx)` starts this task's `tf.distribute.Server` (gRPC; a ps task sees no GPU) and keeps it up
 until the end of training, or until SIGTERM/SIGINT (then exits 0: being stopped is a normal end).
 
-End-of-training contract (TF's classic "done queue" pattern):
+End-of-training contract (TF's classic "done queue" pattern, scoped to the run):
 - every serving task N of job J owns a FIFOQueue of strings, placed on `/job:J/task:N/device:CPU:0`
-  with `shared_name = "done_queue_<J><N>"` (e.g. `done_queue_ps0`), built only by `done_queue` so
-  that every side creates it with identical attributes;
-- every client that finishes its training loop enqueues one token, its own name ("worker:1"), on the
+  with `shared_name = "done_queue_<run tag>_<J><N>"` (the run tag: a hash of the run id), built only
+  by `done_queue` so that every side creates it with identical attributes. A task of another run that
+  reaches this server (a port reused by mistake) creates and fills a queue of its own, which nobody here
+  reads: runs never cross;
+- every client that finishes its training loop enqueues one token, `"<run id> <job>:<index>"`, on the
   queue of every serving task it used (`signal_done`): between-graph workers and the chief on every ps
-  queue; the in-graph client (`chief:0`) on every ps and worker queue;
+  queue; the in-graph client (`chief:0`) on every ps and worker queue; a token of another run is
+  ignored;
 - the serving task dequeues until it has one token from every expected finisher (`expected_finishers`:
   between-graph ps: every worker and the chief; in-graph: the client), then exits 0. A token from a
-  restarted task counts once. A finisher that dies for good never sends its token: the task then keeps
-  serving until it is stopped (SIGTERM from the supervisor's `stop`), unless its host's supervisor
-  stands in for it: a built-in finisher that exits for good with an error (restarts used up, or
-  `restart = "never"`) is reported by its supervisor, which runs `training.stand_in` to enqueue
-  `"<job>:<index> (stand-in)"` on the same queues (`STAND_IN_SUFFIX`). The serving task counts it
-  like a finish, so the run still ends by itself (its status then says `failed`).
+  restarted task counts once. A finisher that fails for good never sends its token: the run then ends
+  through its supervisors instead (the run has failed: training/supervisor/policy.py), which stop this
+  task.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
 import threading
@@ -39,18 +40,21 @@ v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.serve")
 
 DONE_QUEUE_CAPACITY = 4096  # part of the queue's identity: every side must use the same value
-STAND_IN_SUFFIX = " (stand-in)"  # a token sent on behalf of a finisher that failed for good
 POLL_S = 0.5  # how often the main thread wakes up to notice a stop signal
 # After the last token: the finishers close their sessions with this server right after signalling;
 # exiting at once fails those closes ("Cleanup partition error: Socket closed" in their logs).
 LINGER_S = 1.0
 
 
-def done_queue(job: str, index: int) -> Any:
-    """The done queue of `/job:<job>/task:<index>` (call inside the graph that uses it)."""
+def run_tag(run_id: str) -> str:
+    return hashlib.sha256(run_id.encode()).hexdigest()[:12]
+
+
+def done_queue(run_id: str, job: str, index: int) -> Any:
+    """The done queue of `/job:<job>/task:<index>` for this run (call inside the graph that uses it)."""
     with tf.device(f"/job:{job}/task:{index}/device:CPU:0"):
         return v1.FIFOQueue(DONE_QUEUE_CAPACITY, [tf.string], shapes=[[]],
-                            shared_name=f"done_queue_{job}{index}", name=f"done_queue_{job}{index}")
+                            shared_name=f"done_queue_{run_tag(run_id)}_{job}{index}", name=f"done_queue_{job}{index}")
 
 
 def expected_finishers(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> set[str]:
@@ -63,11 +67,11 @@ def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> lis
     return [(job, i) for job in jobs for i in range(len(cluster_spec.get(job, [])))]
 
 
-def signal_done(master: Callable[[str, int], str], sender: str, targets: Iterable[tuple[str, int]],
+def signal_done(master: Callable[[str, int], str], run_id: str, sender: str, targets: Iterable[tuple[str, int]],
                 own_device_filter: str | None, timeout_s: float = 20.0) -> list[tuple[str, int]]:
     """Enqueue `sender` on each target's done queue; returns the targets that were signalled.
 
-    One short session per target, on `master(job, index)` (this task's own server, or, for a stand-in
+    One short session per target, on `master(job, index)` (this task's own server, or, for a caller
     that has none, the target's), with device filters naming only that target and this task, so a target
     that is already gone cannot block the others; each attempt runs in a daemon thread bounded by
     `timeout_s` (creating a session to a dead task would otherwise wait forever).
@@ -78,7 +82,7 @@ def signal_done(master: Callable[[str, int], str], sender: str, targets: Iterabl
     def one(job: str, index: int) -> None:
         graph = tf.Graph()
         with graph.as_default():
-            enqueue = done_queue(job, index).enqueue([tf.constant(sender)])
+            enqueue = done_queue(run_id, job, index).enqueue([tf.constant(f"{run_id} {sender}")])
         filters = [f"/job:{job}/task:{index}"] + ([own_device_filter] if own_device_filter else [])
         config = session_config(device_filters=filters)
         config.operation_timeout_in_ms = int(timeout_s * 1000)
@@ -119,7 +123,7 @@ def serve(ctx: TaskContext) -> int:
     log.info("%s: serving at %s (port %s)", ctx.name, server.target, ctx.task_plan.get("port"))
     expected = expected_finishers(ctx.mode, ctx.cluster_spec)
     log.info("%s: will exit once these have finished training: %s", ctx.name, ", ".join(sorted(expected)))
-    finished = wait_for_finishers(server.target, ctx.job, ctx.index, expected, stop)
+    finished = wait_for_finishers(server.target, ctx.run_id, ctx.job, ctx.index, expected, stop)
     if stop.is_set():
         log.info("%s: stopped (%d of %d finishers seen)", ctx.name, len(finished & expected), len(expected))
     else:
@@ -128,12 +132,13 @@ def serve(ctx: TaskContext) -> int:
     return 0
 
 
-def wait_for_finishers(target: str, job: str, index: int, expected: set[str], stop: threading.Event) -> set[str]:
+def wait_for_finishers(target: str, run_id: str, job: str, index: int, expected: set[str],
+                       stop: threading.Event) -> set[str]:
     """Dequeue tokens (in a daemon thread: a blocking dequeue cannot be interrupted) until every expected
     finisher has sent one or `stop` is set. No polling timeout: TF logs every timed-out run as a warning."""
     graph = tf.Graph()
     with graph.as_default():
-        token = done_queue(job, index).dequeue()
+        token = done_queue(run_id, job, index).dequeue()
     # Only this task's own devices: a session over the whole cluster would wait for every task to be up.
     config = session_config(device_filters=[f"/job:{job}/task:{index}"], cpu_only=True)
     finished: set[str] = set()
@@ -143,14 +148,12 @@ def wait_for_finishers(target: str, job: str, index: int, expected: set[str], st
         try:
             with v1.Session(target, graph=graph, config=config) as sess:
                 while not expected <= finished:
-                    sender = sess.run(token).decode("utf-8", "replace")
-                    name = sender.removesuffix(STAND_IN_SUFFIX)
+                    token_run, _, name = sess.run(token).decode("utf-8", "replace").partition(" ")
+                    if token_run != run_id:
+                        log.warning("%s:%d: ignored a done token of another run (%s)", job, index, token_run)
+                        continue
                     if name not in finished:
-                        if name != sender:
-                            log.warning("%s:%d: %s failed for good and will not finish (its supervisor says so)",
-                                        job, index, name)
-                        else:
-                            log.info("%s:%d: %s finished training", job, index, sender)
+                        log.info("%s:%d: %s finished training", job, index, name)
                     finished.add(name)
         except Exception as e:
             log.error("%s:%d: done queue failed: %s", job, index, str(e).splitlines()[0])

@@ -8,9 +8,17 @@ client (`chief:0`).
 from __future__ import annotations
 
 FINISHER_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",)}
-# Set (to "1") by the supervisor on the stand-in of a finisher that failed for good (training/stand_in.py).
-STAND_IN_ENV = "TFCLUSTER_STAND_IN"
 
 
 def is_finisher(mode: str, job: str) -> bool:
     return job in FINISHER_JOBS.get(mode, ())
+
+
+# Which jobs' built-in programs write progress events (the rest only serve). In parameter-server-strategy
+# the coordinator (chief) writes them for the workers too: steps are counted where they are scheduled.
+PROGRESS_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",),
+                 "multi-worker-mirrored": ("chief", "worker"), "parameter-server-strategy": ("chief", "worker")}
+
+
+def reports_progress(mode: str, job: str) -> bool:
+    return job in PROGRESS_JOBS.get(mode, ())

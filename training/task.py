@@ -5,8 +5,6 @@ supervisor sends to logs/<job>-<task>.log), and dispatches:
 - `ps` (either mode) and in-graph `worker`: serve only (training/ps.py);
 - between-graph `worker` and `chief`: the training loop (training/between_graph.py);
 - in-graph `chief`: the single client (training/in_graph.py);
-- with `TFCLUSTER_STAND_IN=1` (set by the supervisor after a finisher failed for good): tell the
-  serving tasks this task will not finish (training/stand_in.py).
 Exit code 0 when training reached its last step (or a serving task saw every finisher, or was stopped);
 2 for a setup error (one line); 1 for a training failure (with its traceback in the log).
 """
@@ -18,7 +16,6 @@ import os
 import sys
 
 from training.context import TaskContext, TaskSetupError
-from training.roles import STAND_IN_ENV
 
 log = logging.getLogger("tfcluster.task")
 
@@ -43,10 +40,6 @@ def dispatch(ctx: TaskContext) -> int:
     tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel(logging.WARNING)
     tf.get_logger().addFilter(_drop_stale_step_warning)
-    if os.environ.get(STAND_IN_ENV) == "1":
-        from training import stand_in
-
-        return stand_in.run(ctx)
     if ctx.job == "ps" or (ctx.mode == "in-graph" and ctx.job == "worker"):
         from training.ps import serve
 

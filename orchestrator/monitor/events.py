@@ -25,6 +25,11 @@ class TaskStateEvent:
     exit_code: int | None = None
     restarts: int = 0
     signal: int | None = None  # the signal that ended the process, when one did
+    final: bool = False  # never started again
+    stopped_by: str | None = None  # ended for good by "user", "run" or "stop": never a failure
+    restarts_left: int | None = None  # of its restart budget
+    restart_reason: str | None = None  # while restarting: "failure" or "group"
+    error: str | None = None  # why it could not run at all
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +46,7 @@ class ProgressEvent:
     task: int
     local_step: int
     global_step: int
-    examples: int
+    examples: int | None  # None: the program does not say how many examples it uses
     loss: float | None
     interval_s: float | None
     ps_bytes: dict[str, PsBytes] = field(default_factory=dict)
@@ -64,6 +69,17 @@ class PsTcp:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskFacts:
+    """What the host sees of a task's processes (training/telemetry/host_facts.py)."""
+
+    procs: int  # live processes of the task (0: gone)
+    cpu_s: float  # CPU seconds they used, a counter
+    stopped: bool  # one is stopped (SIGSTOP)
+    cpu_moved_at: float | None  # remote time its CPU time last grew
+    listening_since: float | None  # remote time its TF server was first seen listening (it has started)
+
+
+@dataclass(frozen=True, slots=True)
 class HostSampleEvent:
     t: float
     host: str
@@ -71,6 +87,8 @@ class HostSampleEvent:
     mem_pct: float | None
     gpus: tuple[GpuSample, ...] = ()
     ps_tcp: dict[str, PsTcp] = field(default_factory=dict)
+    tasks: dict[str, TaskFacts] = field(default_factory=dict)
+    supervisor_alive: bool | None = None  # None: not known (no supervisor state yet, or an older agent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +165,22 @@ def _gpus(raw: Any) -> tuple[GpuSample, ...]:
     return tuple(gpus)
 
 
+def _str(d: dict[str, Any], key: str) -> str | None:
+    v = d.get(key)
+    return v if isinstance(v, str) else None
+
+
+def _task_facts(raw: Any) -> dict[str, TaskFacts]:
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, TaskFacts] = {}
+    for name, v in raw.items():
+        if isinstance(v, dict):
+            out[str(name)] = TaskFacts(int(v.get("procs", 0) or 0), float(v.get("cpu_s", 0.0) or 0.0),
+                                       v.get("stopped") is True, _num(v, "cpu_moved_at"), _num(v, "listening_since"))
+    return out
+
+
 def _ps_tcp(raw: Any) -> dict[str, PsTcp]:
     if not isinstance(raw, dict):
         return {}
@@ -179,13 +213,18 @@ def from_dict(d: dict[str, Any]) -> Event | None:
                 if not isinstance(state, str):
                     raise Malformed("task_state without state")
                 return TaskStateEvent(t, host, job, task, state, _int(d, "pid"), _int(d, "exit_code"),
-                                      _int(d, "restarts", 0) or 0, _int(d, "signal"))
+                                      _int(d, "restarts", 0) or 0, _int(d, "signal"), d.get("final") is True,
+                                      _str(d, "stopped_by"), _int(d, "restarts_left"), _str(d, "restart_reason"),
+                                      _str(d, "error"))
             return ProgressEvent(t, host, job, task, _int(d, "local_step", 0) or 0, _int(d, "global_step", 0) or 0,
-                                 _int(d, "examples", 0) or 0, _num(d, "loss"), _num(d, "interval_s"),
+                                 _int(d, "examples"), _num(d, "loss"), _num(d, "interval_s"),
                                  _ps_bytes(d.get("ps_bytes")))
         if kind == KIND_HOST_SAMPLE:
+            supervisor = d.get("supervisor")
+            alive = supervisor.get("alive") if isinstance(supervisor, dict) else None
             return HostSampleEvent(t, host, _num(d, "cpu_pct"), _num(d, "mem_pct"), _gpus(d.get("gpus")),
-                                   _ps_tcp(d.get("ps_tcp")))
+                                   _ps_tcp(d.get("ps_tcp")), _task_facts(d.get("tasks")),
+                                   alive if isinstance(alive, bool) else None)
         if kind == KIND_HEARTBEAT:
             return HeartbeatEvent(t, host, _num(d, "interval_s"))
     except (TypeError, ValueError, AttributeError) as exc:

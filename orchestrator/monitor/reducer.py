@@ -42,6 +42,10 @@ from orchestrator.monitor.views import (
     task_sort_key,
     window_buckets,
 )
+from orchestrator.plan.model import ClusterPlan
+from training.roles import reports_progress
+
+WARMUP_INTERVALS = 3
 
 
 class ClusterState:
@@ -57,6 +61,7 @@ class ClusterState:
         self.ps: dict[str, PsTraffic] = {}
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a view can append only the new ones
+        self.log_generation = 0  # bumped when an entry went in before the last one (redraw, do not append)
         self.malformed = 0  # lines the collector could not parse
         self.version = 0  # bumped on every change, so a view can skip an unchanged frame
         self.counts: dict[Liveness, int] = dict.fromkeys(LIVENESS_STATES, 0)
@@ -68,13 +73,20 @@ class ClusterState:
     # -- construction ---------------------------------------------------------------------------------
 
     @classmethod
-    def from_plan(cls, plan: Any, run_id: str = "", interval_s: float = 1.0, now: float | None = None) -> ClusterState:
-        """Every planned task and host is known (and shown) before its first event arrives."""
+    def from_plan(cls, plan: ClusterPlan, run_id: str = "", interval_s: float = 1.0,
+                  now: float | None = None) -> ClusterState:
+        """Every planned task and host is known (and shown) before its first event arrives, with whether
+        it reports progress (training/roles.py: the built-in trainers do, servers never, a user's
+        program maybe)."""
         st = cls(run_id, plan.mode, plan.cluster_name, interval_s, now)
         for h in plan.hosts:
             st.host(h.name)
         for t in plan.tasks:
-            st.add_task(t.job, t.index, t.host, t.gpu, port=t.port)
+            tv = st.add_task(t.job, t.index, t.host, t.gpu, port=t.port)
+            if plan.uses_user_command:
+                tv.reports = "maybe"
+            else:
+                tv.reports = "yes" if reports_progress(plan.mode, t.job) else "no"
         return st
 
     def host(self, name: str) -> HostView:
@@ -88,7 +100,7 @@ class ClusterState:
         tv = self.tasks.get(name)
         if tv is None:
             self.host(host)
-            tv = self.tasks[name] = TaskView(job, index, host, gpu)
+            tv = self.tasks[name] = TaskView(job, index, host, gpu, reports="no" if job == "ps" else "yes")
             if job == "ps":
                 self.ps[name] = PsTraffic(name, host, port)
         return tv
@@ -114,6 +126,7 @@ class ClusterState:
         elif isinstance(ev, StreamUp):
             host.stream_up = True
             host.stream_reason = ""
+            host.t_stream_up = now
         elif isinstance(ev, StreamDown):
             host.stream_up = False
             host.stream_reason = ev.reason
@@ -125,9 +138,9 @@ class ClusterState:
         if prev is not None and ev.local_step >= prev[1] and ev.t > prev[0]:
             dt = ev.t - prev[0]
             steps = (ev.local_step - prev[1]) / dt
-            examples = max(ev.examples - prev[2], 0) / dt
             tv.steps_per_s = ema(tv.steps_per_s, steps, dt)
-            tv.examples_per_s = ema(tv.examples_per_s, examples, dt)
+            if ev.examples is not None and prev[2] is not None:
+                tv.examples_per_s = ema(tv.examples_per_s, max(ev.examples - prev[2], 0) / dt, dt)
             append_window(tv.history, t, steps)
         elif prev is not None and ev.local_step < prev[1]:
             tv.steps_per_s = tv.examples_per_s = None  # a new process: its counters restarted
@@ -152,6 +165,8 @@ class ClusterState:
         if tv.t_state is not None and t < tv.t_state:
             return  # an older line (files replayed out of order): the newer state stands
         tv.proc_state, tv.t_state, tv.restarts = ev.state, t, max(ev.restarts, tv.restarts)
+        tv.stopped_by, tv.restarts_left, tv.error = ev.stopped_by, ev.restarts_left, ev.error
+        tv.restart_reason = ev.restart_reason if ev.state == "restarting" else None
         if ev.pid is not None:
             tv.pid = ev.pid
         # Python's convention: a process ended by signal N has exit code -N.
@@ -159,12 +174,17 @@ class ClusterState:
         if ev.state == "exited":
             tv.exit_code = code
             tv.down = True
-            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {code})")
+            why = {"user": ", stopped for good by the user", "run": ", ended with the run",
+                   "stop": ", stopped"}.get(ev.stopped_by or "", "")
+            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {code}{why})"
+                      + (f": {ev.error}" if ev.error else ""))
         elif ev.state == "restarting":
             if code is not None:
                 tv.exit_code = code
             after = f" after exit code {code}" if code is not None else ""
-            self._log(t, "restart", f"{tv.name} on {tv.host} restarting{after} (restart {ev.restarts})")
+            group = " with its group" if ev.restart_reason == "group" else ""
+            left = f", {ev.restarts_left} left" if ev.restarts_left is not None else ""
+            self._log(t, "restart", f"{tv.name} on {tv.host} restarting{group}{after} (restart {ev.restarts}{left})")
             tv.down = True
         elif ev.state in ("starting", "running"):
             tv._prev = None  # a new process starts its counters from zero
@@ -178,6 +198,15 @@ class ClusterState:
     def _host_sample(self, ev: HostSampleEvent, host: HostView, now: float) -> None:
         host.cpu_pct, host.mem_pct, host.gpus, host.t_sample = ev.cpu_pct, ev.mem_pct, ev.gpus, now
         t = host.local(ev.t)
+        if ev.supervisor_alive is not None:
+            host.supervisor_alive = ev.supervisor_alive
+        for name, facts in ev.tasks.items():
+            tv = self.tasks.get(name)
+            if tv is None:
+                continue
+            tv.procs, tv.sigstopped, tv.cpu_s = facts.procs, facts.stopped, facts.cpu_s
+            tv.t_cpu_moved = None if facts.cpu_moved_at is None else host.local(facts.cpu_moved_at)
+            tv.t_listening = None if facts.listening_since is None else host.local(facts.listening_since)
         for name, m in ev.ps_tcp.items():
             ps = self.ps.get(name)
             if ps is None:
@@ -201,7 +230,19 @@ class ClusterState:
             ps._prev_peers = dict(m.peers)
 
     def _log(self, t: float, kind: str, text: str) -> None:
-        self.log.append(LogEntry(t, kind, text))
+        """Add an entry in time order: a host's backlog replays older lines after newer ones of others."""
+        entry = LogEntry(t, kind, text)
+        if self.log and t < self.log[-1].t:
+            at = len(self.log)
+            while at > 0 and self.log[at - 1].t > t:
+                at -= 1
+            if len(self.log) == self.log.maxlen:
+                self.log.popleft()
+                at = max(at - 1, 0)
+            self.log.insert(at, entry)
+            self.log_generation += 1  # not an append: a view must redraw the log, not add to it
+        else:
+            self.log.append(entry)
         self.log_total += 1
 
     # -- clock ----------------------------------------------------------------------------------------
@@ -210,19 +251,7 @@ class ClusterState:
         """Recompute liveness, ages and totals at `now`; logs hosts lost and back, tasks stalling."""
         self.now = max(self.now, now)
         now = self.now
-        for h in self.hosts.values():
-            ok = host_reachable(h, now)
-            if ok != h.reachable:
-                h.reachable = ok
-                if ok:
-                    self._log(now, "host-back", f"host {h.name} back")
-                elif h.t_heard is not None:  # (a host not heard from yet was never "lost")
-                    why = f": {h.stream_reason}" if h.stream_reason else ""
-                    self._log(now, "host-lost", f"host {h.name} unreachable{why}")
-                else:
-                    why = f": {h.stream_reason}" if h.stream_reason else ""
-                    self._log(now, "host-lost", f"host {h.name} not reachable yet{why}")
-                self.version += 1
+        self._tick_hosts(now)
         counts = dict.fromkeys(LIVENESS_STATES, 0)
         steps = examples = 0.0
         gstep: int | None = None
@@ -231,14 +260,19 @@ class ClusterState:
             h = self.hosts[tv.host]
             live = task_liveness(tv, h, now)
             if live != tv.liveness:
-                if live == "stalled" and tv.liveness == "running":
+                # While a stream replays its backlog, old lines make a task look stalled for a moment:
+                # no event is logged until its host has been up for a few intervals.
+                settled = h.t_stream_up is None or now - h.t_stream_up > WARMUP_INTERVALS * h.interval_s
+                if live == "stalled" and tv.liveness == "running" and settled:
                     self._log(now, "stall", f"{tv.name} on {tv.host} stalled")
+                elif live == "lost" and settled:
+                    self._log(now, "lost", f"{tv.name} on {tv.host} lost: its supervisor and its processes are gone")
                 tv.liveness = live
                 self.version += 1
             counts[live] = counts.get(live, 0) + 1
             last = h.t_heard if live == "unreachable" else tv.last_data
-            if not tv.expects_progress and live == "running" and h.t_sample is not None:
-                last = h.t_sample  # a PS writes no progress: its freshest data is its host's sample
+            if tv.t_progress is None and live == "running" and h.t_sample is not None:
+                last = h.t_sample  # a server writes no progress: its freshest data is its host's sample
             tv.age_s = None if last is None else max(now - last, 0.0)
             if tv.global_step is not None:
                 gstep = tv.global_step if gstep is None else max(gstep, tv.global_step)
@@ -258,6 +292,21 @@ class ClusterState:
             ps.accounted_out = sum(r[1] for r in fresh) if fresh else (0.0 if ps._by_worker else None)
             if ps.t_measured is not None and now - ps.t_measured > STALE_INTERVALS * self.interval_s * 2:
                 ps.measured_in = ps.measured_out = None  # no fresh sample: do not show an old rate as current
+
+    def _tick_hosts(self, now: float) -> None:
+        for h in self.hosts.values():
+            ok = host_reachable(h, now)
+            if ok == h.reachable:
+                continue
+            h.reachable = ok
+            why = f": {h.stream_reason}" if h.stream_reason else ""
+            if ok:
+                self._log(now, "host-back", f"host {h.name} back")
+            elif h.t_heard is not None:  # (a host not heard from yet was never "lost")
+                self._log(now, "host-lost", f"host {h.name} unreachable{why}")
+            else:
+                self._log(now, "host-lost", f"host {h.name} not reachable yet{why}")
+            self.version += 1
 
     # -- views ----------------------------------------------------------------------------------------
 
@@ -279,11 +328,14 @@ class ClusterState:
                  "stale": tv.liveness == "unreachable", "process_state": tv.proc_state, "pid": tv.pid,
                  "exit_code": tv.exit_code, "restarts": tv.restarts, "local_step": tv.local_step,
                  "global_step": tv.global_step, "loss": r(tv.loss, 6), "steps_per_s": r(tv.steps_per_s),
-                 "examples_per_s": r(tv.examples_per_s), "age_s": r(tv.age_s, 2)}
+                 "examples_per_s": r(tv.examples_per_s), "age_s": r(tv.age_s, 2),
+                 "no_progress_reported": tv.no_progress, "cpu_s": tv.cpu_s, "restarts_left": tv.restarts_left,
+                 "restart_reason": tv.restart_reason, "stopped_by": tv.stopped_by, "error": tv.error}
                 for tv in sorted(self.tasks.values(), key=task_sort_key)
             ],
             "hosts": [
-                {"name": h.name, "reachable": h.reachable, "stream_up": h.stream_up, "cpu_pct": r(h.cpu_pct, 1),
+                {"name": h.name, "reachable": h.reachable, "stream_up": h.stream_up,
+                 "supervisor_alive": h.supervisor_alive, "cpu_pct": r(h.cpu_pct, 1),
                  "mem_pct": r(h.mem_pct, 1),
                  "gpus": [{"index": g.index, "util_pct": g.util_pct, "mem_used_mb": g.mem_used_mb} for g in h.gpus],
                  "age_s": None if h.t_heard is None else r(self.now - h.t_heard, 2)}

@@ -19,7 +19,7 @@ EMA_TAU_S = 3.0  # smoothing time constant for rates
 HISTORY_S = 60.0  # sparkline window
 LOG_LEN = 500
 
-Liveness = Literal["running", "stalled", "starting", "restarting", "exited", "unreachable"]
+Liveness = Literal["running", "stalled", "starting", "restarting", "exited", "unreachable", "lost"]
 LIVENESS_STATES: tuple[Liveness, ...] = get_args(Liveness)
 
 
@@ -41,10 +41,12 @@ class HostView:
     gpus: tuple[GpuSample, ...] = ()
     t_sample: float | None = None  # local time of the last host_sample
     t_heard: float | None = None  # local time of the last line from its stream
+    t_stream_up: float | None = None  # local time its stream (re)connected: its backlog replays after it
     clock_offset: float = 0.0  # local - remote, from heartbeats
     stream_up: bool = False
     stream_reason: str = ""
     reachable: bool = True  # as of the last tick
+    supervisor_alive: bool | None = None  # from the host's facts; None = not known
 
     def local(self, remote_t: float) -> float:
         return remote_t + self.clock_offset
@@ -62,11 +64,18 @@ class TaskView:
     task: int
     host: str
     gpu: int | None = None
+    # Whether this task writes progress events itself (the built-in trainers do; servers never; a user's
+    # program may: then "maybe", and liveness falls back to its processes' CPU until it does).
+    reports: Literal["yes", "no", "maybe"] = "yes"
     # from the supervisor's task_state
     proc_state: str | None = None
     pid: int | None = None
     exit_code: int | None = None
     restarts: int = 0
+    restarts_left: int | None = None
+    restart_reason: str | None = None
+    stopped_by: str | None = None
+    error: str | None = None
     t_state: float | None = None
     down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
     # from progress
@@ -80,7 +89,13 @@ class TaskView:
     examples_per_s: float | None = None
     history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))  # (t, steps/s)
     loss_history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))
-    _prev: tuple[float, int, int] | None = None  # remote t, local_step, examples of the last progress
+    _prev: tuple[float, int, int | None] | None = None  # remote t, local_step, examples of the last progress
+    # from the host's facts (training/telemetry/host_facts.py)
+    procs: int | None = None  # live processes; None = not known
+    cpu_s: float | None = None
+    t_cpu_moved: float | None = None  # local time its CPU counter last moved
+    sigstopped: bool = False
+    t_listening: float | None = None  # local time its TF server was first seen listening (it has started)
     # computed by tick
     liveness: Liveness = "starting"
     age_s: float | None = None
@@ -91,37 +106,56 @@ class TaskView:
 
     @property
     def expects_progress(self) -> bool:
-        return self.job != "ps"
+        return self.reports == "yes"
+
+    @property
+    def no_progress(self) -> bool:
+        """Alive and judged by its CPU alone: it reports no progress the dashboard can read."""
+        return self.reports != "no" and self.t_progress is None and self.liveness in ("running", "stalled")
 
     @property
     def last_data(self) -> float | None:
-        times = [t for t in (self.t_state, self.t_progress) if t is not None]
+        times = [t for t in (self.t_state, self.t_progress, self.t_cpu_moved) if t is not None]
         return max(times) if times else None
 
 
 def task_liveness(task: TaskView, host: HostView, now: float) -> Liveness:
-    """running / stalled / starting / restarting / exited / unreachable, from recorded times and the clock."""
+    """One task's liveness from recorded times, the host's facts and the clock (DESIGN.md "Liveness").
+
+    unreachable: its host's stream is silent. exited: it ended for good. lost: its supervisor is gone and
+    so are its processes (nobody will restart it or say how it ended). restarting/starting: as its
+    supervisor says, until its new process reports progress or its TF server listens. Then: a task that
+    reports progress is running while its global step moves, else stalled; a server (ps, in-graph
+    worker) is running while its processes live; a program that reports nothing is running while its
+    CPU time moves, stalled when it does not (or when it is SIGSTOPped)."""
     if not host_reachable(host, now):
         return "unreachable"
-    window = STALE_INTERVALS * host.interval_s
     if task.proc_state == "exited":
         return "exited"
-    # A progress line newer than "starting"/"restarting" means the new process is already past it.
-    newer_progress = task.t_progress is not None and task.t_state is not None and task.t_progress > task.t_state
-    if task.proc_state == "restarting" and not newer_progress:
+    if host.supervisor_alive is False and task.procs == 0:
+        return "lost"
+    window = STALE_INTERVALS * host.interval_s
+    since = task.t_state  # progress older than the supervisor's last word is the previous process's
+    progress = task.t_progress is not None and (since is None or task.t_progress >= since)
+    if task.proc_state == "restarting" and not progress:
         return "restarting"
-    if task.proc_state == "starting" and not newer_progress:
-        return "starting"
-    if not task.expects_progress:
+    if task.sigstopped:
+        return "stalled"
+    if progress:
+        assert task.t_progress is not None
+        if now - task.t_progress > window or task.t_step_moved is None or now - task.t_step_moved > window:
+            return "stalled"
         return "running"
-    if task.t_progress is None or (task.t_state is not None and task.proc_state == "running"
-                                   and task.t_progress < task.t_state):
-        return "starting"  # alive, no progress from this process yet (TF still connecting)
-    if now - task.t_progress > window:
-        return "stalled"
-    if task.t_step_moved is None or now - task.t_step_moved > window:
-        return "stalled"
-    return "running"
+    if task.reports == "no":
+        return "running" if task.proc_state == "running" and task.procs != 0 else "starting"
+    if task.reports == "yes":
+        return "starting"  # a trainer's start-up ends with its first step
+    # A program that reports nothing (yet): running while its CPU time moves (its first window after its
+    # supervisor started it included), stalled when it does not.
+    if task.proc_state != "running":
+        return "starting"
+    last_work = max(t for t in (since, task.t_cpu_moved) if t is not None) if since or task.t_cpu_moved else None
+    return "running" if last_work is not None and now - last_work <= window else "stalled"
 
 
 @dataclass

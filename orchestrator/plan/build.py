@@ -61,7 +61,9 @@ def build_plan(
     slots = _slots(config, source)
     shell_text = None if config.training.command is None else fill_command(config.training.command, source)
 
-    ports = allocate_ports({job: len(v) for job, v in slots.items()}, JOB_ORDER, config.cluster.base_port, source)
+    # One port per task, then one per host for its supervisor's peer channel.
+    counts: dict[str, int] = {**{job: len(v) for job, v in slots.items()}, "control": len(config.hosts)}
+    ports = allocate_ports(counts, (*JOB_ORDER, "control"), config.cluster.base_port, source)
 
     cluster_spec: dict[str, list[str]] = {
         job: [f"{_host_address(h)}:{ports[(job, i)]}" for i, (h, _) in enumerate(slots[job])]
@@ -111,8 +113,9 @@ def build_plan(
             name=h.name, address=h.address, transport=h.transport, python=host_python(config, h),
             workdir=host_workdir(config, h), ssh=explicit_ssh(config, h), roles=tuple(h.roles),
             tasks=tuple(t.name for t in tasks if t.host == h.name),
+            dial_address=_host_address(h), control_port=ports[("control", i)],
         )
-        for h in config.hosts
+        for i, h in enumerate(config.hosts)
     )
     return ClusterPlan(
         cluster_name=config.cluster.name,

@@ -62,6 +62,12 @@ class HostPlan:
     ssh: SSHOptions
     roles: tuple[str, ...]
     tasks: tuple[str, ...]  # task names ("worker-0") on this host
+    dial_address: str = ""  # where the other machines reach it (an ssh alias's HostName), "" = address
+    control_port: int = 0  # its supervisor's peer channel (training/supervisor/peers.py), 0 = none
+
+    @property
+    def control(self) -> str:
+        return f"{self.dial_address or self.address}:{self.control_port}"
 
 
 @dataclass(frozen=True)
@@ -171,4 +177,5 @@ def _host(raw: object) -> HostPlan:
         ssh=SSHOptions.model_validate(_mapping(h.get("ssh", {}), "ssh"), strict=False),
         roles=tuple(str(r) for r in _list(h.get("roles", []), "roles")),
         tasks=tuple(str(n) for n in _list(h.get("tasks", []), "tasks")),
+        dial_address=str(h.get("dial_address", "")), control_port=int(h.get("control_port", 0)),
     )

@@ -1,4 +1,5 @@
-"""Task ports: one per task, consecutive from `[cluster] base_port`, unique across the whole cluster.
+"""Ports: one per task, then one per host for its supervisor's peer channel, consecutive from
+`[cluster] base_port`, unique across the whole cluster.
 
 TensorFlow's gRPC server listens on every interface of its machine (`*:port`, whatever address the
 cluster spec names), so ports are unique cluster-wide, not per host: loopback "machines" in tests share
@@ -23,7 +24,8 @@ def allocate_ports(
     if last > MAX_PORT:
         raise ConfigError(
             source, "cluster.base_port",
-            f"base_port {base_port} leaves no room for the plan's {total} task ports "
+            f"base_port {base_port} leaves no room for the plan's {total} ports (one per task, one per host's "
+            f"supervisor) "
             f"(the last would be {last} > {MAX_PORT}); use base_port <= {MAX_PORT + 1 - total}",
         )
     ports: dict[tuple[str, int], int] = {}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
 import socket
 import threading
@@ -269,8 +270,11 @@ def start(
         start_pid=os.getpid(), start_machine=socket.gethostname(),
     )
     records.save(record)
+    # The supervisors sign their peer messages with a key of the run's own (training/supervisor/peers.py):
+    # in the hosts' run.json (0600) only, never in the local record.
     run_data: dict[str, Any] = {"run_id": run_id, "created": created, "plan": plan.to_json(),
-                                "supervisor": {"grace": options.stop_grace, **options.supervisor}}
+                                "supervisor": {"grace": options.stop_grace, **options.supervisor},
+                                "channel_key": secrets.token_hex(32)}
     run_json = json.dumps(run_data).encode()
     starter = _Starter(plan, record, files, run_json, options, progress, opener)
     hosts = list(plan.hosts)

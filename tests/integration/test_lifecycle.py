@@ -48,6 +48,7 @@ if "FAIL_WORKER1" in sys.argv and job == "worker" and task == "1":
 end = time.time() + seconds
 while time.time() < end and not os.path.exists(release):
     print(f"tick {job}:{task}", flush=True)
+    sum(range(300_000))  # a little work, as training does: its CPU time moves
     time.sleep(0.2)
 """
 
@@ -225,8 +226,9 @@ def test_stop_reports_an_unreachable_host_and_is_idempotent(
         _code, st = status_json(state_dir, "lost-host")
         assert st["state"] == "partial"
         assert {t["name"]: t["state"] for t in st["tasks"]}["worker:1"] == "unreachable"
-        alive = run_processes("lost-host")
-        assert alive and all("/work2/" in p.environ()["TFCLUSTER_RUN_DIR"] for p in alive)  # only m2's
+        # m2's supervisor (alive: only its sshd is gone) hears from its peers that the run was stopped,
+        # and stops its own tasks: the run ends everywhere even where `stop` could not go.
+        wait_for(lambda: not run_processes("lost-host"), 30, "m2's supervisor to end the run there too")
     finally:
         machines.start(2)
     assert cli(state_dir, "stop", "lost-host").returncode == 0

@@ -235,11 +235,11 @@ def test_base_port_out_of_range(tmp_path: Path) -> None:
 
 
 def test_base_port_plus_tasks_beyond_65535(tmp_path: Path) -> None:
-    # ps:0, chief:0 (GPU 0), worker:0 (GPU 1) = 3 ports: 65534, 65535, 65536.
+    # ps:0, chief:0 (GPU 0), worker:0 (GPU 1) and the 2 hosts' supervisors = 5 ports: 65534 ... 65538.
     err = error_for(tmp_path, GOOD.replace('name = "t"', 'name = "t"\nbase_port = 65534'))
     assert err.one_line() == (
-        f"{tmp_path}/hosts.toml:3: cluster.base_port: base_port 65534 leaves no room for the plan's 3 task ports "
-        "(the last would be 65536 > 65535); use base_port <= 65533"
+        f"{tmp_path}/hosts.toml:3: cluster.base_port: base_port 65534 leaves no room for the plan's 5 ports "
+        "(one per task, one per host's supervisor) (the last would be 65538 > 65535); use base_port <= 65531"
     )
 
 

@@ -148,11 +148,14 @@ def test_done_queue_contract() -> None:
     assert serving_targets("in-graph", spec) == [("ps", 0), ("ps", 1), ("worker", 0), ("worker", 1)]
 
 
-def test_done_queue_is_shared_by_name_and_placed_on_its_task() -> None:
-    from training.ps import done_queue
+def test_done_queue_is_shared_by_name_per_run_and_placed_on_its_task() -> None:
+    """Two runs that reach the same server (a reused port) never share a done queue."""
+    from training.ps import done_queue, run_tag
 
     graph = tf.Graph()
     with graph.as_default():
-        queue = done_queue("ps", 1)
-    assert queue.queue_ref.op.get_attr("shared_name") == b"done_queue_ps1"
+        queue = done_queue("run-a", "ps", 1)
+        other = done_queue("run-b", "ps", 1)
+    assert queue.queue_ref.op.get_attr("shared_name") == f"done_queue_{run_tag('run-a')}_ps1".encode()
+    assert queue.queue_ref.op.get_attr("shared_name") != other.queue_ref.op.get_attr("shared_name")
     assert queue.queue_ref.device == "/job:ps/task:1/device:CPU:0"

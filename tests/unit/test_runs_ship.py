@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, UsageError
+from orchestrator.monitor.status import HostStatus, TaskStatus, TaskStatusWord, _run_state
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
 from orchestrator.run.logs import select_tasks
 from orchestrator.run.ship import ShipFile, ship, sync_files, training_package_files
-from orchestrator.run.status import HostStatus, TaskStatus, TaskStatusWord, _run_state
 from orchestrator.transport.local import LocalTransport
 from tests.plans import tiny_plan
 

@@ -326,3 +326,78 @@ def test_host_never_heard_is_not_reported_lost_but_not_reachable_yet() -> None:
     feed(st, hb("late", T0 + 5))
     st.tick(T0 + 5)
     assert st.log[-1].kind == "host-back"
+
+
+def sample(t: float, host: str = "a", supervisor_alive: bool | None = True, **tasks: dict) -> dict:
+    return make_event("host_sample", host, t=t, cpu_pct=10.0, mem_pct=10.0, gpus=[], ps_tcp={},
+                      tasks=tasks, supervisor={"pid": 1, "alive": supervisor_alive})
+
+
+def facts(cpu_s: float, procs: int = 1, stopped: bool = False, moved_at: float | None = None,
+          listening_since: float | None = None) -> dict:
+    return {"procs": procs, "cpu_s": cpu_s, "stopped": stopped, "cpu_moved_at": moved_at,
+            "listening_since": listening_since}
+
+
+def test_a_task_whose_supervisor_and_processes_are_gone_is_lost_and_logged_once() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)
+    feed(st, sample(t, **{"worker-0": facts(1.0)}))
+    st.tick(t)
+    assert st.tasks["worker-0"].liveness == "running"
+    for i in range(1, 6):  # the supervisor dies, then its worker; the state file still says running
+        feed(st, hb("a", t + i))
+        feed(st, sample(t + i, supervisor_alive=False, **{"worker-0": facts(1.0, procs=0 if i > 2 else 1)}))
+        st.tick(t + i)
+    assert st.tasks["worker-0"].liveness == "lost"
+    assert [e.kind for e in st.log].count("lost") == 1
+
+
+def test_a_program_that_reports_nothing_is_judged_by_its_cpu() -> None:
+    st = ClusterState(now=T0)
+    tv = st.add_task("worker", 0, "a")
+    tv.reports = "maybe"  # a user's command
+    feed(st, hb("a", T0))
+    feed(st, task_state(T0, "running", pid=10))
+    feed(st, sample(T0, **{"worker-0": facts(0.0)}))
+    st.tick(T0)
+    assert tv.liveness == "running"  # just started: the benefit of the doubt for one window
+    for i in range(1, 6):  # busy
+        feed(st, hb("a", T0 + i))
+        feed(st, sample(T0 + i, **{"worker-0": facts(0.5 + i, moved_at=T0 + i)}))
+        st.tick(T0 + i)
+    assert tv.liveness == "running" and tv.no_progress
+    for i in range(6, 12):  # alive but its CPU stopped moving
+        feed(st, hb("a", T0 + i))
+        feed(st, sample(T0 + i, **{"worker-0": facts(5.5, moved_at=T0 + 5)}))
+        st.tick(T0 + i)
+    assert tv.liveness == "stalled" and tv.no_progress
+    feed(st, sample(T0 + 12, **{"worker-0": facts(9.0, stopped=True, moved_at=T0 + 12)}))
+    st.tick(T0 + 12)
+    assert tv.liveness == "stalled"  # SIGSTOPped: going nowhere even if the counter moved
+
+
+def test_servers_are_running_while_they_live() -> None:
+    st = ClusterState(now=T0)
+    tv = st.add_task("worker", 0, "a")
+    tv.reports = "no"  # an in-graph worker: a TF server, no progress of its own
+    feed(st, hb("a", T0))
+    feed(st, task_state(T0, "running", pid=10))
+    feed(st, sample(T0, **{"worker-0": facts(0.1)}))
+    st.tick(T0 + 30)
+    feed(st, hb("a", T0 + 30))
+    st.tick(T0 + 30)
+    assert tv.liveness == "running"
+
+
+def test_the_log_stays_in_time_order_and_a_replayed_backlog_logs_no_false_stall() -> None:
+    st = ClusterState(now=T0 + 100)
+    feed(st, {"kind": "stream_up"} | hb("a", T0 + 100))  # (a heartbeat; the StreamUp is applied below)
+    st.apply(StreamUp(T0 + 100, "a"), T0 + 100)
+    for i in range(5):  # the backlog: progress from a minute ago, then a restart, arriving now
+        feed(st, progress(T0 + 40 + i, 5 * i), now=T0 + 100)
+    feed(st, task_state(T0 + 50, "restarting", restarts=1, exit_code=1), now=T0 + 100)
+    st.tick(T0 + 100)
+    st._log(T0 + 99, "info", "earlier")  # an entry older than the last one goes before it
+    assert [e.t for e in st.log] == sorted(e.t for e in st.log)
+    assert "stall" not in [e.kind for e in st.log]

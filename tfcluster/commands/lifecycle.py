@@ -18,10 +18,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from orchestrator.config.schema import Mode
+from orchestrator.monitor.status import TaskStatus
+from orchestrator.monitor.status import status as run_status
 from orchestrator.run import launch, records
 from orchestrator.run.logs import logs as follow_logs
-from orchestrator.run.status import TaskStatus
-from orchestrator.run.status import status as run_status
 from orchestrator.run.stop import stop as stop_run
 from tfcluster.common import HostsFile, LatestRunId, load_plan, widen
 from tfcluster.live import open_dashboard, watch_status

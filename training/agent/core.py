@@ -14,7 +14,8 @@ from typing import TextIO
 from training.agent.host_metrics import CpuMem, read_gpus
 from training.agent.tailer import EventsTailer
 from training.agent.tcp import PsCounters, read_tcp
-from training.layout import RUN_FILE
+from training.layout import RUN_FILE, RunLayout
+from training.telemetry.host_facts import read_facts
 from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, dumps, make_event
 
 
@@ -52,6 +53,7 @@ class Agent:
         self._explicit_ports = ps_ports
         self.counters = PsCounters(dict(ps_ports or {}), set(peer_ports or ()))
         self.cpu = CpuMem()
+        self.layout = RunLayout(run_dir)
         self.gpu_tool = shutil.which("nvidia-smi") is not None
         self.stop = threading.Event()
 
@@ -76,7 +78,8 @@ class Agent:
         if ports:
             self.counters.update(read_tcp(ports.values(), self.counters.peer_ports))
         return dumps(make_event(KIND_HOST_SAMPLE, self.host, cpu_pct=cpu, mem_pct=mem,
-                                gpus=read_gpus() if self.gpu_tool else [], ps_tcp=self.counters.snapshot()))
+                                gpus=read_gpus() if self.gpu_tool else [], ps_tcp=self.counters.snapshot(),
+                                **read_facts(self.layout, self.host)))
 
     def heartbeat(self) -> str:
         return dumps(make_event(KIND_HEARTBEAT, self.host, interval_s=self.interval))

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any
 
+    from training.supervisor.policy import RestartBudget
+
 
 # Signals the supervisor (or Python) ignores, which a spawned program would otherwise inherit ignored.
 _RESET_SIGNALS = (signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
@@ -65,8 +67,11 @@ class Child:
 
 class Task:
     __slots__ = (
+        "budget",
         "command",
         "env",
+        "epoch",
+        "error",
         "exit_code",
         "exit_signal",
         "exited_at",
@@ -75,23 +80,34 @@ class Task:
         "index",
         "job",
         "next_start",
+        "port",
         "proc",
+        "restart_reason",
         "restarts",
         "started_at",
         "state",
+        "stopped_by",
     )
 
-    def __init__(self, job: str, index: int, command: list[str], env: dict[str, str]) -> None:
+    def __init__(self, job: str, index: int, command: list[str], env: dict[str, str], port: int | None,
+                 budget: RestartBudget) -> None:
         self.job = job
         self.index = index
         self.command = command
         self.env = env
+        self.port = port  # its TF server's port, checked free before each start
+        self.budget = budget
         self.proc: Child | None = None
         self.state = "starting"
-        self.restarts = 0
+        self.restarts = 0  # every restart of this task, for display (the budget may have been reset)
+        self.restart_reason: str | None = None  # "failure" | "group"
+        self.epoch = 0  # the group-restart epoch it was started in (multi-worker-mirrored)
         self.exit_code: int | None = None
         self.exit_signal: int | None = None
-        self.final = False  # done (exit 0), or failed for good: never started again
+        self.error: str | None = None  # why it could not run at all (e.g. its port is taken)
+        # None, or who ended it for good: "user" (a hold file), "run" (the run's outcome), "stop".
+        self.stopped_by: str | None = None
+        self.final = False  # done (exit 0), or failed or stopped for good: never started again
         self.next_start = 0.0
         self.started_at: float | None = None
         self.exited_at: float | None = None

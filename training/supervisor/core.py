@@ -1,8 +1,14 @@
-"""The Supervisor: starts this host's tasks, restarts them by policy, stops them on SIGTERM, and
-records every state change (state/<job>-<task>.json and events/supervisor-<host>.jsonl).
+"""The Supervisor: starts this host's tasks, restarts them by policy, ends them with the run, stops them
+on SIGTERM, and records every state change (state/<job>-<task>.json, events/supervisor-<host>.jsonl).
 
 It leads its own session and process group and every task it spawns stays in that group, so `stop`
-can always kill the whole group even when the supervisor itself is gone.
+can always kill the whole group even when the supervisor itself is gone. Its umask is 077: the run's
+logs, events, state and checkpoints are private to the user (files 0600, directories 0700).
+
+Run-wide decisions (training/supervisor/policy.py) are taken by every supervisor from what the peers
+report (training/supervisor/run_view.py): each task's final exit is sent to every other host; when the
+run has finished or failed, every supervisor stops its remaining tasks cleanly and exits; in
+multi-worker-mirrored mode a failed worker restarts the whole group.
 """
 
 from __future__ import annotations
@@ -15,20 +21,28 @@ import time
 from typing import TYPE_CHECKING
 
 from training.layout import RUN_DIR_ENV, RunLayout
-from training.roles import STAND_IN_ENV, is_finisher
 from training.supervisor.children import Child, Task, spawn
 from training.supervisor.files import write_json_atomic
+from training.supervisor.policy import RestartBudget, restarts_as_group
+from training.supervisor.ports import port_taken
 from training.supervisor.procfs import TASK_ID_ENV, run_processes, signal_pids
+from training.supervisor.run_view import RunView
+from training.telemetry.host_facts import FactsWriter
 from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
 
 if TYPE_CHECKING:
-    pass
+    from typing import Any
 
 DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1}
+GROUP_KILL_GRACE_S = 2.0  # a worker hung in a collective gets this long after SIGTERM
+FACTS_EVERY_S = 1.0  # how often the tasks' processes are looked at (training/telemetry/host_facts.py)
+PEER_FLUSH_S = 30.0  # at the end: how long to keep telling unreachable peers our last news
+PYTHON_ARG = "TFCLUSTER_ARG_PYTHON"  # the user command's {python}: `~/` is this host's home
 
 
 class Supervisor:
     def __init__(self, run_dir: str, host: str, ready_fd: int | None = None) -> None:
+        os.umask(0o077)
         self.ready_fd = ready_fd  # --detach: written and closed once every task was spawned
         self.layout = RunLayout(run_dir)
         self.host = host
@@ -37,27 +51,31 @@ class Supervisor:
         plan = self.run["plan"]
         training = plan.get("training", {})
         self.restart_policy: str = training.get("restart", "on-failure")
-        self.max_restarts: int = int(training.get("max_restarts", 3))
+        max_restarts = int(training.get("max_restarts", 3)) if self.restart_policy == "on-failure" else 0
+        window = float(training.get("restart_window", 600.0))
         opts = {**DEFAULTS, **self.run.get("supervisor", {})}
         self.backoff_initial = float(opts["backoff_initial"])
         self.backoff_max = float(opts["backoff_max"])
         self.grace = float(opts["grace"])
         self.poll = float(opts["poll"])
-        self.tasks = [
-            Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]))
-            for t in plan["tasks"]
-            if t["host"] == host
-        ]
         self.mode: str = plan.get("mode", "between-graph")
-        # Stand-ins (below) speak the built-in programs' done-queue protocol; a user's program has its own.
-        self.builtin_programs = plan.get("uses_user_command") is False
-        self.helpers: list[Child] = []  # stand-ins still running
+        self.tasks = [
+            Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]),
+                 port=t.get("port") if t.get("in_cluster", True) else None,
+                 budget=RestartBudget(max_restarts, window))
+            for t in plan["tasks"] if t["host"] == host
+        ]
+        self.view = RunView(self.run, host)
+        self.epoch = 0  # group restarts seen (multi-worker-mirrored)
         self.state = "starting"
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.stop_requested = False
-        for d in self.layout.dirs():
+        for d in (*self.layout.dirs(), self.layout.checkpoints(str(training.get("checkpoint_dir", "checkpoints")))):
             os.makedirs(d, exist_ok=True)
+        for private in (self.layout.root, self.layout.run_file):
+            with contextlib.suppress(OSError):  # made by `start`'s shell, before our umask
+                os.chmod(private, 0o700 if os.path.isdir(private) else 0o600)
         os.chdir(self.layout.code)  # the tasks' working directory (posix_spawn has no cwd of its own)
         self._events = open(self.layout.supervisor_events_file(host), "a", encoding="utf-8")  # noqa: SIM115
 
@@ -65,31 +83,39 @@ class Supervisor:
     def _write_self(self) -> None:
         write_json_atomic(self.layout.supervisor_state_file(self.host), {
             "kind": "supervisor", "host": self.host, "run_id": self.run.get("run_id"), "pid": os.getpid(),
-            "pgid": os.getpgid(0), "state": self.state, "started_at": self.started_at,
-            "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks], "updated_at": time.time(),
+            "pgid": os.getpgid(0), "state": self.state, "outcome": self.view.outcome, "epoch": self.epoch,
+            "started_at": self.started_at, "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks],
+            "updated_at": time.time(),
         })
 
     def _record(self, task: Task, state: str) -> None:
         task.state = state
         now = time.time()
-        self._events.write(dumps(make_event(
-            KIND_TASK_STATE, self.host, job=task.job, task=task.index, t=now, state=state, pid=task.pid,
-            exit_code=task.exit_code, restarts=task.restarts, signal=task.exit_signal, final=task.final,
-        )) + "\n")
+        fields: dict[str, Any] = {
+            "state": state, "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code,
+            "signal": task.exit_signal, "final": task.final, "stopped_by": task.stopped_by,
+            "held": task.stopped_by == "user", "restarts_left": task.budget.left,
+            "restart_reason": task.restart_reason if state == "restarting" else None, "error": task.error,
+        }
+        self._events.write(dumps(make_event(KIND_TASK_STATE, self.host, job=task.job, task=task.index, t=now,
+                                            **fields)) + "\n")
         self._events.flush()
         write_json_atomic(self.layout.task_state_file(task.job, task.index), {
-            "kind": "task", "host": self.host, "job": task.job, "task": task.index, "state": state,
-            "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code,
-            "signal": task.exit_signal, "final": task.final, "started_at": task.started_at,
-            "exited_at": task.exited_at, "next_start": task.next_start if state == "restarting" else None,
+            "kind": "task", "host": self.host, "job": task.job, "task": task.index, **fields,
+            "started_at": task.started_at, "exited_at": task.exited_at,
+            "next_start": task.next_start if state == "restarting" else None,
             "history": task.history[-20:], "updated_at": now,
         })
 
     # -- task control
-    def _env(self, task: Task, attempt: str, **extra: str) -> dict[str, str]:
-        """A task process's environment: the plan's, the run marker, and its `<job>-<i>#<attempt>` id."""
-        return {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root, TASK_ID_ENV: f"{task.name}#{attempt}",
-                **extra}
+    def _env(self, task: Task, attempt: str) -> dict[str, str]:
+        """A task process's environment: ours (with any forwarded variables), the plan's, the run marker,
+        its `<job>-<i>#<attempt>` id, and `tfcluster_report` on its PYTHONPATH."""
+        env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root, TASK_ID_ENV: f"{task.name}#{attempt}"}
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.layout.public, env.get("PYTHONPATH")) if p)
+        if env.get(PYTHON_ARG, "").startswith("~/"):
+            env[PYTHON_ARG] = os.path.expanduser(env[PYTHON_ARG])
+        return env
 
     def _note(self, task: Task, text: str) -> str:
         """Append a `--- tfcluster:` line to the task's log; returns the log's path."""
@@ -99,51 +125,88 @@ class Supervisor:
         return log_path
 
     def _spawn(self, task: Task) -> None:
-        env = self._env(task, str(task.restarts))
         self._record(task, "starting")
         log_path = self._note(task, f"starting {task.name} (attempt {task.restarts + 1}) at {time.ctime()}")
+        if task.port is not None and port_taken(task.port):
+            # Another run (or program) holds the port: its TF server would fail to bind, or worse, this
+            # run's tasks would reach that one. Fail clearly, for good: a restart cannot help.
+            task.error = f"port {task.port} is in use by another process on {self.host}"
+            self._note(task, f"cannot start {task.name}: {task.error}")
+            task.stopped_by = None
+            self._final(task, 98, None)
+            return
         try:
             # Same process group as the supervisor (no new session): `stop` kills the group. The
             # supervisor runs in the code dir, so that is the task's working directory too.
-            task.proc = Child(spawn(task.command, env, log_path))
+            task.proc = Child(spawn(task.command, self._env(task, str(task.restarts)), log_path))
         except OSError as exc:
             self._note(task, f"cannot start {task.name}: {exc}")
             task.proc = None
             self._exited(task, 127, None)
             return
         task.started_at = time.time()
+        task.epoch = self.epoch
         task.exit_code = task.exit_signal = None
         self._record(task, "running")
 
     def _exited(self, task: Task, code: int | None, sig: int | None) -> None:
+        """The task's process ended: final, or restarted alone or with its group, by policy."""
         task.exit_code, task.exit_signal = code, sig
         task.exited_at = time.time()
         task.history.append({"pid": task.pid, "exit_code": code, "signal": sig, "at": task.exited_at})
         self._kill_leftovers(task)
-        ok = code == 0
-        if ok or self.stop_requested or self.restart_policy == "never" or task.restarts >= self.max_restarts:
-            task.final = True
-            self._record(task, "exited")
-            if not ok and not self.stop_requested:
-                self._stand_in(task)
+        if task.started_at is not None:
+            task.budget.ran_for(task.exited_at - task.started_at)
+        if task.stopped_by is None and os.path.exists(self.layout.hold_file(task.job, task.index)):
+            task.stopped_by = "user"
+        if self.stop_requested and task.stopped_by is None:
+            task.stopped_by = "stop"
+        if code == 0 or task.stopped_by is not None or self.view.outcome is not None:
+            self._final(task, code, sig)
             return
-        delay = min(self.backoff_max, self.backoff_initial * (2 ** task.restarts))
+        if restarts_as_group(self.mode, task.job) and task.epoch < self.epoch:
+            self._restart(task, "group", charge=False)  # killed by (or failed in) a group restart
+            return
+        if not task.budget.take():
+            self._final(task, code, sig)
+            return
+        if restarts_as_group(self.mode, task.job):
+            self._group_restart(self.epoch + 1, f"{task.name} exited ({_how(code, sig)})", failed=task)
+            self.view.peers_group_restart(self.epoch, f"{task.name} on {self.host} exited ({_how(code, sig)})")
+        self._restart(task, "failure" if not restarts_as_group(self.mode, task.job) else "group", charge=False)
+
+    def _restart(self, task: Task, reason: str, *, charge: bool) -> None:
+        if charge and not task.budget.take():
+            self._final(task, task.exit_code, task.exit_signal)
+            return
+        delay = min(self.backoff_max, self.backoff_initial * (2 ** min(task.budget.used, 10)))
         task.restarts += 1
+        task.restart_reason = reason
         task.next_start = time.time() + delay
         self._record(task, "restarting")
 
-    def _stand_in(self, task: Task) -> None:
-        """A finisher failed for good: run its program once more as a stand-in (training/stand_in.py)
-        that tells the serving tasks it will not finish, so they, and the run, still end by themselves."""
-        if not self.builtin_programs or not is_finisher(self.mode, task.job):
+    def _final(self, task: Task, code: int | None, sig: int | None) -> None:
+        task.exit_code, task.exit_signal = code, sig
+        task.final = True
+        self._record(task, "exited")
+        self.view.task_final(task.name, code, task.stopped_by)
+
+    def _group_restart(self, epoch: int, cause: str, failed: Task | None = None) -> None:
+        """Multi-worker-mirrored: every chief and worker task here restarts together (from the last
+        checkpoint, as the trainer always resumes). `failed`: the task whose exit caused it (reaped)."""
+        if epoch <= self.epoch:
             return
-        env = self._env(task, "stand-in", **{STAND_IN_ENV: "1"})
-        log_path = self._note(task, f"{task.name} failed for good; telling the serving tasks it will not finish, "
-                                    f"at {time.ctime()}")
-        try:
-            self.helpers.append(Child(spawn(task.command, env, log_path)))
-        except OSError as exc:
-            self._note(task, f"cannot start the stand-in: {exc}")
+        self.epoch = epoch
+        members = [t for t in self.tasks if restarts_as_group(self.mode, t.job) and not t.final and t is not failed]
+        for task in members:
+            self._note(task, f"group restart {epoch}: {cause}")
+        running = [t for t in members if t.state == "running" and t.proc is not None]
+        signal_pids([t.pid for t in running if t.pid is not None], signal.SIGTERM)
+        deadline = time.monotonic() + GROUP_KILL_GRACE_S
+        while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
+            time.sleep(0.05)
+        signal_pids([t.pid for t in running if t.proc and t.proc.poll() is None and t.pid], signal.SIGKILL)
+        self._write_self()
 
     def _kill_leftovers(self, task: Task) -> None:
         """A task run through `sh -c` may leave its real program behind (holding the TF port)."""
@@ -152,17 +215,34 @@ class Supervisor:
         signal_pids(left, signal.SIGKILL)
 
     def _reap(self) -> None:
-        self.helpers = [child for child in self.helpers if child.poll() is None]
         for task in self.tasks:
             if task.proc is None or task.state != "running":
                 continue
             rc = task.proc.poll()
-            if rc is None:
-                continue
-            if rc < 0:
-                self._exited(task, None, -rc)
-            else:
-                self._exited(task, rc, None)
+            if rc is not None:
+                self._exited(task, None if rc < 0 else rc, -rc if rc < 0 else None)
+
+    def _end_tasks(self, stopped_by: str, grace: float) -> None:
+        """TERM every task still here (and every process of our group), KILL what outlives `grace`; each
+        ends final, marked as ended by `stopped_by` (never counted as a failure)."""
+        for task in self.tasks:
+            if not task.final and task.stopped_by is None:
+                task.stopped_by = stopped_by
+        running = [t for t in self.tasks if t.state == "running" and t.proc is not None]
+        group = [p["pid"] for p in run_processes(self.layout.root) if p["pgid"] == os.getpgid(0)]
+        signal_pids(sorted({t.pid for t in running if t.pid} | set(group)), signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
+            time.sleep(0.05)
+        signal_pids([p["pid"] for p in run_processes(self.layout.root)], signal.SIGKILL)
+        for task in running:
+            assert task.proc is not None
+            rc = task.proc.wait()
+            task.exited_at = time.time()
+            self._final(task, None if rc < 0 else rc, -rc if rc < 0 else None)
+        for task in self.tasks:
+            if not task.final:
+                self._final(task, task.exit_code, task.exit_signal)
 
     def _signal_ready(self) -> None:
         if self.ready_fd is not None:
@@ -174,32 +254,6 @@ class Supervisor:
     def _handle_term(self, signum: int, frame: object) -> None:
         self.stop_requested = True
 
-    def _stop_tasks(self) -> None:
-        running = [t for t in self.tasks if t.state == "running" and t.proc is not None]
-        pids = [t.pid for t in running if t.pid is not None]
-        # TERM every process of the group but ourselves (catches `sh -c` grandchildren too).
-        group = [p["pid"] for p in run_processes(self.layout.root) if p["pgid"] == os.getpgid(0)]
-        signal_pids(sorted(set(pids) | set(group)), signal.SIGTERM)
-        deadline = time.monotonic() + self.grace
-        while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
-            time.sleep(0.05)
-        survivors = [p["pid"] for p in run_processes(self.layout.root)]
-        signal_pids(survivors, signal.SIGKILL)
-        for helper in self.helpers:
-            helper.wait()
-        self.helpers = []
-        for task in running:
-            assert task.proc is not None
-            rc = task.proc.wait()
-            task.exit_code, task.exit_signal = (None, -rc) if rc < 0 else (rc, None)
-            task.exited_at = time.time()
-            task.final = True
-            self._record(task, "exited")
-        for task in self.tasks:
-            if not task.final:
-                task.final = True
-                self._record(task, "exited")
-
     def serve(self) -> int:
         try:
             return self._serve()
@@ -210,7 +264,7 @@ class Supervisor:
             traceback.print_exc()  # to logs/supervisor-<host>.log
             self.stop_requested = True
             try:
-                self._stop_tasks()
+                self._end_tasks("stop", self.grace)
             finally:
                 self.state, self.ended_at = "crashed", time.time()
                 self._write_self()
@@ -221,26 +275,67 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._handle_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away
         self._write_self()
+        self.view.open_channel(lambda text: print(f"peers: {text}", flush=True))
         for task in self.tasks:
-            self._spawn(task)
+            if self.view.port_error:  # another run is on our ports: fail this one here, clearly
+                task.error = self.view.port_error
+                self._note(task, f"cannot start {task.name}: {task.error}")
+                self._final(task, 98, None)
+            else:
+                self._spawn(task)
         self.state = "running"
         self._write_self()
         self._signal_ready()
+        tailers = self._progress_tailers()
+        facts = FactsWriter(self.layout, self.host, {t.name: t.port for t in self.tasks})
+        next_facts = 0.0
         while not self.stop_requested:
+            if time.monotonic() >= next_facts:
+                facts.update()
+                next_facts = time.monotonic() + FACTS_EVERY_S
             self._reap()
+            for kind, value in self.view.poll():
+                if kind == "group-restart":
+                    self._group_restart(value, "a task on another host failed")
+            if self.view.outcome is not None:
+                self._end_tasks("run", self.grace)
+                break
             now = time.time()
             for task in self.tasks:
                 if task.state == "restarting" and now >= task.next_start:
                     self._spawn(task)
-            if all(t.final for t in self.tasks) and not self.helpers:
+            if all(t.final for t in self.tasks):
                 break
+            if tailers:
+                from training.progress.tailer import poll_tailers
+
+                poll_tailers(tailers)
             time.sleep(self.poll)
         if self.stop_requested:
-            self._stop_tasks()
+            self._end_tasks("stop", self.grace)
             self.state = "stopped"
         else:
-            self.state = "finished" if all(t.exit_code == 0 for t in self.tasks) else "failed"
+            self.state = self.view.outcome or ("finished" if all(t.exit_code == 0 for t in self.tasks) else "failed")
         self.ended_at = time.time()
+        facts.update()
         self._write_self()
+        if tailers:
+            from training.progress.tailer import close_tailers
+
+            close_tailers(tailers)
+        self.view.close(PEER_FLUSH_S if not self.stop_requested else 1.0)
         self._events.close()
         return 0 if self.state in ("finished", "stopped") else 1
+
+    def _progress_tailers(self) -> list[Any]:
+        """Progress from the logs of the user's own programs (built-in programs report themselves);
+        created after `ready`, so their import stays off `start`'s path."""
+        if self.run["plan"].get("uses_user_command") is not True:
+            return []
+        from training.progress.tailer import log_progress_tailers
+
+        return log_progress_tailers(self.layout, self.host, self.run["plan"])
+
+
+def _how(code: int | None, sig: int | None) -> str:
+    return f"code {code}" if code is not None else f"signal {sig}"

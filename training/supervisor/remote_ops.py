@@ -8,6 +8,7 @@ then KILLs every process carrying the run's marker until none is left.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -40,8 +41,38 @@ def probe(run_dir: str) -> dict[str, Any]:
                 supervisors.append(data)
             else:
                 tasks.append(data)
-    return {"run_dir": run_dir, "exists": os.path.isdir(run_dir), "supervisors": supervisors, "tasks": tasks,
-            "processes": run_processes(run_dir), "now": time.time()}
+    report: dict[str, Any] = {"run_dir": run_dir, "exists": os.path.isdir(run_dir), "supervisors": supervisors,
+                              "tasks": tasks, "processes": run_processes(run_dir), "now": time.time()}
+    host = next((str(s.get("host")) for s in supervisors if s.get("host")), None)
+    if host is not None:
+        from training.telemetry.host_facts import read_facts
+
+        # What the dashboard's agent would say now, and each task's last progress: `status` judges
+        # liveness from the same facts as the dashboard.
+        report["facts"] = read_facts(layout, host)
+        report["progress"] = {t["job"] + "-" + str(t["task"]): last for t in tasks
+                              if (last := last_line(layout.events_file(str(t["job"]), int(t["task"])))) is not None}
+    return report
+
+
+def last_line(path: str, limit: int = 64 * 1024) -> dict[str, Any] | None:
+    """The last complete JSON line of a file (its newest event), reading only its end."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - limit))
+            lines = f.read().split(b"\n")
+    except OSError:
+        return None
+    for raw in reversed(lines):
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
 
 
 def stop(run_dir: str, grace: float) -> dict[str, Any]:

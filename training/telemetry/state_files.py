@@ -67,10 +67,25 @@ class TaskStateFile:
     exited_at: float | None = None
     next_start: float | None = None
     history: tuple[dict[str, Any], ...] = ()
+    # Who ended it for good: None, "user" (stopped for good from the dashboard), "run" (the run finished
+    # or failed and its supervisors ended the rest), "stop" (`tfcluster stop`). Never a failure.
+    stopped_by: str | None = None
+    restarts_left: int | None = None  # of its restart budget (training/supervisor/policy.py)
+    restart_reason: str | None = None  # while restarting: "failure" or "group" (multi-worker-mirrored)
+    error: str | None = None  # why it could not run at all (e.g. its port is taken)
 
     @property
     def name(self) -> str:
         return f"{self.job}-{self.task}"
+
+    @property
+    def held(self) -> bool:
+        return self.stopped_by == "user"
+
+    @property
+    def failed(self) -> bool:
+        """Exited for good with an error, not ended by the user, the run or a stop."""
+        return self.final and self.exit_code != 0 and self.stopped_by is None
 
     @classmethod
     def decode(cls, raw: object) -> TaskStateFile:
@@ -87,6 +102,8 @@ class TaskStateFile:
             started_at=_get(d, "started_at", num, None), exited_at=_get(d, "exited_at", num, None),
             next_start=_get(d, "next_start", num, None),
             history=tuple(h for h in _get(d, "history", list, []) if isinstance(h, dict)),
+            stopped_by=_get(d, "stopped_by", str, None), restarts_left=_get(d, "restarts_left", int, None),
+            restart_reason=_get(d, "restart_reason", str, None), error=_get(d, "error", str, None),
         )
 
 
@@ -100,6 +117,8 @@ class SupervisorStateFile:
     ended_at: float | None = None
     updated_at: float | None = None
     alive: bool = False  # added by --probe: the pid is this run's supervisor, still running
+    outcome: str | None = None  # the run's, once the success policy decided: finished | failed | stopped
+    epoch: int = 0  # group restarts seen (multi-worker-mirrored)
 
     @classmethod
     def decode(cls, raw: object) -> SupervisorStateFile:
@@ -112,7 +131,8 @@ class SupervisorStateFile:
             host=_get(d, "host", str), pid=_get(d, "pid", int), state=cast("SupervisorState", state),
             run_id=_get(d, "run_id", str, None), started_at=_get(d, "started_at", num, None),
             ended_at=_get(d, "ended_at", num, None), updated_at=_get(d, "updated_at", num, None),
-            alive=bool(_get(d, "alive", bool, False)),
+            alive=bool(_get(d, "alive", bool, False)), outcome=_get(d, "outcome", str, None),
+            epoch=_get(d, "epoch", int, 0),
         )
 
 
@@ -162,6 +182,10 @@ class ProbeReport:
     tasks: tuple[TaskStateFile, ...] = ()
     processes: tuple[RunProcess, ...] = ()
     now: float | None = None
+    # What the agent would send now (training/telemetry/host_facts.py) and each task's newest event line,
+    # undecoded: the orchestrator reads them as telemetry (orchestrator/monitor/events.py).
+    facts: dict[str, Any] = field(default_factory=dict)
+    progress: dict[str, Any] = field(default_factory=dict)
 
     @property
     def supervisor(self) -> SupervisorStateFile | None:
@@ -177,6 +201,7 @@ class ProbeReport:
             tasks=tuple(_decoded_list(d.get("tasks"), TaskStateFile.decode)),
             processes=tuple(_decoded_list(d.get("processes"), RunProcess.decode)),
             now=_get(d, "now", (int, float), None),
+            facts=_get(d, "facts", dict, {}) or {}, progress=_get(d, "progress", dict, {}) or {},
         )
 
 

@@ -1,10 +1,11 @@
 """TaskCpu: CPU seconds each task of a run has used, read from /proc (Linux). Stdlib only.
 
 For liveness of programs that print no recognised progress: a task whose CPU time moves is working.
-`TaskCpu(run_dir).sample()` returns `{"worker-0": {"cpu_s": 12.34, "procs": 2}, ...}`: for every task
+`TaskCpu(run_dir).sample()` returns `{"worker-0": {"cpu_s": 12.34, "procs": 2, "stopped": False}, ...}`: for every task
 with a live process, the CPU time (user + system, all threads) its processes used while this meter
 watched them (a process first seen counts with everything it used before), as a counter that only grows
-(across the task's attempts too), and how many of its processes live now.
+(across the task's attempts too), how many of its processes live now, and whether one is stopped
+(SIGSTOP: alive, using no CPU, going nowhere).
 
 A task's processes are the ones whose environment carries TFCLUSTER_RUN_DIR=<run_dir> and
 TFCLUSTER_TASK_ID=<job>-<i>#<attempt> (training/supervisor.py sets both, and children inherit them, so
@@ -27,8 +28,8 @@ TASK_ID_ENV = "TFCLUSTER_TASK_ID"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _stat(proc: str, pid: int) -> tuple[int, int] | None:
-    """(utime + stime in ticks, start time in ticks since boot); None for a gone process."""
+def _stat(proc: str, pid: int) -> tuple[int, int, str] | None:
+    """(utime + stime in ticks, start time in ticks since boot, state letter); None for a gone process."""
     try:
         with open(f"{proc}/{pid}/stat", "rb") as f:
             raw = f.read()
@@ -37,7 +38,8 @@ def _stat(proc: str, pid: int) -> tuple[int, int] | None:
     # comm (field 2) may hold spaces and ')': the fields after the last ')' start with field 3 (state)
     fields = raw[raw.rfind(b")") + 2:].split()
     try:
-        return int(fields[11]) + int(fields[12]), int(fields[19])  # utime(14), stime(15), starttime(22)
+        state = fields[0].decode(errors="replace")  # R, S, D, T (stopped), t (traced), Z...
+        return int(fields[11]) + int(fields[12]), int(fields[19]), state  # utime(14), stime(15), starttime(22)
     except (IndexError, ValueError):
         return None
 
@@ -79,6 +81,7 @@ class TaskCpu:
         for gone in [pid for pid in self._known if pid not in alive]:
             del self._known[gone]
         procs: dict[str, int] = {}
+        stopped: set[str] = set()
         ticks_now: dict[tuple[int, int], int] = {}
         for pid in pids:
             known = self._known.get(pid)
@@ -95,10 +98,13 @@ class TaskCpu:
             self._totals[name] = self._totals.get(name, 0) + max(stat[0] - self._ticks.get(key, 0), 0)
             ticks_now[key] = stat[0]
             procs[name] = procs.get(name, 0) + 1
+            if stat[2] in ("T", "t"):
+                stopped.add(name)  # SIGSTOP (or a debugger): alive but going nowhere
         self._ticks = ticks_now
-        return {name: {"cpu_s": round(self._totals[name] / _TICKS, 2), "procs": n} for name, n in sorted(procs.items())}
+        return {name: {"cpu_s": round(self._totals[name] / _TICKS, 2), "procs": n, "stopped": name in stopped}
+                for name, n in sorted(procs.items())}
 
-    def _learn(self, pid: int) -> tuple[tuple[int, int] | None, str | None]:
+    def _learn(self, pid: int) -> tuple[tuple[int, int, str] | None, str | None]:
         """Read a process's environment: (its stat, its task name) when it is one of the run's tasks."""
         ours, task_id = _environ_marks(self.proc, pid, self.run_dir)
         if not ours:

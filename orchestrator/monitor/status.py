@@ -1,18 +1,24 @@
 """`status`: every task's state, restarts and pid, and each host's supervisor, from one probe per host.
 
-A probe is `training.supervisor --probe` (the state files the supervisor keeps plus the run's live
-processes, found by their environment marker), decoded by training/telemetry/state_files.py. A state
-file that says running while its pid is gone is `lost` (the supervisor was killed); a host that cannot
+A probe is `training.supervisor --probe`: the state files the supervisor keeps, the run's live
+processes (found by their environment marker), the host's facts (training/telemetry/host_facts.py) and
+each task's newest progress line, decoded by training/telemetry/state_files.py. Each task's state is
+then judged by the dashboard's own reducer (orchestrator/monitor), fed with what the probe saw: `status`
+and `dash` never disagree. A task whose supervisor and processes are gone is `lost`; a host that cannot
 be reached makes its tasks `unreachable`, never "running" or "stopped".
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from orchestrator.errors import HostError
+from orchestrator.monitor.events import EventParser, HeartbeatEvent
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.views import Liveness, TaskView
 from orchestrator.plan.model import TaskPlan
 from orchestrator.run import records
 from orchestrator.run.remote import RemoteRun, with_retry
@@ -21,7 +27,7 @@ from orchestrator.transport.fan_out import fan_out
 from training.telemetry.state_files import ProbeReport, SupervisorStateFile
 
 RunState = Literal["running", "finished", "failed", "stopped", "partial"]
-TaskStatusWord = Literal["starting", "running", "restarting", "exited", "unreachable", "not-started", "lost"]
+TaskStatusWord = Liveness | Literal["not-started"]
 RUN_STATES: tuple[RunState, ...] = ("running", "finished", "failed", "stopped", "partial")
 
 
@@ -36,8 +42,12 @@ class TaskStatus:
     exit_code: int | None = None
     signal: int | None = None
     final: bool = False
-    failed: bool = False  # exited for good with an error (not because the run was stopped)
+    failed: bool = False  # exited for good with an error (not ended by the user, the run or a stop)
     updated_at: float | None = None
+    stopped_by: str | None = None  # "user" (stopped for good), "run" (ended with the run), "stop"
+    restarts_left: int | None = None
+    error: str | None = None
+    no_progress_reported: bool = False  # judged by its CPU: it reports no progress tfcluster can read
 
     @property
     def name(self) -> str:
@@ -53,6 +63,7 @@ class HostStatus:
     supervisor_alive: bool = False
     supervisor_pid: int | None = None
     processes: int = 0  # live processes of the run on this host
+    outcome: str | None = None  # the run's outcome as this host's supervisor knows it
 
 
 @dataclass
@@ -72,26 +83,53 @@ class RunStatus:
                 "hosts": [asdict(h) for h in self.hosts]}
 
 
-def _task_status(planned: TaskPlan, seen: ProbeReport | HostError | None) -> TaskStatus:
+def _task_status(planned: TaskPlan, seen: ProbeReport | HostError | None, judged: TaskView) -> TaskStatus:
     ts = TaskStatus(job=planned.job, index=planned.index, host=planned.host, state="not-started")
     if isinstance(seen, HostError):
         ts.state = "unreachable"
         return ts
-    if seen is None:
+    data = None if seen is None else next((t for t in seen.tasks if t.job == ts.job and t.task == ts.index), None)
+    if seen is None or data is None:
         return ts
-    data = next((t for t in seen.tasks if t.job == ts.job and t.task == ts.index), None)
-    if data is None:
-        return ts
-    ts.state = data.state
+    ts.state = judged.liveness
     ts.pid, ts.restarts = data.pid, data.restarts
     ts.exit_code, ts.signal = data.exit_code, data.signal
     ts.final, ts.updated_at = data.final, data.updated_at
     sup = seen.supervisor
     stopped = sup is not None and sup.state == "stopped"
-    ts.failed = ts.final and ts.exit_code != 0 and not stopped
-    if ts.state in ("running", "starting") and ts.pid not in {p.pid for p in seen.processes}:
-        ts.state = "lost"  # the state file says running but the process is gone (supervisor killed?)
+    ts.failed = data.failed and not stopped
+    ts.stopped_by = data.stopped_by
+    ts.restarts_left = data.restarts_left
+    ts.error = data.error
+    ts.no_progress_reported = judged.no_progress
     return ts
+
+
+def judge(record: records.RunRecord, probes: dict[str, ProbeReport | HostError], now: float) -> ClusterState:
+    """The dashboard's ClusterState fed with what the probes saw at `now` (a host that answered is heard
+    now; one that did not never was)."""
+    st = ClusterState.from_plan(record.plan, record.run_id, interval_s=1.0, now=now)
+    parser = EventParser()
+    for name, seen in probes.items():
+        if isinstance(seen, HostError):
+            st.host(name).created = now - 1e9  # never heard: unreachable
+            continue
+        remote_now = seen.now if seen.now is not None else now
+        st.apply(HeartbeatEvent(remote_now, name, 1.0), now)
+        lines: list[dict[str, Any]] = [{**t, "kind": "task_state", "t": t["updated_at"]} for t in _raw_tasks(seen)]
+        lines += [line for line in seen.progress.values() if isinstance(line, dict)]
+        if seen.facts:
+            lines.append({**seen.facts, "kind": "host_sample", "t": remote_now, "host": name})
+        for line in sorted(lines, key=lambda d: d.get("t") or 0):
+            event = parser.parse(json.dumps(line))
+            if event is not None:
+                st.apply(event, now)
+    st.tick(now)
+    return st
+
+
+def _raw_tasks(seen: ProbeReport) -> list[dict[str, Any]]:
+    return [{**asdict(t), "host": t.host, "job": t.job, "task": t.task} for t in seen.tasks]
 
 
 def _host_status(name: str, seen: ProbeReport | HostError | None) -> HostStatus:
@@ -102,7 +140,7 @@ def _host_status(name: str, seen: ProbeReport | HostError | None) -> HostStatus:
     sup: SupervisorStateFile | None = seen.supervisor
     return HostStatus(
         name, reachable=True, supervisor=sup.state if sup else None, supervisor_alive=bool(sup and sup.alive),
-        supervisor_pid=sup.pid if sup else None, processes=len(seen.processes),
+        supervisor_pid=sup.pid if sup else None, processes=len(seen.processes), outcome=sup.outcome if sup else None,
         error="run dir absent" if seen.absent else None,
     )
 
@@ -118,16 +156,22 @@ def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener =
             remote.close()
 
     probes = fan_out(names, one)
+    judged = judge(record, probes, time.time())
     hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
-    tasks = [_task_status(t, probes.get(t.host)) for t in record.plan.tasks]
+    tasks = [_task_status(t, probes.get(t.host), judged.tasks[t.name]) for t in record.plan.tasks]
     return RunStatus(record.run_id, _run_state(record, tasks, hosts), tasks, hosts)
 
 
 def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[HostStatus]) -> RunState:
-    if tasks and all(t.final and t.exit_code == 0 for t in tasks):
-        return "finished"
-    if any(t.failed for t in tasks):
+    """The run's state from every host's view: the supervisors' outcome (their success policy) first."""
+    outcomes = {h.outcome for h in hosts if h.outcome}
+    all_final = bool(tasks) and all(t.final for t in tasks)
+    if any(t.failed for t in tasks) or "failed" in outcomes:
         return "failed"
+    if all_final and ("finished" in outcomes or all(t.exit_code == 0 for t in tasks)):
+        return "finished"
+    if all_final and "stopped" in outcomes:
+        return "stopped"  # a task the run waited for was stopped for good by the user
     if any(not h.reachable for h in hosts):
         return "partial"  # what runs there is unknown: never call such a run stopped or running
     alive = any(h.processes for h in hosts)

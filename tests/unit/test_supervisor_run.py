@@ -1,0 +1,231 @@
+"""The run-wide rules, with real supervisors talking over their real peer channel on loopback: the success
+policy ends a run everywhere, a failure fails it everywhere, multi-worker-mirrored restarts its group,
+restart budgets come back after a healthy stretch, a taken port fails a task clearly, and a peer message
+of another run (or unsigned) is dropped. Two "hosts" share this machine; tasks are tiny Python programs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.run.local_ports import free_port_block
+from training.layout import RunLayout
+from training.supervisor.peers import PeerChannel, encode
+from training.supervisor.policy import RestartBudget, outcome, waited_for
+
+REPO = Path(__file__).resolve().parents[2]
+FOREVER = "import time\nwhile True: time.sleep(0.2)"
+
+
+def _task(job: str, index: int, host: str, code: str, *, chief: bool = False, port: int | None = None) -> dict[str, Any]:
+    return {"job": job, "index": index, "host": host, "command": [sys.executable, "-c", code], "is_chief": chief,
+            "port": port, "in_cluster": port is not None,
+            "env": {"TFCLUSTER_JOB": job, "TFCLUSTER_TASK": str(index)}}
+
+
+class Run:
+    """Two loopback "hosts" h0 and h1, each with its own run dir (as on separate machines) and its
+    supervisor's control port."""
+
+    def __init__(self, tmp: Path, tasks: list[dict[str, Any]], mode: str = "between-graph",
+                 **training: Any) -> None:
+        names = sorted({t["host"] for t in tasks})
+        base = free_port_block(len(names))
+        hosts = [{"name": name, "address": "127.0.0.1", "control_port": base + i} for i, name in enumerate(names)]
+        run = {"run_id": "r1", "created": time.time(), "channel_key": secrets.token_hex(32),
+               "plan": {"mode": mode, "hosts": hosts, "tasks": tasks,
+                        "training": {"restart": "on-failure", "max_restarts": 3, **training}},
+               "supervisor": {"backoff_initial": 0.2, "backoff_max": 1.0, "grace": 2.0, "poll": 0.02}}
+        self.layouts: dict[str, RunLayout] = {}
+        for h in hosts:
+            layout = self.layouts[h["name"]] = RunLayout(str(tmp / h["name"] / "runs" / "r1"))
+            for d in layout.dirs():
+                os.makedirs(d, exist_ok=True)
+            Path(layout.run_file).write_text(json.dumps(run))
+        self.host_of = {f"{t['job']}-{t['index']}": t["host"] for t in tasks}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, *hosts: str) -> None:
+        for host in hosts or tuple(self.layouts):
+            self.procs[host] = subprocess.Popen(
+                [sys.executable, "-m", "training.supervisor", "--run-dir", self.layouts[host].root, "--host", host],
+                env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+
+    def layout(self, job: str, index: int) -> RunLayout:
+        return self.layouts[self.host_of[f"{job}-{index}"]]
+
+    def state(self, job: str, index: int) -> dict[str, Any]:
+        try:
+            return json.loads(Path(self.layout(job, index).task_state_file(job, index)).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def supervisor(self, host: str) -> dict[str, Any]:
+        try:
+            return json.loads(Path(self.layouts[host].supervisor_state_file(host)).read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def wait_exit(self, timeout: float = 20.0) -> dict[str, int]:
+        return {h: p.wait(timeout=timeout) for h, p in self.procs.items()}
+
+    def close(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Any:
+    made: list[Run] = []
+
+    def make(tasks: list[dict[str, Any]], **kw: Any) -> Run:
+        made.append(Run(tmp_path / str(len(made)), tasks, **kw))
+        return made[-1]
+
+    yield make
+    for run in made:
+        run.close()
+
+
+def _wait(pred: Any, timeout: float = 15.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what} not reached in {timeout}s")
+
+
+def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any) -> None:
+    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "import time; time.sleep(1)", chief=True),
+                _task("worker", 1, "h1", FOREVER)])
+    run.start()
+    assert run.wait_exit() == {"h0": 0, "h1": 0}
+    assert run.state("worker", 0)["exit_code"] == 0 and run.state("worker", 0)["stopped_by"] is None
+    for job, index in (("ps", 0), ("worker", 1)):
+        st = run.state(job, index)
+        assert st["final"] and st["stopped_by"] == "run", st
+    assert run.supervisor("h0")["outcome"] == run.supervisor("h1")["outcome"] == "finished"
+
+
+def test_all_workers_waits_for_every_worker(runs: Any) -> None:
+    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "import time; time.sleep(0.5)", chief=True),
+                _task("worker", 1, "h1", "import time; time.sleep(2.5)")], success="all-workers")
+    run.start()
+    _wait(lambda: run.state("worker", 0).get("final"), what="worker 0 done")
+    time.sleep(0.5)
+    assert not run.state("ps", 0).get("final")  # still serving: worker 1 has not finished
+    assert run.wait_exit() == {"h0": 0, "h1": 0}
+    assert run.state("worker", 1)["exit_code"] == 0 and run.state("ps", 0)["stopped_by"] == "run"
+
+
+def test_a_task_failing_for_good_fails_the_run_everywhere(runs: Any) -> None:
+    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", FOREVER, chief=True),
+                _task("worker", 1, "h1", "raise SystemExit(3)")], restart="never")
+    run.start()
+    assert run.wait_exit() == {"h0": 1, "h1": 1}
+    assert run.state("worker", 1)["exit_code"] == 3 and run.state("worker", 1)["stopped_by"] is None
+    assert run.state("ps", 0)["stopped_by"] == "run" and run.state("worker", 0)["stopped_by"] == "run"
+    assert run.supervisor("h0")["outcome"] == "failed"
+
+
+def test_multi_worker_mirrored_restarts_the_whole_group(runs: Any) -> None:
+    run = runs([_task("worker", 0, "h0", FOREVER, chief=True), _task("worker", 1, "h1", FOREVER)],
+               mode="multi-worker-mirrored")
+    run.start()
+    _wait(lambda: run.state("worker", 0).get("state") == "running" and run.state("worker", 1).get("state") == "running")
+    first = run.state("worker", 0)["pid"]
+    os.kill(run.state("worker", 1)["pid"], signal.SIGKILL)
+    _wait(lambda: run.state("worker", 0).get("restarts") == 1 and run.state("worker", 0).get("state") == "running",
+          what="worker 0 restarted with its group")
+    events = [json.loads(line) for line in Path(run.layouts["h0"].supervisor_events_file("h0")).read_text().splitlines()]
+    assert any(e["state"] == "restarting" and e["restart_reason"] == "group" for e in events)
+    assert run.state("worker", 0)["pid"] != first
+    _wait(lambda: run.state("worker", 1).get("state") == "running" and run.state("worker", 1).get("restarts") == 1)
+    assert run.supervisor("h0")["epoch"] == run.supervisor("h1")["epoch"] == 1
+
+
+def test_a_healthy_stretch_gives_the_restart_budget_back(runs: Any) -> None:
+    crash_late = "import time; time.sleep(0.7); raise SystemExit(1)"
+    run = runs([_task("worker", 0, "h0", crash_late, chief=True)], max_restarts=1, restart_window=0.5)
+    run.start("h0")
+    _wait(lambda: run.state("worker", 0).get("restarts", 0) >= 3, timeout=20, what="three restarts")
+    assert not run.state("worker", 0)["final"]  # 3 restarts with max_restarts = 1: each ran 0.7 s > window
+    quick = runs([_task("worker", 0, "h0", "raise SystemExit(1)", chief=True)], max_restarts=1, restart_window=60)
+    quick.start("h0")
+    assert quick.wait_exit()["h0"] == 1
+    assert quick.state("worker", 0)["restarts"] == 1 and quick.state("worker", 0)["final"]
+
+
+def test_a_taken_port_fails_the_task_clearly(runs: Any) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", 0))
+        squatter.listen(1)
+        port = squatter.getsockname()[1]
+        run = runs([_task("worker", 0, "h0", FOREVER, chief=True, port=port)])
+        run.start("h0")
+        assert run.wait_exit(timeout=30)["h0"] == 1
+    st = run.state("worker", 0)
+    assert st["final"] and st["error"] == f"port {port} is in use by another process on h0"
+    assert st["restarts"] == 0
+    assert f"port {port} is in use" in Path(run.layout("worker", 0).log_file("worker", 0)).read_text()
+
+
+def test_peer_messages_of_another_run_or_unsigned_are_dropped() -> None:
+    port = free_port_block(1)
+    key = secrets.token_bytes(32)
+    channel = PeerChannel("run-a", "h0", key, ("127.0.0.1", port), {})
+    try:
+        lines = [
+            encode(key, {"run": "run-b", "from": "h1", "seq": 1, "kind": "final", "task": "ps-0", "code": 1}),
+            b'{"run":"run-a","from":"h1","seq":2,"kind":"final","task":"ps-0","code":1}\t0000\n',
+            encode(secrets.token_bytes(32), {"run": "run-a", "from": "h1", "seq": 3, "kind": "final"}),
+            encode(key, {"run": "run-a", "from": "h1", "seq": 4, "kind": "final", "task": "ps-0", "code": 0}),
+        ]
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            sock.sendall(b"".join(lines))
+            sock.shutdown(socket.SHUT_WR)
+            reply = sock.recv(4096).decode()
+        assert reply == "ok 4\n"
+        assert channel.inbox.get(timeout=2)["seq"] == 4
+        assert channel.inbox.empty()
+    finally:
+        channel.close()
+
+
+def test_policy_rules() -> None:
+    budget = RestartBudget(2, window=10.0)
+    assert budget.take() and budget.take() and not budget.take()
+    budget.ran_for(11.0)
+    assert budget.left == 2
+    plan = {"mode": "between-graph", "training": {"success": "chief"},
+            "tasks": [{"job": "ps", "index": 0}, {"job": "worker", "index": 0, "is_chief": True},
+                      {"job": "worker", "index": 1}]}
+    assert waited_for(plan) == {"worker-0"}
+    assert outcome(plan, {"worker-1": {"code": 0, "stopped_by": None}}) is None
+    assert outcome(plan, {"worker-0": {"code": 0, "stopped_by": None}}) == "finished"
+    assert outcome(plan, {"worker-1": {"code": 2, "stopped_by": None}}) == "failed"
+    assert outcome(plan, {"worker-0": {"code": -15, "stopped_by": "user"}}) == "stopped"
+    plan["training"] = {"success": "all-workers"}
+    assert waited_for(plan) == {"worker-0", "worker-1"}
+    plan["mode"] = "parameter-server-strategy"  # only the coordinator trains
+    plan["tasks"].append({"job": "chief", "index": 0, "is_chief": True})
+    plan["tasks"][1]["is_chief"] = False
+    assert waited_for(plan) == {"chief-0"}

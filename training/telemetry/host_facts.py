@@ -1,0 +1,101 @@
+"""What this host can say about a run's tasks that no task says about itself, written in one place and read
+by everyone: whether each task's processes live, the CPU they use and when it last moved, whether one is
+stopped (SIGSTOP), and since when its TF server listens on its port.
+
+The supervisor keeps `state/facts-<host>.json` up to date (`FactsWriter`, about once a second: /proc
+only, no subprocess). The agent sends its content with every `host_sample` and `supervisor --probe`
+reports it to `status`, each with whether the supervisor itself still lives (`read_facts`): the
+dashboard and `status` judge liveness from the very same facts (orchestrator/monitor/views.py). A
+facts file that stopped changing because its supervisor died is no news: the supervisor's death is.
+Stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import TYPE_CHECKING
+
+from training.layout import RUN_DIR_ENV, RunLayout
+from training.telemetry.task_cpu import TaskCpu
+
+if TYPE_CHECKING:
+    from typing import Any
+
+LISTEN = "0A"  # /proc/net/tcp's state column for a listening socket
+CPU_MOVED_S = 0.01  # one clock tick: any CPU used at all since the previous sample
+
+
+def listening_ports(proc: str = "/proc") -> set[int]:
+    """Every TCP port something listens on, IPv4 and IPv6 (TensorFlow listens on [::])."""
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            with open(f"{proc}/net/{table}", encoding="ascii", errors="replace") as f:
+                next(f, None)  # header
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == LISTEN:
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except (OSError, ValueError, IndexError):
+            continue
+    return ports
+
+
+class FactsWriter:
+    """The supervisor's: `update(now)` samples its host's tasks and rewrites the facts file."""
+
+    def __init__(self, layout: RunLayout, host: str, ports: dict[str, int | None], proc: str = "/proc") -> None:
+        self.layout = layout
+        self.host = host
+        self.ports = ports  # this host's task names -> their TF port (None: no server)
+        self.proc = proc
+        self.cpu = TaskCpu(layout.root, proc)
+        self.facts: dict[str, dict[str, Any]] = {}
+
+    def update(self, now: float | None = None) -> None:
+        now = time.time() if now is None else now
+        cpu = self.cpu.sample()
+        listening = listening_ports(self.proc)
+        for name, port in self.ports.items():
+            seen = cpu.get(name, {})
+            old = self.facts.get(name, {})
+            cpu_s = float(seen.get("cpu_s", old.get("cpu_s", 0.0)))
+            moved = cpu_s > float(old.get("cpu_s", 0.0)) + CPU_MOVED_S / 2 or ("cpu_s" not in old and cpu_s > 0)
+            listens = port is not None and port in listening
+            self.facts[name] = {
+                "procs": int(seen.get("procs", 0)), "cpu_s": cpu_s, "stopped": bool(seen.get("stopped", False)),
+                "cpu_moved_at": now if moved else old.get("cpu_moved_at"),
+                "listening_since": (old.get("listening_since") or now) if listens else None,
+            }
+        tmp = f"{self.layout.facts_file(self.host)}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"host": self.host, "t": now, "tasks": self.facts}, separators=(",", ":")))
+        os.replace(tmp, self.layout.facts_file(self.host))
+
+
+def _pid_of_run(pid: int, run_dir: str, proc: str) -> bool:
+    try:
+        with open(f"{proc}/{pid}/environ", "rb") as f:
+            return f"{RUN_DIR_ENV}={run_dir}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, Any]:
+    """{"tasks": {name: {...}}, "supervisor": {"pid", "alive"}}: the supervisor's last facts and whether
+    it still lives (alive None: it has not written its state yet)."""
+    out: dict[str, Any] = {"tasks": {}, "supervisor": {"pid": None, "alive": None}}
+    try:
+        with open(layout.facts_file(host), encoding="utf-8") as f:
+            out["tasks"] = json.load(f).get("tasks", {})
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(layout.supervisor_state_file(host), encoding="utf-8") as f:
+            pid = json.load(f).get("pid")
+    except (OSError, ValueError):
+        return out
+    out["supervisor"] = {"pid": pid, "alive": isinstance(pid, int) and _pid_of_run(pid, layout.root, proc)}
+    return out
