@@ -1,13 +1,24 @@
 """Which tasks the serving tasks wait for (stdlib only: the supervisor needs it without TensorFlow).
 
-A *finisher* is a task whose end of training the `ps` (and in-graph `worker`) tasks wait for on their
-done queues (training/ps.py): every between-graph worker and the chief; in in-graph mode the single
-client (`chief:0`).
+A *finisher* is a task whose end of training the serving tasks wait for on their done queues
+(training/ps.py): every between-graph worker and the chief; in in-graph mode the single client
+(`chief:0`); in parameter-server-strategy mode the coordinator (`chief:0`). Multi-worker-mirrored mode
+has no serving task: every task trains and ends by itself.
+
+The *serving* jobs (SERVING_JOBS) run only a TF server until their finishers are done: `ps` in
+between-graph mode; `ps` and `worker` in in-graph and parameter-server-strategy modes.
 """
 
 from __future__ import annotations
 
-FINISHER_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",)}
+MIRRORED = "multi-worker-mirrored"
+PS_STRATEGY = "parameter-server-strategy"
+FINISHER_JOBS: dict[str, tuple[str, ...]] = {
+    "between-graph": ("chief", "worker"), "in-graph": ("chief",), PS_STRATEGY: ("chief",), MIRRORED: (),
+}
+SERVING_JOBS: dict[str, tuple[str, ...]] = {
+    "between-graph": ("ps",), "in-graph": ("ps", "worker"), PS_STRATEGY: ("ps", "worker"), MIRRORED: (),
+}
 # Set (to "1") by the supervisor on the stand-in of a finisher that failed for good (training/stand_in.py).
 STAND_IN_ENV = "TFCLUSTER_STAND_IN"
 
