@@ -16,6 +16,7 @@ keeps counting on; a restarted coordinator starts again from 0 (as any new proce
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from training.telemetry.writer import ProgressReporter
@@ -50,6 +51,7 @@ class CoordinatorTelemetry:
         ]
         self.total = 0
         self.by_worker = [0] * workers
+        self.last_loss = float("nan")
 
     def start(self) -> CoordinatorTelemetry:
         self.own.start()
@@ -58,6 +60,10 @@ class CoordinatorTelemetry:
         return self
 
     def completed(self, worker: int, global_step: int, loss: float) -> None:
+        """A step finished on `worker` (-1: unknown, its result was lost with its worker; loss NaN)."""
+        if math.isnan(loss):
+            loss = self.last_loss
+        self.last_loss = loss
         self.total += 1
         self.own.record(self.total, global_step, self.total * self.batch_size, loss)
         if 0 <= worker < len(self.per_worker):

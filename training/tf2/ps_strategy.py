@@ -51,6 +51,7 @@ log = logging.getLogger("tfcluster.ps_strategy")
 
 IN_FLIGHT_PER_WORKER = 4  # scheduled steps per worker not yet fetched: keeps every worker busy
 MAX_TO_KEEP = 3
+PS_ERROR = "remote target /job:ps"  # in every error TF attributes to a ps task (cluster_coordinator.py)
 
 
 class PssTrainer:
@@ -164,7 +165,17 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: 
 
     def complete(remote: Any) -> None:
         nonlocal global_step
-        loss, worker, step = remote.fetch()
+        try:
+            loss, worker, step = remote.fetch()
+        except tf.errors.OpError as e:
+            if PS_ERROR in str(e):
+                raise  # a ps task failed (TF's own test for it): the coordinator must restart and restore
+            # The step ran (its update is on the PS) but its result was on a worker that died before the
+            # coordinator copied it. A step that really failed makes the next schedule() or join() raise.
+            log.warning("%s: lost the result of a finished step (%s): counted without its worker",
+                        ctx.name, type(e).__name__)
+            telemetry.completed(-1, global_step, float("nan"))
+            return
         telemetry.completed(int(worker), int(step), float(loss))
         if int(step) // s.summary_every_steps > global_step // s.summary_every_steps:
             write_scalar(writer, "loss", float(loss), int(step))
