@@ -63,7 +63,7 @@ def last_global_step(cluster: LocalCluster, job: str, index: int) -> int:
 def steps_per_s(events: list[dict[str, Any]]) -> float:
     """Steps per second over the events' span (as the dashboard derives it from local_step and t)."""
     first, last = events[0], events[-1]
-    return (last["local_step"] - first["local_step"]) / max(1e-9, last["t"] - first["t"])
+    return float(last["local_step"] - first["local_step"]) / max(1e-9, float(last["t"] - first["t"]))
 
 
 def all_exited_zero(cluster: LocalCluster, timeout: float) -> dict[str, int | None]:

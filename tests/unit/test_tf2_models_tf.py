@@ -70,7 +70,7 @@ def test_sgd_lowers_the_loss(name: str) -> None:
     optimizer = PlainOptimizer("sgd", 2.0 if name == "wide" else 0.1)
     optimizer.build(strategy, model.weights)
 
-    @tf.function
+    @tf.function  # type: ignore[untyped-decorator]
     def step(index: tf.Tensor) -> tf.Tensor:
         features, labels = model.batch(256, 0, 0, index)
         with tf.GradientTape() as tape:
