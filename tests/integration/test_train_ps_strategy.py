@@ -6,6 +6,7 @@ run dir.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import signal
 import time
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.local_cluster import running_cluster
+from tests.helpers.local_cluster import LocalCluster, running_cluster
 from tests.helpers.tf2_cluster import PS_STRATEGY, tf2_plan
 from tests.integration.tf2_helpers import (
     all_exited_zero,
@@ -131,3 +132,25 @@ def test_slowed_worker_completes_fewer_steps(tmp_path: Path) -> None:
     fast, slow = (cluster.events("worker", k)[-1]["local_step"] for k in (0, 1))
     assert fast + slow == 400
     assert slow < 0.6 * fast, (fast, slow)
+
+
+def test_a_stand_in_for_a_coordinator_that_failed_for_good_ends_the_servers(tmp_path: Path) -> None:
+    """The supervisor runs a finisher that failed for good once more with TFCLUSTER_STAND_IN=1: for the
+    coordinator it must tell every ps and worker server that it will not finish, so they exit by themselves."""
+    plan = tf2_plan(PS_STRATEGY, workers=2, ps=1, training={**FAST, "steps": 100})
+    cluster = LocalCluster(plan, tmp_path / "run")
+    try:
+        cluster.prepare()
+        for task in plan.tasks:
+            if task.job != "chief":
+                cluster.start_task(task)
+        for name in ("ps-0", "worker-0", "worker-1"):
+            wait_for(lambda n=name: "will exit once" in cluster.log(n), 60, f"{name} serving", cluster)  # type: ignore[misc]
+        cluster.start_task(dataclasses.replace(plan.task("chief", 0),
+                                               env={**plan.task("chief", 0).env, "TFCLUSTER_STAND_IN": "1"}))
+        all_exited_zero(cluster, 60)
+    finally:
+        cluster.stop()
+    for name in ("ps-0", "worker-0", "worker-1"):
+        assert "chief:0 failed for good and will not finish" in cluster.log(name)
+    assert run_processes(tmp_path / "run") == []

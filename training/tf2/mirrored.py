@@ -2,7 +2,7 @@
 tf.distribute.MultiWorkerMirroredStrategy, a custom loop and no Keras.
 
 - Cluster: TF_CONFIG from the plan (TFConfigClusterResolver); one replica per task (its GPU, else its CPU).
-- Step: each replica draws its own batch of [training] batch_size (stateless, keyed by seed, the task's id
+- Step (ring all-reduce on CPUs, NCCL on GPUs): each replica draws its own batch of [training] batch_size (stateless, keyed by seed, the task's id
   in the cluster and the global step: training/tf2/models.py), computes its gradients of the loss averaged
   over the GLOBAL batch (batch_size x tasks), all-reduces them (SUM, ring collectives) and applies the same
   update on every replica (training/tf2/optimizer.py); the global step is a mirrored int64 variable.
@@ -61,7 +61,8 @@ def make_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=COLLECTIVE_TIMEOUT_S,
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        # RING on CPUs, NCCL when the task has its GPU
+        implementation=tf.distribute.experimental.CommunicationImplementation.AUTO,
     )
     return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver, communication_options=options)
 
@@ -84,7 +85,7 @@ class MirroredTrainer:
             self.model.build(self._variable, settings.seed)
             self.optimizer.build(strategy, self.model.weights)
         self.checkpoint = tf.train.Checkpoint(step=self.step, model=self.model, optimizer=self.optimizer)
-        self._train_step = tf.function(self._step_fn)
+        self.train_step = tf.function(self._step_fn)
         self._broadcast = tf.function(self._broadcast_fn)
 
     @staticmethod
@@ -104,7 +105,8 @@ class MirroredTrainer:
                 per_example = self.model.per_example_loss(features, labels)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             grads = tape.gradient(loss, self.model.weights)
-            # One all-reduce carries the gradients and every task's "checkpoint due" flag.
+            # One all-reduce carries the gradients and every task's "checkpoint due" flag (copied by identity
+            # onto this replica's device: the argument itself has none, and all_reduce needs one).
             reduced = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
                                                                      [*grads, tf.identity(due_flag)])
             return reduced[:-1], tf.reduce_mean(per_example), reduced[-1]
@@ -180,7 +182,7 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
         while global_step < s.steps:
             t0 = time.perf_counter()
             due = 1.0 if (s.checkpoint_every_secs and clock.due(global_step)) else 0.0
-            loss_t, due_t, step_t = trainer._train_step(tf.constant(due))
+            loss_t, due_t, step_t = trainer.train_step(tf.constant(due))
             loss, global_step = float(loss_t.numpy()), int(step_t.numpy())
             local_step += 1
             reporter.record(local_step, global_step, local_step * s.batch_size, loss)
