@@ -107,15 +107,18 @@ def test_killed_ps_fails_the_coordinator_and_the_restarted_coordinator_resumes(t
     with running_cluster(plan, run_dir) as cluster:
         wait_for(lambda: last_global_step(cluster, "chief", 0) >= 250, 60, "250 global steps", cluster)
         cluster.kill("ps-0", signal.SIGKILL)
+        killed = time.monotonic()
         seen = last_global_step(cluster, "chief", 0)
         coordinator = cluster.procs["chief-0"]
         wait_for(lambda: coordinator.poll() is not None, 30, "the coordinator to fail", cluster)
+        failed_after = time.monotonic() - killed
         assert coordinator.returncode == 1, cluster.logs_tail()
         resume_from = checkpoint_step(run_dir / "checkpoints")
         for task in (plan.task("ps", 0), plan.task("chief", 0)):  # each one's supervisor restarts it
             cluster.start_task(task)
         all_exited_zero(cluster, 120)
-    print(f"ps killed at global step >= {seen}; resumed from checkpoint step {resume_from}")
+    print(f"ps killed at global step >= {seen}; the coordinator failed {failed_after:.2f} s later; "
+          f"resumed from checkpoint step {resume_from}")
     assert 200 <= resume_from <= seen
     assert f"restored {run_dir / 'checkpoints'}/ckpt-{resume_from} (global step {resume_from})" in \
         cluster.log("chief-0")
