@@ -53,6 +53,11 @@ def test_group_trains_checkpoints_and_exits(tmp_path: Path, chief: bool) -> None
         assert events[-1]["loss"] < events[0]["loss"]
     assert "2 replicas in sync" in cluster.log(plan.chief.name)
     assert run_processes(run_dir) == []
+    if not chief:  # a group started again after the end restores the last step and ends at once, agreeing
+        with running_cluster(plan, run_dir) as again:  # not to save (a save only some tasks join would hang)
+            all_exited_zero(again, 60)
+        assert again.log("worker-0").count("(global step 300)") == 1
+        assert checkpoint_step(checkpoints) == 300 and len(list(checkpoints.glob("ckpt-*.index"))) == 3
 
 
 def test_killed_worker_fails_the_group_and_the_restarted_group_resumes(tmp_path: Path) -> None:

@@ -193,7 +193,7 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
                 clock.saved(global_step)
             if slowdown > 1.0:
                 time.sleep((slowdown - 1.0) * (time.perf_counter() - t0))
-        if manager.latest_checkpoint is None or not manager.latest_checkpoint.endswith(f"-{global_step}"):
+        if clock.last_step != global_step:  # the same decision on every task: the step is the group's
             _save(ctx, manager, global_step, write_dir)
     finally:
         reporter.close()

@@ -74,6 +74,10 @@ class CheckpointClock:
             return global_step // self.every_steps > self._last_step // self.every_steps
         return self.every_secs is not None and self._clock() - self._last_t >= self.every_secs
 
+    @property
+    def last_step(self) -> int:
+        return self._last_step
+
     def saved(self, global_step: int) -> None:
         self._last_t = self._clock()
         self._last_step = global_step
