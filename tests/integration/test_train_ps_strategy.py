@@ -81,8 +81,9 @@ def test_variables_spread_over_two_ps_greedy_by_bytes(tmp_path: Path) -> None:
 
 
 def test_killed_worker_is_tolerated_and_rejoins_after_its_restart(tmp_path: Path) -> None:
+    """worker:0 is slowed (x3) so that the run cannot end before the restarted worker:1 is back."""
     steps = 2000
-    plan = tf2_plan(PS_STRATEGY, workers=2, ps=1, training={**FAST, "steps": steps})
+    plan = tf2_plan(PS_STRATEGY, workers=2, ps=1, training={**FAST, "steps": steps, "slowdown": {"worker:0": 3.0}})
     run_dir = tmp_path / "run"
     with running_cluster(plan, run_dir) as cluster:
         wait_for(lambda: last_global_step(cluster, "chief", 0) >= 300, 60, "300 global steps", cluster)

@@ -7,17 +7,18 @@ tf.distribute.ParameterServerStrategy; the `ps` and `worker` tasks run standard 
 - Input: a per-worker dataset (ClusterCoordinator.create_per_worker_dataset); each worker draws its own
   batches of [training] batch_size, keyed by seed and its worker index
   (tf.distribute.coordinator.experimental_get_current_worker_index).
-- Steps: the coordinator `schedule`s one tf.function step per global step ([training] steps in total, from
-  the restored step), at most IN_FLIGHT_PER_WORKER per worker ahead, and fetches each result in order:
-  [loss, worker index, global step after the update], packed into one tensor. Updates are asynchronous (each worker's step
-  updates the PS variables as it finishes).
+- Steps (training/tf2/coordinator_loop.py): one scheduled tf.function step per global step ([training]
+  steps in total, from the restored step), at most IN_FLIGHT_PER_WORKER per worker ahead, each result
+  ([loss, worker index, global step after the update], packed into one tensor) fetched in order. Updates
+  are asynchronous (each worker's step updates the PS variables as it finishes).
 - Telemetry: training/tf2/coordinator_telemetry.py (the coordinator writes the workers' progress events).
 - Checkpoints: the coordinator's tf.train.CheckpointManager (step, model, optimizer slots) in
   RunLayout.checkpoints(checkpoint_dir) on its own host, after joining the steps in flight; restored at start.
   Summaries (`loss`) next to them every summary_every_steps.
 - Failures (TF's own handling): a worker that dies has its steps re-run on the others and is used again once
   it is back (its supervisor restarts it); a ps task that dies fails the coordinator (exit 1): its
-  supervisor restarts it, and the new coordinator restores the last checkpoint into the restarted ps.
+  supervisor restarts it, and the new coordinator restores the last checkpoint into the restarted ps
+  (riding out the workers' reconnect backoff to it: training/tf2/coordinator_loop.py).
 - End: after the final checkpoint the coordinator enqueues its token on every ps and worker done queue
   (training/ps.py signal_done, through each target's own server), so the servers exit 0 by themselves.
 - Slowdown: a slowed worker sleeps (factor - 1) x its own step time inside the step (training/straggler.py
@@ -26,7 +27,6 @@ tf.distribute.ParameterServerStrategy; the `ps` and `worker` tasks run standard 
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
 import time
@@ -40,18 +40,16 @@ from training.ps import serving_targets, signal_done
 from training.roles import PS_STRATEGY
 from training.straggler import sleep_op
 from training.telemetry.accounting import ps_bytes_per_step
+from training.tf2.coordinator_loop import CoordinatorLoop
 from training.tf2.coordinator_telemetry import CoordinatorTelemetry
 from training.tf2.models import Tf2Model, get_tf2_model
 from training.tf2.optimizer import PlainOptimizer
 from training.tf2.placement import GreedyPsPlacer
-from training.tf2.settings import CheckpointClock, TrainSettings
-from training.tf2.summaries import write_scalar
+from training.tf2.settings import TrainSettings
 
 log = logging.getLogger("tfcluster.ps_strategy")
 
 IN_FLIGHT_PER_WORKER = 4  # scheduled steps per worker not yet fetched: keeps every worker busy
-MAX_TO_KEEP = 3
-PS_ERROR = "remote target /job:ps"  # in every error TF attributes to a ps task (cluster_coordinator.py)
 
 
 class PssTrainer:
@@ -109,6 +107,18 @@ class PssTrainer:
                 new_step = tf.identity(new_step)
         return tf.stack([tf.cast(loss, tf.float64), tf.cast(worker, tf.float64), tf.cast(new_step, tf.float64)])
 
+    def ps_tasks_hold_variables(self) -> bool:
+        """Whether every ps task still has this run's variables (a restarted one has none)."""
+        try:
+            for anchor in self.placer.anchors:
+                if anchor is not None:
+                    anchor.read_value().numpy()
+        except tf.errors.OpError as e:
+            log.info("%s: a ps task lost its variables or is unreachable: %s", self.ctx.name,
+                     str(e).splitlines()[0])
+            return False
+        return True
+
     def restore(self) -> int:
         latest = tf.train.latest_checkpoint(self.s.checkpoint_dir)
         if latest:
@@ -146,10 +156,6 @@ def run(ctx: TaskContext) -> int:
 
 def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: Any, start_step: int) -> int:
     iterator = iter(coordinator.create_per_worker_dataset(trainer.dataset_fn(start_step)))
-    manager = tf.train.CheckpointManager(trainer.checkpoint, s.checkpoint_dir, max_to_keep=MAX_TO_KEEP)
-    writer = tf.summary.create_file_writer(s.checkpoint_dir)
-    clock = CheckpointClock(s.checkpoint_every_steps, s.checkpoint_every_secs)
-    clock.saved(start_step)
     per_step = ps_bytes_per_step(pulled_variables(trainer.placed()))
     telemetry = CoordinatorTelemetry(events_file=ctx.layout.events_file, host=ctx.host, job=ctx.job,
                                      index=ctx.index, workers=trainer.workers, batch_size=s.batch_size,
@@ -158,49 +164,15 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: 
     if slowed:
         log.info("%s: stragglers (each step takes N x its own duration): %s", ctx.name, slowed)
     window = IN_FLIGHT_PER_WORKER * trainer.workers
-    pending: collections.deque[Any] = collections.deque()
-    to_schedule = max(0, s.steps - start_step)
-    global_step = start_step
     log.info("%s: training from global step %d to %d: %d steps of %d examples, up to %d in flight",
-             ctx.name, start_step, s.steps, to_schedule, s.batch_size, window)
+             ctx.name, start_step, s.steps, max(0, s.steps - start_step), s.batch_size, window)
     t0 = time.monotonic()
-
-    def complete(remote: Any) -> None:
-        nonlocal global_step
-        try:
-            loss, worker, step = remote.fetch()
-        except tf.errors.OpError as e:
-            if PS_ERROR in str(e):
-                raise  # a ps task failed (TF's own test for it): the coordinator must restart and restore
-            # The step ran (its update is on the PS) but its result was on a worker that died before the
-            # coordinator copied it. A step that really failed makes the next schedule() or join() raise.
-            log.warning("%s: lost the result of a finished step (%s): counted without its worker",
-                        ctx.name, type(e).__name__)
-            telemetry.completed(-1, global_step, float("nan"))
-            return
-        telemetry.completed(int(worker), int(step), float(loss))
-        if int(step) // s.summary_every_steps > global_step // s.summary_every_steps:
-            write_scalar(writer, "loss", float(loss), int(step))
-        global_step = max(global_step, int(step))
-
     try:
-        while to_schedule or pending:
-            while to_schedule and len(pending) < window:
-                pending.append(coordinator.schedule(trainer.train_step, args=(iterator,)))
-                to_schedule -= 1
-            complete(pending.popleft())
-            if clock.due(global_step) or not (to_schedule or pending):
-                while pending:  # the checkpoint holds exactly the updates of the steps it counts
-                    complete(pending.popleft())
-                coordinator.join()
-                path = manager.save(checkpoint_number=int(trainer.step.numpy()))
-                clock.saved(global_step)
-                log.info("%s: checkpoint %s", ctx.name, path)
+        final_step = CoordinatorLoop(ctx, s, trainer, coordinator, iterator, telemetry, window).run(start_step)
     finally:
         telemetry.close()
-        writer.close()
     took = time.monotonic() - t0
     log.info("%s: %d steps completed in %.1f s (%.1f steps/s); per worker: %s", ctx.name, telemetry.total,
              took, telemetry.total / took if took else 0.0,
              ", ".join(f"worker:{k}={n}" for k, n in enumerate(telemetry.by_worker)))
-    return int(trainer.step.numpy())
+    return final_step
