@@ -40,6 +40,11 @@ def test_a_user_command_is_not_the_built_in_trainers_job() -> None:
         TrainSettings.from_ctx(ctx_with({"command": "python train.py"}))
 
 
+def test_only_the_built_in_models_train_in_the_tf2_modes() -> None:
+    with pytest.raises(TaskSetupError, match='model "mypkg.net:build": the TF2 strategy modes train the built-in'):
+        TrainSettings.from_ctx(ctx_with({"model": "mypkg.net:build"}))
+
+
 def test_step_checkpoints_when_a_multiple_is_crossed() -> None:
     clock = CheckpointClock(100, None)
     clock.saved(0)

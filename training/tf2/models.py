@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from training.models.mlp import teacher_labels
 from training.models.sizes import VariableShape, mlp_shapes, wide_shapes
+from training.tf2.settings import BUILTIN_TF2_MODELS
 
-BUILTIN_TF2_MODELS = ("mlp", "wide")
 # Keeps the data streams' stateless seeds apart from the teacher's ([seed, 1], [seed, 2]).
 _DATA_SEED_OFFSET = 1 << 40
 _SHARDS_PER_SEED = 1 << 16

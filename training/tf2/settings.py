@@ -1,7 +1,8 @@
 """The [training] settings the TF2 trainers read, and the checkpoint timing both share. TensorFlow-free.
 
 `TrainSettings.from_ctx(ctx)` turns the plan's `training` dict (orchestrator TrainingSection.model_dump())
-into typed values with the same defaults as the config schema. `CheckpointClock` decides when a
+into typed values with the same defaults as the config schema (and refuses a model the TF2 modes do not
+have: one line, exit 2, before the task waits for its cluster). `CheckpointClock` decides when a
 checkpoint is due: every `checkpoint_every_steps` global steps when set, else every
 `checkpoint_every_secs` seconds of this process's training (the schema's default is 60 s).
 """
@@ -16,6 +17,7 @@ from training.context import TaskContext, TaskSetupError
 from training.straggler import slowdown_factor
 
 DEFAULT_CHECKPOINT_SECS = 60.0
+BUILTIN_TF2_MODELS = ("mlp", "wide")
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,14 @@ class TrainSettings:
         if tr.get("command"):
             raise TaskSetupError("[training] command is set: this task should run the user's program, not the "
                                  "built-in trainer")
+        model = str(tr.get("model", "mlp"))
+        if model not in BUILTIN_TF2_MODELS:  # checked before the task waits for its whole cluster
+            raise TaskSetupError(f'[training] model "{model}": the TF2 strategy modes train the built-in models '
+                                 f'({", ".join(BUILTIN_TF2_MODELS)}); run your own program with [training] command')
         every_steps = tr.get("checkpoint_every_steps")
         every_secs = None if every_steps else float(tr.get("checkpoint_every_secs") or DEFAULT_CHECKPOINT_SECS)
         return cls(
-            model=str(tr.get("model", "mlp")), model_args=dict(tr.get("model_args") or {}),
+            model=model, model_args=dict(tr.get("model_args") or {}),
             batch_size=int(tr.get("batch_size", 128)), steps=int(tr.get("steps", 1000)),
             optimizer=str(tr.get("optimizer", "sgd")), learning_rate=float(tr.get("learning_rate", 0.05)),
             seed=int(tr.get("seed", 0)),
