@@ -37,7 +37,7 @@ def local_plan(mode: str, *, ps: int = 2, workers: int = 2, training: Mapping[st
     ]
     hosts.append({"name": "wk", "address": "127.0.0.1", "roles": ["worker"], "workers": workers,
                   "transport": "local"})
-    tasks = ps + workers + 1  # at most one chief (the in-graph client, or a between-graph chief)
+    tasks = ps + workers + 1 + len(hosts)  # at most one chief, then each host's supervisor's control port
     config = Config.model_validate({
         "cluster": {"name": "itest", "mode": mode, "base_port": free_port_block(tasks)},
         "remote": {"python": python},

@@ -34,7 +34,7 @@ import tensorflow as tf
 
 from training.context import TaskContext
 from training.devices import session_config
-from training.roles import FINISHER_JOBS
+from training.roles import FINISHER_JOBS, SERVING_JOBS
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.serve")
@@ -62,8 +62,8 @@ def expected_finishers(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> 
 
 
 def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
-    """The queues a finishing client signals: every ps task (and in in-graph mode every worker too)."""
-    jobs = ("ps", "worker") if mode == "in-graph" else ("ps",)
+    """The queues a finishing client signals: every task of the mode's serving jobs (training/roles.py)."""
+    jobs = SERVING_JOBS.get(mode, ("ps",))
     return [(job, i) for job in jobs for i in range(len(cluster_spec.get(job, [])))]
 
 

@@ -1,13 +1,24 @@
 """Which tasks the serving tasks wait for (stdlib only: the supervisor needs it without TensorFlow).
 
-A *finisher* is a task whose end of training the `ps` (and in-graph `worker`) tasks wait for on their
-done queues (training/ps.py): every between-graph worker and the chief; in in-graph mode the single
-client (`chief:0`).
+A *finisher* is a task whose end of training the serving tasks wait for on their done queues
+(training/ps.py): every between-graph worker and the chief; in in-graph mode the single client
+(`chief:0`); in parameter-server-strategy mode the coordinator (`chief:0`). Multi-worker-mirrored mode
+has no serving task: every task trains and ends by itself.
+
+The *serving* jobs (SERVING_JOBS) run only a TF server until their finishers are done: `ps` in
+between-graph mode; `ps` and `worker` in in-graph and parameter-server-strategy modes.
 """
 
 from __future__ import annotations
 
-FINISHER_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",)}
+MIRRORED = "multi-worker-mirrored"
+PS_STRATEGY = "parameter-server-strategy"
+FINISHER_JOBS: dict[str, tuple[str, ...]] = {
+    "between-graph": ("chief", "worker"), "in-graph": ("chief",), PS_STRATEGY: ("chief",), MIRRORED: (),
+}
+SERVING_JOBS: dict[str, tuple[str, ...]] = {
+    "between-graph": ("ps",), "in-graph": ("ps", "worker"), PS_STRATEGY: ("ps", "worker"), MIRRORED: (),
+}
 
 
 def is_finisher(mode: str, job: str) -> bool:
@@ -17,7 +28,7 @@ def is_finisher(mode: str, job: str) -> bool:
 # Which jobs' built-in programs write progress events (the rest only serve). In parameter-server-strategy
 # the coordinator (chief) writes them for the workers too: steps are counted where they are scheduled.
 PROGRESS_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",),
-                 "multi-worker-mirrored": ("chief", "worker"), "parameter-server-strategy": ("chief", "worker")}
+                 MIRRORED: ("chief", "worker"), PS_STRATEGY: ("chief", "worker")}
 
 
 def reports_progress(mode: str, job: str) -> bool:

@@ -1,10 +1,15 @@
 """Entry point of every TF task: `python -m training.task` (cwd = <run>/code, env from the plan).
 
 Reads the environment and run.json (training/context.py), configures logging (stderr, which the
-supervisor sends to logs/<job>-<task>.log), and dispatches:
-- `ps` (either mode) and in-graph `worker`: serve only (training/ps.py);
+supervisor sends to logs/<job>-<task>.log), and dispatches on the mode; each mode sets TensorFlow up as
+it needs (the graph modes turn eager execution off, the TF2 strategy modes must keep it on):
+- `ps` (graph modes and parameter-server-strategy), in-graph and parameter-server-strategy `worker`:
+  serve only (training/ps.py);
 - between-graph `worker` and `chief`: the training loop (training/between_graph.py);
 - in-graph `chief`: the single client (training/in_graph.py);
+- multi-worker-mirrored `worker` and `chief`: the MultiWorkerMirroredStrategy trainer
+  (training/tf2/mirrored.py);
+- parameter-server-strategy `chief`: the ClusterCoordinator (training/tf2/ps_strategy.py);
 Exit code 0 when training reached its last step (or a serving task saw every finisher, or was stopped);
 2 for a setup error (one line); 1 for a training failure (with its traceback in the log).
 """
@@ -16,6 +21,7 @@ import os
 import sys
 
 from training.context import TaskContext, TaskSetupError
+from training.roles import MIRRORED, PS_STRATEGY
 
 log = logging.getLogger("tfcluster.task")
 
@@ -34,16 +40,36 @@ def _drop_stale_step_warning(record: logging.LogRecord) -> bool:
     return "has not been increased" not in record.getMessage()
 
 
+def _drop_saver_retracing_warning(record: logging.LogRecord) -> bool:
+    """A parameter-server-strategy coordinator traces TF's own checkpoint save function anew at every save
+    (MultiDeviceSaver builds it per call), and TF then warns about "excessive retracing": nothing to fix."""
+    message = record.getMessage()
+    return not ("triggered tf.function retracing" in message and "MultiDeviceSaver" in message)
+
+
 def dispatch(ctx: TaskContext) -> int:
     import tensorflow as tf
 
-    tf.compat.v1.disable_eager_execution()
+    if ctx.mode in (MIRRORED, PS_STRATEGY):
+        # TF's Python distribute code logs every checkpoint shard and session config through absl at INFO.
+        logging.getLogger("absl").setLevel(logging.WARNING)
+    else:
+        tf.compat.v1.disable_eager_execution()
     tf.get_logger().setLevel(logging.WARNING)
     tf.get_logger().addFilter(_drop_stale_step_warning)
-    if ctx.job == "ps" or (ctx.mode == "in-graph" and ctx.job == "worker"):
+    tf.get_logger().addFilter(_drop_saver_retracing_warning)
+    if ctx.mode == MIRRORED:
+        return _run_mirrored(ctx)
+    if ctx.job == "ps" or (ctx.mode in ("in-graph", PS_STRATEGY) and ctx.job == "worker"):
         from training.ps import serve
 
         return serve(ctx)
+    if ctx.mode == PS_STRATEGY:
+        if ctx.job != "chief":
+            raise TaskSetupError(f"parameter-server-strategy mode has no role for a {ctx.job} task")
+        from training.tf2 import ps_strategy
+
+        return ps_strategy.run(ctx)
     if ctx.mode == "in-graph":
         if ctx.job != "chief":
             raise TaskSetupError(f"in-graph mode has no role for a {ctx.job} task")
@@ -53,6 +79,14 @@ def dispatch(ctx: TaskContext) -> int:
 
         return run(ctx)
     raise TaskSetupError(f"unknown job {ctx.job!r}")
+
+
+def _run_mirrored(ctx: TaskContext) -> int:
+    if ctx.job not in ("worker", "chief"):
+        raise TaskSetupError(f"multi-worker-mirrored mode has no role for a {ctx.job} task (no ps)")
+    from training.tf2 import mirrored
+
+    return mirrored.run(ctx)
 
 
 def _run_in_graph_client(ctx: TaskContext) -> int:

@@ -50,6 +50,9 @@ class ProgressEvent:
     loss: float | None
     interval_s: float | None
     ps_bytes: dict[str, PsBytes] = field(default_factory=dict)
+    # parameter-server-strategy: the coordinator's own events (its steps are the workers' steps, which it
+    # reports for each worker too: cluster totals count them once, from the workers)
+    coordinator: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +221,7 @@ def from_dict(d: dict[str, Any]) -> Event | None:
                                       _str(d, "error"))
             return ProgressEvent(t, host, job, task, _int(d, "local_step", 0) or 0, _int(d, "global_step", 0) or 0,
                                  _int(d, "examples"), _num(d, "loss"), _num(d, "interval_s"),
-                                 _ps_bytes(d.get("ps_bytes")))
+                                 _ps_bytes(d.get("ps_bytes")), d.get("coordinator") is True)
         if kind == KIND_HOST_SAMPLE:
             supervisor = d.get("supervisor")
             alive = supervisor.get("alive") if isinstance(supervisor, dict) else None

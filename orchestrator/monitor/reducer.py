@@ -152,6 +152,7 @@ class ClusterState:
             tv.loss = ev.loss
             append_window(tv.loss_history, t, ev.loss)
         tv.t_progress = t
+        tv.coordinator = ev.coordinator
         if ev.ps_bytes and ev.interval_s and ev.interval_s > 0:
             for ps_name, b in ev.ps_bytes.items():
                 ps = self.ps.get(ps_name)
@@ -276,7 +277,7 @@ class ClusterState:
             tv.age_s = None if last is None else max(now - last, 0.0)
             if tv.global_step is not None:
                 gstep = tv.global_step if gstep is None else max(gstep, tv.global_step)
-            if live == "running":
+            if live == "running" and not tv.coordinator:
                 steps += tv.steps_per_s or 0.0
                 examples += tv.examples_per_s or 0.0
                 if tv.loss is not None:

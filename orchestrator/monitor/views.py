@@ -96,6 +96,7 @@ class TaskView:
     t_cpu_moved: float | None = None  # local time its CPU counter last moved
     sigstopped: bool = False
     t_listening: float | None = None  # local time its TF server was first seen listening (it has started)
+    coordinator: bool = False  # its steps are its workers' (parameter-server-strategy): not summed twice
     # computed by tick
     liveness: Liveness = "starting"
     age_s: float | None = None

@@ -56,3 +56,36 @@ def test_resolver_reads_each_tasks_tf_config(plan: ClusterPlan, monkeypatch: pyt
         spec = tf.train.ClusterSpec(plan.cluster_spec)
         assert spec.task_address(task.job, task.index) == task.target
     assert json.loads(plan.chief.env["TF_CONFIG"])["task"]["type"] == plan.chief.job
+
+
+TF2_CLUSTERS = {
+    "multi-worker-mirrored, workers only": dict(mode="multi-worker-mirrored", workers=3),
+    "multi-worker-mirrored with a chief": dict(mode="multi-worker-mirrored", workers=2, chief=True),
+    "parameter-server-strategy": dict(mode="parameter-server-strategy", workers=2, ps=2),
+}
+
+
+@pytest.mark.parametrize("shape", list(TF2_CLUSTERS), ids=list(TF2_CLUSTERS))
+def test_resolver_reads_the_tf2_modes_tf_config(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TF_CONFIG the TF2 strategies read: MultiWorkerMirroredStrategy's (no ps job; its chief is the `chief`
+    task or worker 0) and ParameterServerStrategy's (the coordinator is the `chief` task)."""
+    from tensorflow.python.distribute import multi_worker_util  # TF's own numbering, as the oracle
+
+    from testkit.tf2_cluster import tf2_plan
+    from training.tf2.mirrored import task_id_in_cluster
+
+    plan = tf2_plan(**TF2_CLUSTERS[shape])  # type: ignore[arg-type]
+    for task in plan.tasks:
+        monkeypatch.setenv("TF_CONFIG", task.env["TF_CONFIG"])
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        spec = resolver.cluster_spec()
+        assert spec.as_dict() == plan.cluster_spec
+        assert (resolver.task_type, resolver.task_id) == (task.job, task.index)
+        assert resolver.master() == task.target
+        if plan.mode == "multi-worker-mirrored":
+            assert "ps" not in spec.jobs
+            assert multi_worker_util.is_chief(spec, task.job, task.index) == task.is_chief
+            assert task_id_in_cluster(plan.cluster_spec, task.job, task.index) == \
+                multi_worker_util.id_in_cluster(spec, task.job, task.index)
+    if plan.mode == "parameter-server-strategy":
+        assert plan.chief.job == "chief" and set(plan.cluster_spec) == {"chief", "ps", "worker"}
