@@ -7,7 +7,8 @@ SyncReplicasOptimizer.
 
 - Sessions: a MonitoredSession on this task's own server, with `device_filters` naming the ps job and
   this task only (without them a non-chief worker was seen to hang once the chief had exited).
-- The chief alone initialises (or restores from the latest checkpoint), checkpoints and writes summaries.
+- The chief alone initialises (or restores from the latest checkpoint: only when the ps tasks lost their
+  variables, training/checkpointing.py), checkpoints (by steps or time) and writes summaries.
   Checkpoints: by default a NON-sharded Saver pinned to the chief's CPU, so the whole checkpoint is written
   on the chief's machine (RunLayout.checkpoints(checkpoint_dir)); with `shared_checkpoint_dir = true` the
   default sharded saver has every PS write its own shard into `checkpoint_dir`, which must then be one
@@ -35,6 +36,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from training.checkpointing import ResumingChiefSessionCreator, checkpoint_hook
 from training.context import TaskContext, TaskSetupError
 from training.devices import (
     bytes_per_ps,
@@ -154,8 +156,8 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
         hooks.append(sync_hook)
     if ctx.is_chief:
         hooks.extend(_chief_hooks(ctx, scaffold, checkpoint_dir, sync))
-        creator: Any = v1.train.ChiefSessionCreator(scaffold=scaffold, master=server.target, config=config,
-                                                    checkpoint_dir=checkpoint_dir)
+        creator: Any = ResumingChiefSessionCreator(scaffold=scaffold, master=server.target, config=config,
+                                                   checkpoint_dir=checkpoint_dir)
     else:
         creator = WorkerSessionCreator(scaffold=scaffold, master=server.target, config=config)
 
@@ -267,13 +269,11 @@ def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
 
 def _chief_hooks(ctx: TaskContext, scaffold: Any, checkpoint_dir: str | None, sync: bool) -> list[Any]:
     tr = ctx.training
-    every_steps = tr.get("checkpoint_every_steps")
-    every_secs = None if every_steps else (tr.get("checkpoint_every_secs") or 60.0)
     summary_steps = int(tr.get("summary_every_steps", 100))
     hooks = [
         # end() writes a final checkpoint at the last step.
-        v1.train.CheckpointSaverHook(checkpoint_dir, save_secs=every_secs, save_steps=every_steps,
-                                     scaffold=scaffold),
+        checkpoint_hook(str(checkpoint_dir), scaffold, tr.get("checkpoint_every_steps"),
+                        tr.get("checkpoint_every_secs")),
         v1.train.SummarySaverHook(save_steps=summary_steps, output_dir=checkpoint_dir, scaffold=scaffold),
     ]
     if not sync:  # in sync mode the chief's own steps do not always move the global step: it would warn

@@ -24,6 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from training.checkpointing import ResumingChiefSessionCreator, checkpoint_hook
 from training.context import TaskContext
 from training.devices import pulled_variables, session_config
 from training.models import get_model
@@ -325,10 +326,12 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
 
     steps = int(training.get("steps", 1000))
     checkpoint_dir = layout.checkpoints(str(training.get("checkpoint_dir", "checkpoints")))
-    every_steps = training.get("checkpoint_every_steps")
-    every_secs = None if every_steps else training.get("checkpoint_every_secs")
     scaffold = v1.train.Scaffold(saver=graph.saver, summary_op=graph.summary_op)
-    hooks = [v1.train.StopAtStepHook(last_step=steps), SessionLogHook(graph.global_step)]
+    hooks = [v1.train.StopAtStepHook(last_step=steps), SessionLogHook(graph.global_step),
+             checkpoint_hook(checkpoint_dir, scaffold, training.get("checkpoint_every_steps"),
+                             training.get("checkpoint_every_secs")),
+             v1.train.SummarySaverHook(save_steps=int(training.get("summary_every_steps", 100)),
+                                       output_dir=checkpoint_dir, scaffold=scaffold)]
     n_towers = len(graph.towers)
     reporter = InGraphReporter(
         layout.events_file("chief", 0), host=host, job="chief", task=0,
@@ -347,12 +350,11 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
     examples = 0
     reporter.start()
     try:
-        with v1.train.MonitoredTrainingSession(
-            master=server.target, is_chief=True, checkpoint_dir=checkpoint_dir, scaffold=scaffold, hooks=hooks,
-            save_checkpoint_steps=every_steps, save_checkpoint_secs=every_secs,
-            save_summaries_steps=int(training.get("summary_every_steps", 100)), log_step_count_steps=0,
-            config=session_config(),
-        ) as sess:
+        # A restarted client joins the variables the ps still hold; it restores the latest checkpoint only
+        # when a ps lost them (training/checkpointing.py).
+        creator = ResumingChiefSessionCreator(scaffold=scaffold, master=server.target, config=session_config(),
+                                              checkpoint_dir=checkpoint_dir)
+        with v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as sess:
             while not sess.should_stop():
                 delays = {t.tower.name: pacer.delay_s(t.tower.slowdown) for t in slowed}
                 feed = {t.delay_us: int(delays[t.tower.name] * 1e6) for t in slowed}

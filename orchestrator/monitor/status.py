@@ -72,6 +72,8 @@ class RunStatus:
     state: RunState
     tasks: list[TaskStatus]
     hosts: list[HostStatus]
+    global_step: int | None = None  # the highest any task reported
+    loss: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -79,6 +81,7 @@ class RunStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "state": self.state, "failed": self.failed,
+                "global_step": self.global_step, "loss": self.loss,
                 "tasks": [{**asdict(t), "name": t.name} for t in self.tasks],
                 "hosts": [asdict(h) for h in self.hosts]}
 
@@ -159,7 +162,7 @@ def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener =
     judged = judge(record, probes, time.time())
     hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
     tasks = [_task_status(t, probes.get(t.host), judged.tasks[t.name]) for t in record.plan.tasks]
-    return RunStatus(record.run_id, _run_state(record, tasks, hosts), tasks, hosts)
+    return RunStatus(record.run_id, _run_state(record, tasks, hosts), tasks, hosts, judged.global_step, judged.loss)
 
 
 def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[HostStatus]) -> RunState:

@@ -82,7 +82,10 @@ def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path:
     names = {t["name"]: t for t in st["tasks"]}
     assert set(names) == {"ps:0", "chief:0", "worker:0", "worker:1"}
     assert {t["host"] for t in st["tasks"]} == {"m0", "m1", "m2"}
-    assert all(t["state"] == "running" and t["pid"] for t in st["tasks"]), st
+    assert all(t["pid"] for t in st["tasks"]), st
+    # Judged by their CPU (they report no progress): running while it moves.
+    wait_for(lambda: all(t["state"] == "running" and t["no_progress_reported"]
+                         for t in status_json(state_dir, run_id)[1]["tasks"]), 30, "every task running")
 
     (tmp_path / "release").touch()  # the "training" ends
     st = wait_for(lambda: (s := status_json(state_dir, run_id)[1])["state"] == "finished" and s, 30, "finished")

@@ -119,10 +119,14 @@ def _logs(state_dir: Path, run_id: str) -> str:
 
 
 def _all_running(state_dir: Path, run_id: str, n: int) -> dict[str, Any]:
-    code, st = status_json(state_dir, run_id)
-    assert code == 0 and len(st["tasks"]) == n
-    assert all(t["state"] in ("running", "exited") for t in st["tasks"]), st
-    return st
+    """`start` returns once every task is spawned; a trainer is `starting` until its first step."""
+    def running() -> dict[str, Any] | None:
+        code, st = status_json(state_dir, run_id)
+        assert code == 0 and len(st["tasks"]) == n, st
+        assert not any(t["failed"] for t in st["tasks"]), st
+        return st if all(t["state"] in ("running", "exited") for t in st["tasks"]) else None
+
+    return wait_for(running, 120, f"every task of {run_id} running", interval=1.0)
 
 
 def test_in_graph_run_finishes(machines: Machines, tmp_path: Path, state_dir: Path) -> None:

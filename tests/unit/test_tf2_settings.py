@@ -16,7 +16,7 @@ def ctx_with(training: dict[str, Any]) -> TaskContext:
     task = {"job": "worker", "index": 1, "device": "/job:worker/task:1/device:CPU:0", "is_chief": False}
     plan = {"mode": "multi-worker-mirrored", "cluster_spec": {"worker": ["a:1", "b:2"]}, "tasks": [task],
             "training": TrainingSection.model_validate(training).model_dump()}
-    return TaskContext(job="worker", index=1, host="b", mode="multi-worker-mirrored", layout=RunLayout("/r/run"),
+    return TaskContext(job="worker", index=1, host="b", mode="multi-worker-mirrored", layout=RunLayout("/r/run"), run_id="r1",
                        plan=plan, task_plan=task)
 
 
@@ -24,14 +24,16 @@ def test_defaults_are_the_schemas() -> None:
     s = TrainSettings.from_ctx(ctx_with({}))
     assert (s.model, s.batch_size, s.steps, s.optimizer, s.learning_rate) == ("mlp", 128, 1000, "sgd", 0.05)
     assert s.checkpoint_dir == "/r/run/checkpoints"
-    assert (s.checkpoint_every_steps, s.checkpoint_every_secs) == (None, 60.0)
+    assert (s.checkpoint_every_steps, s.checkpoint_every_secs) == (500, 60.0)  # whichever comes first
     assert s.slowdown_of("worker", 1) == 1.0
 
 
-def test_steps_win_over_seconds_and_slowdown_is_per_task() -> None:
+def test_steps_and_seconds_both_count_and_slowdown_is_per_task() -> None:
     s = TrainSettings.from_ctx(ctx_with({"checkpoint_every_steps": 50, "checkpoint_dir": "/shared/ck",
                                          "slowdown": {"worker:1": 4.0}}))
-    assert (s.checkpoint_every_steps, s.checkpoint_every_secs, s.checkpoint_dir) == (50, None, "/shared/ck")
+    assert (s.checkpoint_every_steps, s.checkpoint_every_secs, s.checkpoint_dir) == (50, 60.0, "/shared/ck")
+    only_steps = TrainSettings.from_ctx(ctx_with({"checkpoint_every_steps": 50, "checkpoint_every_secs": None}))
+    assert (only_steps.checkpoint_every_steps, only_steps.checkpoint_every_secs) == (50, None)
     assert s.slowdown_of("worker", 1) == 4.0 and s.slowdown_of("worker", 0) == 1.0
 
 

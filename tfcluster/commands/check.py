@@ -1,4 +1,5 @@
-"""`tfcluster check hosts.toml`: is every host reachable and ready for the plan? Exit 0 only if so."""
+"""`tfcluster check hosts.toml`: is every host reachable and ready for the plan? Exit 0 if so, 1 when a
+host is not ready, 3 when one cannot be reached (tfcluster/exit_codes.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from rich.table import Table
 
 from orchestrator.run.check import CheckReport, HostCheck, local_tf_version, run_check
 from orchestrator.transport.factory import transport_for
+from tfcluster import exit_codes
 from tfcluster.common import HostsFile, load_plan, widen
 
 MIN_WIDTH = 140
@@ -49,7 +51,8 @@ def check(
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:
         print_report(console, report)
-    raise typer.Exit(0 if report.ready else 1)
+    unreachable = any(h.failure in ("refused", "timeout", "unreachable") for h in report.hosts)
+    raise typer.Exit(exit_codes.UNREACHABLE if unreachable else exit_codes.OK if report.ready else exit_codes.FAILED)
 
 
 def _yes_no(value: bool | None, failure: str | None = None) -> str:

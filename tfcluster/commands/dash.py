@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from orchestrator.errors import UsageError
+from tfcluster import exit_codes
 from tfcluster.common import LatestRunId
 from tfcluster.live import collect_once, open_dashboard, print_state
 
@@ -27,13 +28,20 @@ def dash(
     prometheus: Annotated[int | None, typer.Option(help="Also export the state as Prometheus metrics on this port.")] = None,
     timeout: Annotated[float | None, typer.Option(help="With --once: give up waiting for data after this long.")] = None,
 ) -> None:
-    """Watch a run live: per task step rates, liveness, PS traffic (measured and accounted), events."""
+    """Watch a run live: per task step rates, liveness, PS traffic (measured and accounted), events.
+    With --once: exit 1 when a task failed, 3 when a host is unreachable or a task lost."""
     if as_json and not once:
         raise UsageError("dash --json needs --once (the live dashboard is a terminal app)")
     if once and prometheus is not None:
         raise UsageError("dash --prometheus serves metrics while the dashboard runs; it cannot go with --once")
     if once:
-        print_state(collect_once(run, interval, timeout), as_json)
+        st = collect_once(run, interval, timeout)
+        print_state(st, as_json)
+        failed = any(t.liveness == "exited" and t.exit_code not in (0, None) and t.stopped_by is None
+                     for t in st.tasks.values())
+        code = exit_codes.for_states([t.liveness for t in st.tasks.values()], failed=failed)
+        if code:
+            raise typer.Exit(code)
         return
     open_dashboard(run, readonly=readonly, interval=interval, prometheus=prometheus)
 

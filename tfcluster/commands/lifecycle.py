@@ -18,11 +18,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from orchestrator.config.schema import Mode
+from orchestrator.errors import UsageError
 from orchestrator.monitor.status import TaskStatus
 from orchestrator.monitor.status import status as run_status
 from orchestrator.run import launch, records
 from orchestrator.run.logs import logs as follow_logs
 from orchestrator.run.stop import stop as stop_run
+from tfcluster import exit_codes
 from tfcluster.common import HostsFile, LatestRunId, load_plan, widen
 from tfcluster.live import open_dashboard, watch_status
 
@@ -53,8 +55,12 @@ def start(
     ] = False,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds until every task must be running.")] = 120.0,
     dash: Annotated[bool, typer.Option("--dash", help="Open the live dashboard once the run is up.")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="Then follow the run until it ends; exit 0 only if it "
+                                       "finished (1: failed or stopped, 3: a host lost).")] = False,
 ) -> None:
     """Ship the code, start every host's supervisor and wait until every task is running."""
+    if wait and dash:
+        raise UsageError("start: --wait and --dash both follow the run; choose one")
     plan = load_plan(hosts_file, mode)
     options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run)
     ids: dict[str, TaskID] = {}
@@ -90,6 +96,35 @@ def start(
               f"tfcluster stop {record.run_id}")
     if dash:
         open_dashboard(record.run_id)
+    if wait:
+        raise typer.Exit(_follow_to_the_end(record))
+
+
+def _follow_to_the_end(record: records.RunRecord, every: float = 2.0) -> int:
+    """`start --wait`: a line whenever the run's state, counts or step change, until it ends."""
+    t0, last_line = time.monotonic(), ""
+    last: tuple[float, int | None] = (time.monotonic(), None)
+    while True:
+        st = run_status(record)
+        counts: dict[str, int] = {}
+        for t in st.tasks:
+            counts[t.state] = counts.get(t.state, 0) + 1
+        rate = ""
+        if st.global_step is not None and last[1] is not None and time.monotonic() > last[0]:
+            rate = f" ({(st.global_step - last[1]) / (time.monotonic() - last[0]):.1f} steps/s)"
+        last = (time.monotonic(), st.global_step)
+        step = "" if st.global_step is None else f"  step {st.global_step}{rate}"
+        loss = "" if st.loss is None else f"  loss {st.loss:.4g}"
+        tasks = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        line = f"{st.state}{step}{loss}  [{tasks}]"
+        if line != last_line:
+            err.print(f"[{time.monotonic() - t0:5.0f}s] {escape(line)}")
+            last_line = line
+        if st.state == "finished":
+            return exit_codes.OK
+        if st.state in ("failed", "stopped"):
+            return exit_codes.FAILED
+        time.sleep(every)
 
 
 def stop(
@@ -122,7 +157,10 @@ def stop(
 def _state_text(t: TaskStatus) -> str:
     if t.state == "exited":
         how = f"code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
-        return f"exited ({how})" + (" FAILED" if t.failed else "")
+        why = {"user": ", stopped for good", "run": ", ended with the run", "stop": ", stopped"}.get(t.stopped_by or "", "")
+        return f"exited ({how}{why})" + (" FAILED" if t.failed else "") + (f": {t.error}" if t.error else "")
+    if t.no_progress_reported:
+        return f"{t.state} (no progress reported)"
     return t.state
 
 
@@ -132,7 +170,8 @@ def status(
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host.")] = 15.0,
     watch: Annotated[bool, typer.Option("--watch", help="Live table from the telemetry agents until Ctrl-C.")] = False,
 ) -> None:
-    """Every task's state, restarts, pid and host; exit code 1 when a task failed."""
+    """Every task's state, restarts, pid and host. Exit 1: a task (the run) failed; 3: a host unreachable
+    or a task lost; 0 otherwise."""
     if watch:  # the dashboard's state, live (tfcluster/live.py)
         watch_status(run, as_json=as_json)
         return
@@ -141,14 +180,15 @@ def status(
     if as_json:
         sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
     else:
-        table = Table(header_style="bold", title=f"run {st.run_id}: {st.state}")
+        table = Table(header_style="bold", title=f"run {escape(st.run_id)}: {st.state}")
         for col in ("task", "host", "state", "restarts", "pid"):
             table.add_column(col)
         for t in st.tasks:
             style = "red" if t.failed or t.state in ("unreachable", "lost") else ""
             text = escape(_state_text(t))
-            table.add_row(t.name, t.host, f"[{style}]{text}[/]" if style else text, str(t.restarts),
-                          str(t.pid or "-"))
+            left = f" ({t.restarts_left} left)" if t.restarts_left is not None and not t.final else ""
+            table.add_row(t.name, escape(t.host), f"[{style}]{text}[/]" if style else text,
+                          f"{t.restarts}{left}", str(t.pid or "-"))
         widen(console, MIN_WIDTH).print(table)
         for h in st.hosts:
             if h.error:
@@ -156,8 +196,9 @@ def status(
             elif h.supervisor in ("starting", "running") and not h.supervisor_alive:
                 console.print(f"host {h.host}: its supervisor is gone (killed?): tasks there are not restarted; "
                               f"`tfcluster stop {st.run_id}` still stops them")
-    if st.failed:
-        raise typer.Exit(1)
+    code = exit_codes.for_states([t.state for t in st.tasks], failed=st.failed or st.state == "failed")
+    if code:
+        raise typer.Exit(code)
 
 
 def list_runs() -> None:

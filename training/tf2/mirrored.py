@@ -181,14 +181,14 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
     try:
         while global_step < s.steps:
             t0 = time.perf_counter()
-            due = 1.0 if (s.checkpoint_every_secs and clock.due(global_step)) else 0.0
+            due = 1.0 if clock.due_by_time() else 0.0  # all-reduced: every task saves at the same step
             loss_t, due_t, step_t = trainer.train_step(tf.constant(due))
             loss, global_step = float(loss_t.numpy()), int(step_t.numpy())
             local_step += 1
             reporter.record(local_step, global_step, local_step * s.batch_size, loss)
             if writer is not None and global_step % s.summary_every_steps == 0:
                 write_scalar(writer, "loss", loss, global_step)
-            if float(due_t.numpy()) > 0 or (s.checkpoint_every_steps and clock.due(global_step)):
+            if float(due_t.numpy()) > 0 or clock.due_by_steps(global_step):
                 _save(ctx, manager, global_step, write_dir)
                 clock.saved(global_step)
             if slowdown > 1.0:

@@ -3,8 +3,8 @@
 `TrainSettings.from_ctx(ctx)` turns the plan's `training` dict (orchestrator TrainingSection.model_dump())
 into typed values with the same defaults as the config schema (and refuses a model the TF2 modes do not
 have: one line, exit 2, before the task waits for its cluster). `CheckpointClock` decides when a
-checkpoint is due: every `checkpoint_every_steps` global steps when set, else every
-`checkpoint_every_secs` seconds of this process's training (the schema's default is 60 s).
+checkpoint is due: every `checkpoint_every_steps` global steps or every `checkpoint_every_secs` seconds
+of this process's training, whichever comes first (the schema's defaults: 500 steps, 60 s).
 """
 
 from __future__ import annotations
@@ -47,7 +47,8 @@ class TrainSettings:
             raise TaskSetupError(f'[training] model "{model}": the TF2 strategy modes train the built-in models '
                                  f'({", ".join(BUILTIN_TF2_MODELS)}); run your own program with [training] command')
         every_steps = tr.get("checkpoint_every_steps")
-        every_secs = None if every_steps else float(tr.get("checkpoint_every_secs") or DEFAULT_CHECKPOINT_SECS)
+        every_secs = tr.get("checkpoint_every_secs")
+        every_secs = float(every_secs) if every_secs else (None if every_steps else DEFAULT_CHECKPOINT_SECS)
         return cls(
             model=model, model_args=dict(tr.get("model_args") or {}),
             batch_size=int(tr.get("batch_size", 128)), steps=int(tr.get("steps", 1000)),
@@ -66,7 +67,8 @@ class TrainSettings:
 
 class CheckpointClock:
     """When the next checkpoint is due: the global step crossed a multiple of `every_steps` since the last
-    save (steps may complete out of order, parameter-server-strategy), or `every_secs` passed since it."""
+    save (steps may complete out of order, parameter-server-strategy), or `every_secs` passed since it,
+    whichever comes first."""
 
     def __init__(self, every_steps: int | None, every_secs: float | None, clock: Any = time.monotonic) -> None:
         self.every_steps = every_steps
@@ -76,8 +78,13 @@ class CheckpointClock:
         self._last_step = 0
 
     def due(self, global_step: int) -> bool:
-        if self.every_steps:
-            return global_step // self.every_steps > self._last_step // self.every_steps
+        return self.due_by_steps(global_step) or self.due_by_time()
+
+    def due_by_steps(self, global_step: int) -> bool:
+        return bool(self.every_steps) and global_step // self.every_steps > self._last_step // self.every_steps
+
+    def due_by_time(self) -> bool:
+        """(Each process has its own clock: multi-worker-mirrored all-reduces this decision.)"""
         return self.every_secs is not None and self._clock() - self._last_t >= self.every_secs
 
     @property

@@ -1,0 +1,26 @@
+"""What tfcluster's exit code tells a script (the README's "Exit codes" table says the same):
+
+0  everything asked for holds (the run started / is running or finished / every host is ready)
+1  a task or the run failed, a host is not ready, or a stop left something running
+2  bad input: hosts.toml, a command-line option, an unknown run (one line on stderr)
+3  a host could not be reached, or a task was lost (its supervisor and its processes are gone):
+   the truth about the run cannot be told there
+130 interrupted (Ctrl-C, SIGTERM, SIGHUP)
+"""
+
+from __future__ import annotations
+
+OK = 0
+FAILED = 1
+USAGE = 2
+UNREACHABLE = 3
+INTERRUPTED = 130
+
+
+def for_states(states: list[str], *, failed: bool) -> int:
+    """The exit code of `status` or `dash --once` from the run's task states."""
+    if failed:
+        return FAILED
+    if any(s in ("unreachable", "lost") for s in states):
+        return UNREACHABLE
+    return OK
