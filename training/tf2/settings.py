@@ -81,7 +81,8 @@ class CheckpointClock:
         return self.due_by_steps(global_step) or self.due_by_time()
 
     def due_by_steps(self, global_step: int) -> bool:
-        return bool(self.every_steps) and global_step // self.every_steps > self._last_step // self.every_steps
+        every = self.every_steps
+        return every is not None and every > 0 and global_step // every > self._last_step // every
 
     def due_by_time(self) -> bool:
         """(Each process has its own clock: multi-worker-mirrored all-reduces this decision.)"""
