@@ -11,7 +11,9 @@ from orchestrator.monitor.reducer import ClusterState
 from tests.doubles import RecordingActions
 from tests.helpers.dash import make_app, sync
 from tui.app import DashboardApp
-from tui.screens import ConfirmScreen, TaskScreen
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.task import TaskScreen
+from tui.widgets.ps_traffic import PsTrafficPanel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,8 +43,9 @@ async def test_healthy_run() -> None:
             assert float(cell(app, w, "sps")) > 0
             assert cell(app, w, "gpu").endswith("%")
         assert "running 4" in header(app) and "stalled 0" in header(app)
-        assert app.ps_rows is not None and len(app.ps_rows) == 1
-        name, host, m_in, a_in, m_out, a_out, peers = app.ps_rows[0]
+        ps_rows = app.query_one(PsTrafficPanel).rows
+        assert ps_rows is not None and len(ps_rows) == 1
+        name, host, m_in, a_in, m_out, a_out, peers = ps_rows[0]
         assert (name, host, peers) == ("ps-0", "p0", 2)
         assert all(v.endswith("k") for v in (m_in, a_in, m_out, a_out))  # measured and accounted, kB/s
 
@@ -135,9 +138,10 @@ async def test_two_hundred_tasks_update_in_place(monkeypatch: pytest.MonkeyPatch
         assert len(updates) < total_cells / 2  # only cells whose text changed
         assert {a[1] for a in updates} <= {"step", "loss", "spark", "gpu", "sps", "eps", "age"}
         # rows off screen are caught up when they scroll into view
-        last = [n for n in app._order if n.startswith("worker")][-1]  # far below the first screen
+        order = app.tasks_table.order
+        last = [n for n in order if n.startswith("worker")][-1]  # far below the first screen
         before = len(updates)
-        table.move_cursor(row=app._order.index(last), animate=False)
+        table.move_cursor(row=order.index(last), animate=False)
         await pilot.pause()
         await pilot.pause()
         tv = app.state.tasks[last]  # type: ignore[union-attr]
@@ -207,10 +211,10 @@ async def test_sort_filter_interval_pause_quit() -> None:
         await pilot.pause()
         table = app.query_one("#tasks", DataTable)
         await pilot.press("s")
-        assert app.sort_key == "task"
+        assert app.tasks_table.sort_key == "task"
         await pilot.press("s")
         await pilot.pause()
-        assert app.sort_key == "state"
+        assert app.tasks_table.sort_key == "state"
         first = str(table.get_row_at(0)[1])
         assert first in ("ps-0", "ps-1", "worker-0", "worker-2")  # running sorts before unreachable
         await pilot.press("slash")
