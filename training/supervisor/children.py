@@ -71,6 +71,7 @@ class Task:
         "exit_signal",
         "exited_at",
         "final",
+        "held",
         "history",
         "index",
         "job",
@@ -92,6 +93,7 @@ class Task:
         self.exit_code: int | None = None
         self.exit_signal: int | None = None
         self.final = False  # done (exit 0), or failed for good: never started again
+        self.held = False  # stopped for good by the user (its hold file exists): final, not a failure
         self.next_start = 0.0
         self.started_at: float | None = None
         self.exited_at: float | None = None

@@ -18,6 +18,7 @@ from training.layout import RUN_DIR_ENV, RunLayout
 from training.roles import STAND_IN_ENV, is_finisher
 from training.supervisor.children import Child, Task, spawn
 from training.supervisor.files import write_json_atomic
+from training.supervisor.hold import is_held
 from training.supervisor.procfs import TASK_ID_ENV, run_processes, signal_pids
 from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
 
@@ -75,12 +76,13 @@ class Supervisor:
         self._events.write(dumps(make_event(
             KIND_TASK_STATE, self.host, job=task.job, task=task.index, t=now, state=state, pid=task.pid,
             exit_code=task.exit_code, restarts=task.restarts, signal=task.exit_signal, final=task.final,
+            held=task.held,
         )) + "\n")
         self._events.flush()
         write_json_atomic(self.layout.task_state_file(task.job, task.index), {
             "kind": "task", "host": self.host, "job": task.job, "task": task.index, "state": state,
             "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code,
-            "signal": task.exit_signal, "final": task.final, "started_at": task.started_at,
+            "signal": task.exit_signal, "final": task.final, "held": task.held, "started_at": task.started_at,
             "exited_at": task.exited_at, "next_start": task.next_start if state == "restarting" else None,
             "history": task.history[-20:], "updated_at": now,
         })
@@ -121,7 +123,9 @@ class Supervisor:
         task.history.append({"pid": task.pid, "exit_code": code, "signal": sig, "at": task.exited_at})
         self._kill_leftovers(task)
         ok = code == 0
-        if ok or self.stop_requested or self.restart_policy == "never" or task.restarts >= self.max_restarts:
+        task.held = is_held(self.layout, task.job, task.index)
+        if ok or task.held or self.stop_requested or self.restart_policy == "never" or \
+                task.restarts >= self.max_restarts:
             task.final = True
             self._record(task, "exited")
             if not ok and not self.stop_requested:
@@ -132,13 +136,21 @@ class Supervisor:
         task.next_start = time.time() + delay
         self._record(task, "restarting")
 
+    def _hold(self, task: Task) -> None:
+        """Stopped for good while it waited to restart (training/supervisor/hold.py): final, as if its
+        last exit had found the hold file."""
+        task.held = task.final = True
+        self._record(task, "exited")
+        self._stand_in(task)
+
     def _stand_in(self, task: Task) -> None:
         """A finisher failed for good: run its program once more as a stand-in (training/stand_in.py)
         that tells the serving tasks it will not finish, so they, and the run, still end by themselves."""
         if not self.builtin_programs or not is_finisher(self.mode, task.job):
             return
         env = self._env(task, "stand-in", **{STAND_IN_ENV: "1"})
-        log_path = self._note(task, f"{task.name} failed for good; telling the serving tasks it will not finish, "
+        why = "was stopped for good by the user" if task.held else "failed for good"
+        log_path = self._note(task, f"{task.name} {why}; telling the serving tasks it will not finish, "
                                     f"at {time.ctime()}")
         try:
             self.helpers.append(Child(spawn(task.command, env, log_path)))
@@ -231,7 +243,10 @@ class Supervisor:
             now = time.time()
             for task in self.tasks:
                 if task.state == "restarting" and now >= task.next_start:
-                    self._spawn(task)
+                    if is_held(self.layout, task.job, task.index):
+                        self._hold(task)
+                    else:
+                        self._spawn(task)
             if all(t.final for t in self.tasks) and not self.helpers:
                 break
             time.sleep(self.poll)
@@ -239,7 +254,7 @@ class Supervisor:
             self._stop_tasks()
             self.state = "stopped"
         else:
-            self.state = "finished" if all(t.exit_code == 0 for t in self.tasks) else "failed"
+            self.state = "finished" if all(t.exit_code == 0 or t.held for t in self.tasks) else "failed"
         self.ended_at = time.time()
         self._write_self()
         self._events.close()

@@ -63,6 +63,7 @@ class TaskStateFile:
     signal: int | None
     final: bool
     updated_at: float
+    held: bool = False  # stopped for good by the user (training/supervisor/hold.py): final, not a failure
     started_at: float | None = None
     exited_at: float | None = None
     next_start: float | None = None
@@ -84,6 +85,7 @@ class TaskStateFile:
             state=cast("TaskState", state), pid=_get(d, "pid", int, None), restarts=_get(d, "restarts", int, 0),
             exit_code=_get(d, "exit_code", int, None), signal=_get(d, "signal", int, None),
             final=bool(_get(d, "final", bool, False)), updated_at=float(_get(d, "updated_at", num, 0.0)),
+            held=bool(_get(d, "held", bool, False)),
             started_at=_get(d, "started_at", num, None), exited_at=_get(d, "exited_at", num, None),
             next_start=_get(d, "next_start", num, None),
             history=tuple(h for h in _get(d, "history", list, []) if isinstance(h, dict)),

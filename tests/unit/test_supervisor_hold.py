@@ -1,0 +1,127 @@
+"""Stop for good: the real supervisor honours a task's hold file (training/supervisor/hold.py).
+
+Real processes and files, as in test_supervisor.py: the supervisor runs as `python -m
+training.supervisor` on a temp run dir and the "tasks" are tiny `python -c` programs. The hold is
+written and the task signalled by the orchestrator's own command (orchestrator/monitor/stop_for_good.py)
+run through a real shell, exactly as the collector sends it to a host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.monitor.stop_for_good import stop_for_good_argv
+from orchestrator.transport.base import shell_command
+from tests.unit.test_supervisor import _events, _make_run, _start, _state, _task, _wait
+from training.layout import RunLayout
+from training.supervisor.remote_ops import stop
+from training.telemetry.state_files import TaskStateFile
+
+BACKOFF = 0.2
+LOOP = "import time\nwhile True: time.sleep(0.05)\n"
+
+
+@pytest.fixture
+def supervisors() -> Iterator[list[tuple[subprocess.Popen[bytes], RunLayout]]]:
+    started: list[tuple[subprocess.Popen[bytes], RunLayout]] = []
+    yield started
+    for proc, layout in started:
+        stop(layout.root, grace=0.5)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _stop_for_good(layout: RunLayout, job: str, index: int, pid: int | None) -> subprocess.CompletedProcess[str]:
+    command = shell_command(stop_for_good_argv(layout.hold_file(job, index), pid, time.time()))
+    return subprocess.run(["sh", "-c", command], check=False, capture_output=True, text=True, timeout=10)
+
+
+def _plan_extras(layout: RunLayout, **extras: Any) -> None:
+    run = json.loads(Path(layout.run_file).read_text())
+    run["plan"].update(extras)
+    Path(layout.run_file).write_text(json.dumps(run))
+
+
+def _starts(layout: RunLayout, job: str, index: int) -> int:
+    return sum(1 for e in _events(layout) if e.get("job") == job and e.get("task") == index and e["state"] == "running")
+
+
+def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path, supervisors: Any) -> None:
+    release = tmp_path / "release"  # every task runs until it exists, then exits 0
+    until_released = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+    tasks = [("ps", 0), ("worker", 0), ("worker", 1)]
+    layout = _make_run(tmp_path, [_task(j, i, until_released) for j, i in tasks], max_restarts=3, backoff=BACKOFF)
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: all(_state(layout, j, i).get("state") == "running" for j, i in tasks))
+
+    res = _stop_for_good(layout, "worker", 1, _state(layout, "worker", 1)["pid"])
+    assert res.returncode == 0, res.stderr
+    hold = json.loads(Path(layout.hold_file("worker", 1)).read_text())
+    assert hold["reason"] == "stopped by the user" and abs(hold["held_at"] - time.time()) < 10
+
+    _wait(lambda: _state(layout, "worker", 1).get("state") == "exited")
+    time.sleep(5 * BACKOFF)  # several backoff periods: a restart would have happened by now
+    st = _state(layout, "worker", 1)
+    assert st["state"] == "exited" and st["final"] and st["held"] is True
+    assert st["signal"] == signal.SIGTERM and st["restarts"] == 0 and _starts(layout, "worker", 1) == 1
+    assert TaskStateFile.decode(st).held  # the orchestrator's decoder reads it
+    mine = [e for e in _events(layout) if e.get("job") == "worker" and e.get("task") == 1]
+    assert (mine[-1]["state"], mine[-1]["held"], mine[-1]["final"]) == ("exited", True, True)
+    assert not any(e["state"] == "restarting" for e in mine)
+    for job, index in (("ps", 0), ("worker", 0)):  # the others keep running
+        assert _state(layout, job, index)["state"] == "running" and not _state(layout, job, index)["held"]
+    assert sup.poll() is None
+
+    # The hold is one task's: worker-0, killed without one, is restarted by the policy.
+    os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
+    _wait(lambda: (s := _state(layout, "worker", 0)).get("restarts") == 1 and s["state"] == "running")
+    # The others end normally; the held task is no failure, so this host's run is `finished`.
+    release.touch()
+    assert sup.wait(timeout=20) == 0
+    assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "finished"
+    assert _starts(layout, "worker", 1) == 1
+
+
+def test_a_task_held_while_it_waits_to_restart_is_never_started_again(tmp_path: Path, supervisors: Any) -> None:
+    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(3)")], max_restarts=3, backoff=1.0)
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: _state(layout, "worker", 0).get("state") == "restarting")
+    res = _stop_for_good(layout, "worker", 0, None)  # no process to signal: only the hold file
+    assert res.returncode == 0, res.stderr
+    assert sup.wait(timeout=20) == 0  # its only task is final and not a failure
+    st = _state(layout, "worker", 0)
+    assert (st["state"], st["final"], st["held"], st["exit_code"], st["restarts"]) == ("exited", True, True, 3, 1)
+    assert _starts(layout, "worker", 0) == 1
+    assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "finished"
+
+
+def test_a_held_builtin_finisher_gets_its_stand_in(tmp_path: Path, supervisors: Any) -> None:
+    marker = tmp_path / "stand-in-ran"
+    code = (f"import os, time\n"
+            f"if os.environ.get('TFCLUSTER_STAND_IN') == '1':\n"
+            f"    open({str(marker)!r}, 'w').write(os.environ['TFCLUSTER_TASK_ID'])\n"
+            f"else:\n"
+            f"    while True: time.sleep(0.05)\n")
+    layout = _make_run(tmp_path, [_task("worker", 0, code)], backoff=BACKOFF)
+    _plan_extras(layout, mode="between-graph", uses_user_command=False)  # a built-in program: stand-ins apply
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: _state(layout, "worker", 0).get("state") == "running")
+    assert _stop_for_good(layout, "worker", 0, _state(layout, "worker", 0)["pid"]).returncode == 0
+    assert sup.wait(timeout=20) == 0
+    assert marker.read_text() == "worker-0#stand-in"
+    assert "worker-0 was stopped for good by the user; telling the serving tasks" in \
+        Path(layout.log_file("worker", 0)).read_text()
+    assert _state(layout, "worker", 0)["held"] is True
