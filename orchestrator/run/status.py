@@ -36,7 +36,8 @@ class TaskStatus:
     exit_code: int | None = None
     signal: int | None = None
     final: bool = False
-    failed: bool = False  # exited for good with an error (not because the run was stopped)
+    failed: bool = False  # exited for good with an error (not because the run was stopped, nor held)
+    held: bool = False  # stopped for good by the user (training/supervisor/hold.py): never a failure
     updated_at: float | None = None
 
     @property
@@ -85,10 +86,11 @@ def _task_status(planned: TaskPlan, seen: ProbeReport | HostError | None) -> Tas
     ts.state = data.state
     ts.pid, ts.restarts = data.pid, data.restarts
     ts.exit_code, ts.signal = data.exit_code, data.signal
-    ts.final, ts.updated_at = data.final, data.updated_at
+    ts.final, ts.updated_at, ts.held = data.final, data.updated_at, data.held
     sup = seen.supervisor
     stopped = sup is not None and sup.state == "stopped"
-    ts.failed = ts.final and ts.exit_code != 0 and not stopped
+    # A task the user stopped for good is not a failure: the others go on, and the run can end `finished`.
+    ts.failed = ts.final and ts.exit_code != 0 and not stopped and not ts.held
     if ts.state in ("running", "starting") and ts.pid not in {p.pid for p in seen.processes}:
         ts.state = "lost"  # the state file says running but the process is gone (supervisor killed?)
     return ts
@@ -124,8 +126,10 @@ def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener =
 
 
 def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[HostStatus]) -> RunState:
-    if tasks and all(t.final and t.exit_code == 0 for t in tasks):
-        return "finished"
+    if tasks and all(t.held for t in tasks):
+        return "stopped"  # the user stopped every task for good, one by one
+    if tasks and all(t.final and (t.exit_code == 0 or t.held) for t in tasks):
+        return "finished"  # held tasks included: the user chose to go on without them
     if any(t.failed for t in tasks):
         return "failed"
     if any(not h.reachable for h in hosts):

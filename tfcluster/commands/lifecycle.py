@@ -122,7 +122,7 @@ def stop(
 def _state_text(t: TaskStatus) -> str:
     if t.state == "exited":
         how = f"code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
-        return f"exited ({how})" + (" FAILED" if t.failed else "")
+        return f"exited ({how})" + (" stopped for good" if t.held else "") + (" FAILED" if t.failed else "")
     return t.state
 
 
