@@ -18,6 +18,7 @@ from collections.abc import Callable
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.stop_for_good import KILL_FAILED, stop_for_good_argv
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
@@ -231,6 +232,26 @@ class Collector:
             return f"{tv.name}: kill -{sig} {tv.pid} failed: {res.stderr.strip()[:200]}"
         return f"{tv.name} (pid {tv.pid} on {tv.host}): sent SIG{sig}"
 
+    def stop_task(self, job: str, task: int) -> str:
+        """Stop for good: the task's hold file, then SIGTERM, in one command on its host; its supervisor
+        never starts it again (training/supervisor/hold.py)."""
+        tv = self.state.tasks.get(f"{job}-{task}")
+        if tv is None:
+            return f"{job}-{task}: no such task"
+        if tv.liveness in ("exited", "unreachable") or tv.host not in self.run_dirs:
+            return f"{tv.name}: nothing to stop ({tv.liveness})"
+        pid = None if tv.liveness == "restarting" else tv.pid  # between two runs: only the hold file
+        hold = RunLayout(self.run_dirs[tv.host]).hold_file(job, task)
+        res = self._aux_run(tv.host, stop_for_good_argv(hold, pid, self.clock()))
+        why = res.stderr.strip()[:200]
+        if res.exit_code == KILL_FAILED:  # the hold file was written: when it exits it stays down
+            return f"{tv.name}: held (it will not be started again), but SIGTERM to pid {pid} failed: {why}"
+        if not res.ok:
+            return f"{tv.name}: stop for good failed: {why}"
+        if pid is None:
+            return f"{tv.name} on {tv.host}: held; its supervisor will not start it again"
+        return f"{tv.name} (pid {pid} on {tv.host}): stopped for good (held, sent SIGTERM)"
+
     def close(self) -> None:
         self._stop.set()
         for s in self.streams:
@@ -248,7 +269,8 @@ class CollectorActions:
     """TaskActions through the collector: the host's supervisor restarts a task that died by signal.
 
     restart = SIGTERM (the task exits; the supervisor starts it again by its restart policy);
-    kill = SIGKILL (the same, without a chance to clean up)."""
+    kill = SIGKILL (the same, without a chance to clean up);
+    stop = stop for good (the hold file, then SIGTERM: the supervisor never starts it again)."""
 
     def __init__(self, collector: Collector) -> None:
         self.collector = collector
@@ -258,3 +280,6 @@ class CollectorActions:
 
     def kill_task(self, job: str, task: int) -> str:
         return self.collector.signal_task(job, task, "KILL")
+
+    def stop_task(self, job: str, task: int) -> str:
+        return self.collector.stop_task(job, task)

@@ -25,6 +25,7 @@ class TaskStateEvent:
     exit_code: int | None = None
     restarts: int = 0
     signal: int | None = None  # the signal that ended the process, when one did
+    held: bool = False  # exited because the user stopped it for good: final, not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +180,7 @@ def from_dict(d: dict[str, Any]) -> Event | None:
                 if not isinstance(state, str):
                     raise Malformed("task_state without state")
                 return TaskStateEvent(t, host, job, task, state, _int(d, "pid"), _int(d, "exit_code"),
-                                      _int(d, "restarts", 0) or 0, _int(d, "signal"))
+                                      _int(d, "restarts", 0) or 0, _int(d, "signal"), d.get("held") is True)
             return ProgressEvent(t, host, job, task, _int(d, "local_step", 0) or 0, _int(d, "global_step", 0) or 0,
                                  _int(d, "examples", 0) or 0, _num(d, "loss"), _num(d, "interval_s"),
                                  _ps_bytes(d.get("ps_bytes")))

@@ -157,9 +157,10 @@ class ClusterState:
         # Python's convention: a process ended by signal N has exit code -N.
         code = ev.exit_code if ev.exit_code is not None else (-ev.signal if ev.signal else None)
         if ev.state == "exited":
-            tv.exit_code = code
+            tv.exit_code, tv.held = code, ev.held
             tv.down = True
-            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {code})")
+            held = ", stopped for good by the user" if ev.held else ""
+            self._log(t, "exit", f"{tv.name} on {tv.host} exited (code {code}){held}")
         elif ev.state == "restarting":
             if code is not None:
                 tv.exit_code = code
@@ -277,7 +278,7 @@ class ClusterState:
             "tasks": [
                 {"name": tv.name, "job": tv.job, "task": tv.task, "host": tv.host, "state": tv.liveness,
                  "stale": tv.liveness == "unreachable", "process_state": tv.proc_state, "pid": tv.pid,
-                 "exit_code": tv.exit_code, "restarts": tv.restarts, "local_step": tv.local_step,
+                 "exit_code": tv.exit_code, "held": tv.held, "restarts": tv.restarts, "local_step": tv.local_step,
                  "global_step": tv.global_step, "loss": r(tv.loss, 6), "steps_per_s": r(tv.steps_per_s),
                  "examples_per_s": r(tv.examples_per_s), "age_s": r(tv.age_s, 2)}
                 for tv in sorted(self.tasks.values(), key=task_sort_key)

@@ -69,6 +69,7 @@ class TaskView:
     restarts: int = 0
     t_state: float | None = None
     down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
+    held: bool = False  # stopped for good by the user: exited, and the supervisor will not start it again
     # from progress
     local_step: int | None = None
     global_step: int | None = None

@@ -326,3 +326,19 @@ def test_host_never_heard_is_not_reported_lost_but_not_reachable_yet() -> None:
     feed(st, hb("late", T0 + 5))
     st.tick(T0 + 5)
     assert st.log[-1].kind == "host-back"
+
+
+def test_task_stopped_for_good_is_exited_held_and_logged_as_the_users_choice() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)
+    feed(st, task_state(t + 0.5, "exited", pid=42, signal=15, final=True, held=True))
+    feed(st, task_state(t + 0.5, "exited", job="worker", task=1, pid=43, exit_code=3, final=True))
+    st.tick(t + 1)
+    held, failed = st.tasks["worker-0"], st.tasks["worker-1"]
+    assert (held.liveness, held.exit_code, held.held) == ("exited", -15, True)
+    assert (failed.liveness, failed.held) == ("exited", False)
+    texts = [e.text for e in st.log]
+    assert "worker-0 on a exited (code -15), stopped for good by the user" in texts
+    assert "worker-1 on a exited (code 3)" in texts
+    out = {t["name"]: t for t in json.loads(json.dumps(st.to_json()))["tasks"]}
+    assert out["worker-0"]["held"] is True and out["worker-1"]["held"] is False
