@@ -4,7 +4,7 @@ The app owns the poll: it reads ClusterState from a `StateSource` on a timer (on
 and posts one `StateUpdated` (tui/messages.py) per poll to each view (tui/widgets/*, and the task
 screen when it is open), which updates itself. It also owns the user's settings (interval, pause,
 filter), the keys, and the actions on a task (restart / kill / stop for good, through `TaskActions`,
-after a yes/no question). No view imports the app.
+after a question that says what will happen: tui/task_actions.py). No view imports the app.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from orchestrator.monitor.source import StateSource, TaskActions
 from tui.messages import WIDE_TERMINAL, FrameCost, Settings, StateUpdated
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.task import TaskScreen
+from tui.task_actions import RestartPolicy, Verb, perform, question
 from tui.widgets.event_log import EventLog
 from tui.widgets.header import ClusterHeader
 from tui.widgets.ps_traffic import PsTrafficPanel
@@ -48,16 +49,18 @@ class DashboardApp(App[None]):
         Binding("enter", "open_task", "Task", show=False),
         Binding("r", "restart", "Restart"),
         Binding("k", "kill", "Kill"),
+        Binding("x", "stop_task", "Stop"),
         Binding("plus,equals_sign", "faster", "+/- rate"),
         Binding("minus", "slower", "", show=False),
         Binding("p", "pause", "Pause"),
     ]
 
     def __init__(self, source: StateSource, actions: TaskActions | None = None, *, readonly: bool = False,
-                 interval: float = 1.0, poll_on_timer: bool = True) -> None:
+                 interval: float = 1.0, poll_on_timer: bool = True, restart_policy: RestartPolicy | None = None) -> None:
         super().__init__()
         self.source = source
         self.actions = actions
+        self.restart_policy = restart_policy  # the run's; None: unknown (the questions then say less)
         self.settings = Settings(interval=interval, readonly=readonly or actions is None)
         self.poll_on_timer = poll_on_timer
         self.state: ClusterState | None = None
@@ -86,7 +89,7 @@ class DashboardApp(App[None]):
             yield PsTrafficPanel(id="ps")
             yield EventLog(id="log")
         yield Input(placeholder="filter by host / job / state words; Enter applies, Esc clears", id="filter")
-        yield Footer()
+        yield Footer(show_command_palette=False)  # 80 columns hold every key but not the ^p hint (^p works)
 
     @property
     def tasks_table(self) -> TasksTable:
@@ -213,7 +216,10 @@ class DashboardApp(App[None]):
     def action_kill(self) -> None:
         self._confirm_action("kill")
 
-    def _confirm_action(self, verb: str) -> None:
+    def action_stop_task(self) -> None:
+        self._confirm_action("stop")
+
+    def _confirm_action(self, verb: Verb) -> None:
         name = self.selected_task()
         if name is None:
             return
@@ -225,8 +231,7 @@ class DashboardApp(App[None]):
 
         def run() -> None:
             try:
-                fn = actions.restart_task if verb == "restart" else actions.kill_task
-                self.call_from_thread(self.notify, fn(job, int(idx)))
+                self.call_from_thread(self.notify, perform(actions, verb, job, int(idx)))
             except Exception as exc:
                 self.call_from_thread(self.notify, f"{verb} {name} failed: {exc}", severity="error")
 
@@ -234,4 +239,5 @@ class DashboardApp(App[None]):
             if yes:
                 self.run_worker(run, thread=True, group="actions")
 
-        self.push_screen(ConfirmScreen(f"{verb.capitalize()} {name}?"), answered)
+        task = self.state.tasks.get(name) if self.state is not None else None
+        self.push_screen(ConfirmScreen(question(verb, name, task, self.restart_policy)), answered)

@@ -49,7 +49,7 @@ class TaskScreen(Screen[None]):
                 yield Label("loss, last 60 s", id="loss-label")
                 yield Sparkline([], id="loss-chart")
         yield RichLog(id="task-log", min_width=20, max_lines=500, wrap=False)
-        yield Footer()
+        yield Footer(show_command_palette=False)  # as on the dashboard: room for every key at 80 columns
 
     def on_mount(self) -> None:
         if self._cluster is not None:
@@ -70,7 +70,7 @@ class TaskScreen(Screen[None]):
         head = Text()
         head.append(f"{tv.name}", style="bold")
         head.append(f" on {tv.host}  ")
-        head.append_text(fmt.state_text(tv.liveness, tv.exit_code))
+        head.append_text(fmt.state_text(tv.liveness, tv.exit_code, tv.held))
         head.append(f"  pid {tv.pid or '-'}  restarts {tv.restarts}  age {fmt.age(tv.age_s)}\n")
         ps = st.ps.get(tv.name)
         if ps is not None:  # a PS writes no progress: show its traffic, measured and accounted, per peer

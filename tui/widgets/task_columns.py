@@ -67,7 +67,7 @@ def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_
         for g in host.gpus:
             if g.index == tv.gpu and g.util_pct is not None:
                 gpu = f"{g.util_pct:.0f}%"
-    state = tv.liveness if tv.liveness != "exited" or tv.exit_code is None else f"exited {tv.exit_code}"
+    state = fmt.state_word(tv.liveness, tv.exit_code, tv.held)
     values = {
         "host": tv.host if show_host else "",
         "task": tv.name,
@@ -87,7 +87,7 @@ def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_
 def cell(key: str, value: str, tv: TaskView) -> Text | str:
     """What a cell shows for its plain text: the state with its glyph and colour, stale values dimmed."""
     if key == "state":
-        return fmt.state_text(tv.liveness, tv.exit_code)
+        return fmt.state_text(tv.liveness, tv.exit_code, tv.held)
     if tv.liveness == "unreachable" and key not in ("host", "task"):
         return Text(value, style="dim")  # stale: last values kept, visibly old
     return value
