@@ -67,6 +67,7 @@ class DashboardApp(App[None]):
         self.frame_times: deque[float] = deque(maxlen=1000)  # seconds: the poll plus every view's update
         self.source_errors = 0
         self._timer: Timer | None = None
+        self._dashboard_views: list[Widget] = []  # the views composed below, found once mounted
 
     @property
     def interval(self) -> float:
@@ -96,13 +97,11 @@ class DashboardApp(App[None]):
         return self.query_one("#tasks", TasksTable)
 
     def _views(self) -> list[Widget]:
-        """Every view of the state: the dashboard's, wherever the user is, and the open task screen."""
-        main = self.screen_stack[0]
-        views: list[Widget] = [main.query_one(t) for t in (ClusterHeader, TasksTable, PsTrafficPanel, EventLog)]
-        views.extend(s for s in self.screen_stack if isinstance(s, TaskScreen))
-        return views
+        """Every view of the state: the dashboard's (wherever the user is) and an open task screen."""
+        return [*self._dashboard_views, *(s for s in self.screen_stack if isinstance(s, TaskScreen))]
 
     def on_mount(self) -> None:
+        self._dashboard_views = [self.query_one(t) for t in (ClusterHeader, TasksTable, PsTrafficPanel, EventLog)]
         self.query_one("#filter", Input).display = False
         self.refresh_state()
         self._start_timer()
