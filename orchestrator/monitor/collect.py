@@ -10,6 +10,7 @@ stream that goes silent without closing (a dead network path) is closed by the w
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import threading
 import time
@@ -18,12 +19,12 @@ from collections.abc import Callable
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.monitor.stop_for_good import KILL_FAILED, stop_for_good_argv
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
 from training.layout import RunLayout
+from training.telemetry.state_files import HoldReport, StateFileError
 
 BACKOFF_MAX_S = 30.0
 SILENT_INTERVALS = 5  # no line at all for this long: the stream is treated as dead and reopened
@@ -139,9 +140,10 @@ class Collector:
         self.opener = opener
         self.hosts = {h.name: h for h in hosts}
         self.run_dirs = run_dirs
+        self.pythons = {h.name: pythons.get(h.name, h.python) for h in hosts}
         self._queue: queue.SimpleQueue[tuple[float, Event]] = queue.SimpleQueue()
         self._stop = threading.Event()
-        self.streams = [HostStream(h, run_dirs[h.name], pythons.get(h.name, h.python), interval, self._queue,
+        self.streams = [HostStream(h, run_dirs[h.name], self.pythons[h.name], interval, self._queue,
                                    opener, self._stop) for h in hosts]
         self._aux: dict[str, Transport] = {}  # for logs and actions, separate from the streams
         self._aux_lock = threading.Lock()
@@ -200,9 +202,9 @@ class Collector:
                 t = self._aux[host] = self.opener(self.hosts[host])
             return t
 
-    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0) -> CommandResult:
+    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0, cwd: str | None = None) -> CommandResult:
         try:
-            return self._aux_transport(host).run(argv, timeout=timeout)
+            return self._aux_transport(host).run(argv, timeout=timeout, cwd=cwd)
         except HostError:
             with self._aux_lock:
                 t = self._aux.pop(host, None)
@@ -233,24 +235,27 @@ class Collector:
         return f"{tv.name} (pid {tv.pid} on {tv.host}): sent SIG{sig}"
 
     def stop_task(self, job: str, task: int) -> str:
-        """Stop for good: the task's hold file, then SIGTERM, in one command on its host; its supervisor
-        never starts it again (training/supervisor/hold.py)."""
+        """Stop for good: one command on the task's host writes its hold file, then SIGTERMs every process
+        of the task (training/supervisor/hold.py); its supervisor never starts it again."""
         tv = self.state.tasks.get(f"{job}-{task}")
-        if tv is None:
+        if tv is None or tv.host not in self.run_dirs:
             return f"{job}-{task}: no such task"
-        if tv.liveness in ("exited", "unreachable") or tv.host not in self.run_dirs:
+        if tv.liveness in ("exited", "unreachable"):
             return f"{tv.name}: nothing to stop ({tv.liveness})"
-        pid = None if tv.liveness == "restarting" else tv.pid  # between two runs: only the hold file
-        hold = RunLayout(self.run_dirs[tv.host]).hold_file(job, task)
-        res = self._aux_run(tv.host, stop_for_good_argv(hold, pid, self.clock()))
-        why = res.stderr.strip()[:200]
-        if res.exit_code == KILL_FAILED:  # the hold file was written: when it exits it stays down
-            return f"{tv.name}: held (it will not be started again), but SIGTERM to pid {pid} failed: {why}"
+        run_dir = self.run_dirs[tv.host]
+        argv = [self.pythons[tv.host], "-S", "-m", "training.supervisor.hold", "--run-dir", run_dir,
+                "--job", job, "--task", str(int(task))]
+        res = self._aux_run(tv.host, argv, cwd=RunLayout(run_dir).code)
         if not res.ok:
-            return f"{tv.name}: stop for good failed: {why}"
-        if pid is None:
-            return f"{tv.name} on {tv.host}: held; its supervisor will not start it again"
-        return f"{tv.name} (pid {pid} on {tv.host}): stopped for good (held, sent SIGTERM)"
+            return f"{tv.name}: stop for good failed: {(res.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+        try:
+            report = HoldReport.decode(json.loads(res.stdout.strip().splitlines()[-1]))
+        except (IndexError, ValueError, StateFileError) as exc:
+            return f"{tv.name}: held, but its host's answer is unreadable ({exc})"
+        if not report.terminated:
+            return f"{tv.name} on {tv.host}: held (no process of it was running); it will not be started again"
+        pids = ", ".join(str(p) for p in report.terminated)
+        return f"{tv.name} on {tv.host}: stopped for good (held; SIGTERM to pid {pids})"
 
     def close(self) -> None:
         self._stop.set()

@@ -99,7 +99,7 @@ def test_stop_task_stops_a_task_for_good_and_the_run_still_finishes(machines: Ma
         assert _attempts(run_id, "worker-1") == {"worker-1#0"}
 
         answer = CollectorActions(collector).stop_task("worker", 1)
-        assert answer == f"worker-1 (pid {pid} on {host}): stopped for good (held, sent SIGTERM)"
+        assert answer.startswith(f"worker-1 on {host}: stopped for good (held; SIGTERM to pid ") and str(pid) in answer
         hold = Path(RunLayout(record.host(host).run_dir or "").hold_file("worker", 1))
         assert json.loads(hold.read_text())["reason"] == "stopped by the user"
 

@@ -2,8 +2,8 @@
 
 Real processes and files, as in test_supervisor.py: the supervisor runs as `python -m
 training.supervisor` on a temp run dir and the "tasks" are tiny `python -c` programs. The hold is
-written and the task signalled by the orchestrator's own command (orchestrator/monitor/stop_for_good.py)
-run through a real shell, exactly as the collector sends it to a host.
+written and the task signalled by the command the collector runs on a host,
+`python -S -m training.supervisor.hold`, decoded as the collector decodes it.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +20,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.monitor.stop_for_good import stop_for_good_argv
-from orchestrator.transport.base import shell_command
-from tests.unit.test_supervisor import _events, _make_run, _start, _state, _task, _wait
+from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task, _wait
 from training.layout import RunLayout
+from training.supervisor.hold import task_pids
 from training.supervisor.remote_ops import stop
-from training.telemetry.state_files import TaskStateFile
+from training.telemetry.state_files import HoldReport, TaskStateFile
 
 BACKOFF = 0.2
 LOOP = "import time\nwhile True: time.sleep(0.05)\n"
@@ -41,9 +41,12 @@ def supervisors() -> Iterator[list[tuple[subprocess.Popen[bytes], RunLayout]]]:
         proc.wait()
 
 
-def _stop_for_good(layout: RunLayout, job: str, index: int, pid: int | None) -> subprocess.CompletedProcess[str]:
-    command = shell_command(stop_for_good_argv(layout.hold_file(job, index), pid, time.time()))
-    return subprocess.run(["sh", "-c", command], check=False, capture_output=True, text=True, timeout=10)
+def _stop_for_good(layout: RunLayout, job: str, index: int) -> HoldReport:
+    res = subprocess.run([sys.executable, "-S", "-m", "training.supervisor.hold", "--run-dir", layout.root,
+                          "--job", job, "--task", str(index)], check=False, capture_output=True, text=True,
+                         timeout=10, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr
+    return HoldReport.decode(json.loads(res.stdout))
 
 
 def _plan_extras(layout: RunLayout, **extras: Any) -> None:
@@ -65,8 +68,8 @@ def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path,
     supervisors.append((sup, layout))
     _wait(lambda: all(_state(layout, j, i).get("state") == "running" for j, i in tasks))
 
-    res = _stop_for_good(layout, "worker", 1, _state(layout, "worker", 1)["pid"])
-    assert res.returncode == 0, res.stderr
+    report = _stop_for_good(layout, "worker", 1)
+    assert report.terminated == (_state(layout, "worker", 1)["pid"],) and report.hold == layout.hold_file("worker", 1)
     hold = json.loads(Path(layout.hold_file("worker", 1)).read_text())
     assert hold["reason"] == "stopped by the user" and abs(hold["held_at"] - time.time()) < 10
 
@@ -98,8 +101,7 @@ def test_a_task_held_while_it_waits_to_restart_is_never_started_again(tmp_path: 
     sup = _start(layout)
     supervisors.append((sup, layout))
     _wait(lambda: _state(layout, "worker", 0).get("state") == "restarting")
-    res = _stop_for_good(layout, "worker", 0, None)  # no process to signal: only the hold file
-    assert res.returncode == 0, res.stderr
+    assert _stop_for_good(layout, "worker", 0).terminated == ()  # no process to signal: only the hold file
     assert sup.wait(timeout=20) == 0  # its only task is final and not a failure
     st = _state(layout, "worker", 0)
     assert (st["state"], st["final"], st["held"], st["exit_code"], st["restarts"]) == ("exited", True, True, 3, 1)
@@ -119,9 +121,27 @@ def test_a_held_builtin_finisher_gets_its_stand_in(tmp_path: Path, supervisors: 
     sup = _start(layout)
     supervisors.append((sup, layout))
     _wait(lambda: _state(layout, "worker", 0).get("state") == "running")
-    assert _stop_for_good(layout, "worker", 0, _state(layout, "worker", 0)["pid"]).returncode == 0
+    assert _stop_for_good(layout, "worker", 0).terminated
     assert sup.wait(timeout=20) == 0
     assert marker.read_text() == "worker-0#stand-in"
     assert "worker-0 was stopped for good by the user; telling the serving tasks" in \
         Path(layout.log_file("worker", 0)).read_text()
     assert _state(layout, "worker", 0)["held"] is True
+
+
+def test_stop_for_good_terms_every_process_of_the_task_and_nothing_else(tmp_path: Path, supervisors: Any) -> None:
+    """A task run through `sh -c` has a grandchild: both are the task's (by TFCLUSTER_TASK_ID), both get the
+    SIGTERM; another task's processes are left alone."""
+    sh_task = {"job": "worker", "index": 0, "host": "h1", "env": {},
+               "command": ["/bin/sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)'; echo after"]}
+    layout = _make_run(tmp_path, [sh_task, _task("worker", 1, LOOP)], backoff=BACKOFF)
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: len(task_pids(layout.root, "worker", 0)) == 2 and _state(layout, "worker", 1).get("state") == "running")
+    before = task_pids(layout.root, "worker", 0)
+    report = _stop_for_good(layout, "worker", 0)
+    assert list(report.terminated) == before and _state(layout, "worker", 0)["pid"] in before
+    _wait(lambda: _state(layout, "worker", 0).get("state") == "exited")
+    assert _state(layout, "worker", 0)["held"] and _state(layout, "worker", 0)["restarts"] == 0
+    _wait(lambda: not task_pids(layout.root, "worker", 0), timeout=3)
+    assert _state(layout, "worker", 1)["state"] == "running" and len(task_pids(layout.root, "worker", 1)) == 1
