@@ -1,10 +1,11 @@
 """The dashboard fed 256 tasks at 1 Hz (issue 5 target: < 15 % of one core, and it keeps up).
 
-Method: a synthetic cluster (orchestrator/synthetic.py: 248 workers on 32 hosts, 8 PS tasks; every
+Method: a synthetic cluster (testkit/synthetic.py: 248 workers on 32 hosts, 8 PS tasks; every
 second one progress event per worker and a heartbeat and host sample per host, ~330 events/s) is
 replayed in real time into the real DashboardApp (Textual, headless driver, 160x50), which polls
 once a second as in production. Measured over the steady state: this process's CPU time (user +
-system) over wall time, and the frame time (poll + reducer + table/panel updates) per refresh.
+system) over wall time, and the frame time per refresh: the poll (+ reducer) plus every view's update
+of it (header, task table, PS panel, event log), summed (tui/messages.py FrameCost).
 Event generation happens before the clock starts and is not counted. The headless driver skips
 writing escape codes to a terminal, so a real terminal adds a little on top.
 

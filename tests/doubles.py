@@ -16,3 +16,7 @@ class RecordingActions:
     def kill_task(self, job: str, task: int) -> str:
         self.calls.append(("kill", job, task))
         return f"kill of {job}-{task} requested"
+
+    def stop_task(self, job: str, task: int) -> str:
+        self.calls.append(("stop", job, task))
+        return f"stop of {job}-{task} for good requested"

@@ -18,6 +18,7 @@ from orchestrator.monitor.collect import Collector, CollectorActions
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import task_sort_key
 from orchestrator.run import records
+from tui.task_actions import RestartPolicy
 
 ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
 
@@ -35,7 +36,7 @@ def state_table(st: ClusterState) -> Table:
                       ("age", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for tv in sorted(st.tasks.values(), key=task_sort_key):
-        table.add_row(tv.host, tv.name, fmt.state_text(tv.liveness, tv.exit_code),
+        table.add_row(tv.host, tv.name, fmt.state_text(tv.liveness, tv.exit_code, tv.held),
                       fmt.rate(tv.steps_per_s), fmt.rate(tv.examples_per_s, 0), fmt.number(tv.global_step),
                       "-" if tv.loss is None else f"{tv.loss:.4f}", str(tv.restarts),
                       fmt.age(tv.age_s) + ("!" if tv.liveness == "unreachable" else ""))
@@ -84,6 +85,11 @@ def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) 
         collector.close()
 
 
+def restart_policy(record: records.RunRecord) -> RestartPolicy:
+    """What the dashboard's questions say happens after a restart or kill: the run's plan's policy."""
+    return RestartPolicy(record.plan.training.restart, record.plan.training.max_restarts)
+
+
 def open_dashboard(run: str | None, *, readonly: bool = False, interval: float = 1.0,
                    prometheus: int | None = None) -> None:
     """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out."""
@@ -103,7 +109,8 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
             source = collector
         from tui.app import DashboardApp
 
-        DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval).run()
+        DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval,
+                     restart_policy=restart_policy(record)).run()
     finally:
         collector.close()
         if exporter is not None:

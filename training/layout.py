@@ -76,15 +76,15 @@ class RunLayout:
     def task_state_file(self, job: str, task: int) -> str:
         return os.path.join(self.state, f"{job}-{task}.json")
 
+    def hold_file(self, job: str, task: int) -> str:
+        """Written by the orchestrator when the user stops a task for good: while it exists, the supervisor
+        never starts that task again (training/supervisor/hold.py)."""
+        return os.path.join(self.state, f"{job}-{task}.hold")
+
     def self_progress_file(self, job: str, task: int) -> str:
         """Written by a task process that writes its own progress events (training/report.py): holds its
         TFCLUSTER_TASK_ID, so the supervisor's log tailer (training/progress/tailer.py) stands down for it."""
         return os.path.join(self.state, f"{job}-{task}.self-progress")
-
-    def hold_file(self, job: str, task: int) -> str:
-        """Written (by `tfcluster`, from the dashboard) to stop a task for good: its supervisor does not
-        restart it when it exits."""
-        return os.path.join(self.state, f"{job}-{task}.hold")
 
     def facts_file(self, host: str) -> str:
         """What the host's supervisor sees of its tasks' processes (training/telemetry/host_facts.py).

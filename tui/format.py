@@ -14,10 +14,20 @@ STATE_STYLE = {
     "running": "green", "stalled": "yellow", "starting": "cyan", "restarting": "magenta",
     "exited": "red", "unreachable": "bright_black",
 }
+STOPPED_GLYPH, STOPPED_STYLE = "■", "blue"  # exited because the user stopped it for good
 
 
-def state_text(state: str, exit_code: int | None = None) -> Text:
-    word = state if state != "exited" or exit_code is None else f"exited {exit_code}"
+def state_word(state: str, exit_code: int | None = None, held: bool = False) -> str:
+    """`exited 3` with its code; `stopped` when the user stopped the task for good (not a failure)."""
+    if state == "exited" and held:
+        return "stopped"
+    return state if state != "exited" or exit_code is None else f"exited {exit_code}"
+
+
+def state_text(state: str, exit_code: int | None = None, held: bool = False) -> Text:
+    word = state_word(state, exit_code, held)
+    if word == "stopped":
+        return Text(f"{STOPPED_GLYPH} {word}", style=STOPPED_STYLE)
     return Text(f"{GLYPHS.get(state, ' ')} {word}", style=STATE_STYLE.get(state, ""))
 
 

@@ -10,6 +10,7 @@ stream that goes silent without closing (a dead network path) is closed by the w
 from __future__ import annotations
 
 import contextlib
+import json
 import queue
 import threading
 import time
@@ -23,6 +24,7 @@ from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
 from training.layout import RunLayout
+from training.telemetry.state_files import HoldReport, StateFileError
 
 BACKOFF_MAX_S = 30.0
 SILENT_INTERVALS = 5  # no line at all for this long: the stream is treated as dead and reopened
@@ -138,9 +140,10 @@ class Collector:
         self.opener = opener
         self.hosts = {h.name: h for h in hosts}
         self.run_dirs = run_dirs
+        self.pythons = {h.name: pythons.get(h.name, h.python) for h in hosts}
         self._queue: queue.SimpleQueue[tuple[float, Event]] = queue.SimpleQueue()
         self._stop = threading.Event()
-        self.streams = [HostStream(h, run_dirs[h.name], pythons.get(h.name, h.python), interval, self._queue,
+        self.streams = [HostStream(h, run_dirs[h.name], self.pythons[h.name], interval, self._queue,
                                    opener, self._stop) for h in hosts]
         self._aux: dict[str, Transport] = {}  # for logs and actions, separate from the streams
         self._aux_lock = threading.Lock()
@@ -199,9 +202,9 @@ class Collector:
                 t = self._aux[host] = self.opener(self.hosts[host])
             return t
 
-    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0) -> CommandResult:
+    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0, cwd: str | None = None) -> CommandResult:
         try:
-            return self._aux_transport(host).run(argv, timeout=timeout)
+            return self._aux_transport(host).run(argv, timeout=timeout, cwd=cwd)
         except HostError:
             with self._aux_lock:
                 t = self._aux.pop(host, None)
@@ -231,6 +234,29 @@ class Collector:
             return f"{tv.name}: kill -{sig} {tv.pid} failed: {res.stderr.strip()[:200]}"
         return f"{tv.name} (pid {tv.pid} on {tv.host}): sent SIG{sig}"
 
+    def stop_task(self, job: str, task: int) -> str:
+        """Stop for good: one command on the task's host writes its hold file, then SIGTERMs every process
+        of the task (training/supervisor/hold.py); its supervisor never starts it again."""
+        tv = self.state.tasks.get(f"{job}-{task}")
+        if tv is None or tv.host not in self.run_dirs:
+            return f"{job}-{task}: no such task"
+        if tv.liveness in ("exited", "unreachable"):
+            return f"{tv.name}: nothing to stop ({tv.liveness})"
+        run_dir = self.run_dirs[tv.host]
+        argv = [self.pythons[tv.host], "-S", "-m", "training.supervisor.hold", "--run-dir", run_dir,
+                "--job", job, "--task", str(int(task))]
+        res = self._aux_run(tv.host, argv, cwd=RunLayout(run_dir).code)
+        if not res.ok:
+            return f"{tv.name}: stop for good failed: {(res.stderr.strip().splitlines() or ['?'])[-1][:200]}"
+        try:
+            report = HoldReport.decode(json.loads(res.stdout.strip().splitlines()[-1]))
+        except (IndexError, ValueError, StateFileError) as exc:
+            return f"{tv.name}: held, but its host's answer is unreadable ({exc})"
+        if not report.terminated:
+            return f"{tv.name} on {tv.host}: held (no process of it was running); it will not be started again"
+        pids = ", ".join(str(p) for p in report.terminated)
+        return f"{tv.name} on {tv.host}: stopped for good (held; SIGTERM to pid {pids})"
+
     def close(self) -> None:
         self._stop.set()
         for s in self.streams:
@@ -248,7 +274,8 @@ class CollectorActions:
     """TaskActions through the collector: the host's supervisor restarts a task that died by signal.
 
     restart = SIGTERM (the task exits; the supervisor starts it again by its restart policy);
-    kill = SIGKILL (the same, without a chance to clean up)."""
+    kill = SIGKILL (the same, without a chance to clean up);
+    stop = stop for good (the hold file, then SIGTERM: the supervisor never starts it again)."""
 
     def __init__(self, collector: Collector) -> None:
         self.collector = collector
@@ -258,3 +285,6 @@ class CollectorActions:
 
     def kill_task(self, job: str, task: int) -> str:
         return self.collector.signal_task(job, task, "KILL")
+
+    def stop_task(self, job: str, task: int) -> str:
+        return self.collector.stop_task(job, task)

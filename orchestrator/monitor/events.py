@@ -31,6 +31,10 @@ class TaskStateEvent:
     restart_reason: str | None = None  # while restarting: "failure" or "group"
     error: str | None = None  # why it could not run at all
 
+    @property
+    def held(self) -> bool:
+        return self.stopped_by == "user"
+
 
 @dataclass(frozen=True, slots=True)
 class PsBytes:

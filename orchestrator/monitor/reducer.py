@@ -327,7 +327,7 @@ class ClusterState:
             "tasks": [
                 {"name": tv.name, "job": tv.job, "task": tv.task, "host": tv.host, "state": tv.liveness,
                  "stale": tv.liveness == "unreachable", "process_state": tv.proc_state, "pid": tv.pid,
-                 "exit_code": tv.exit_code, "restarts": tv.restarts, "local_step": tv.local_step,
+                 "exit_code": tv.exit_code, "held": tv.held, "restarts": tv.restarts, "local_step": tv.local_step,
                  "global_step": tv.global_step, "loss": r(tv.loss, 6), "steps_per_s": r(tv.steps_per_s),
                  "examples_per_s": r(tv.examples_per_s), "age_s": r(tv.age_s, 2),
                  "no_progress_reported": tv.no_progress, "cpu_s": tv.cpu_s, "restarts_left": tv.restarts_left,

@@ -4,7 +4,7 @@
 the (single, mutable) ClusterState; only the caller's thread touches it. The live implementation is
 `orchestrator.monitor.collect.Collector`; tests and benchmarks replay recorded or synthetic events
 through `testkit.replay.ReplaySource`.
-`TaskActions` is how the dashboard asks the orchestrator to restart or kill a task.
+`TaskActions` is how the dashboard asks the orchestrator to restart, kill or stop a task for good.
 """
 
 from __future__ import annotations
@@ -28,3 +28,7 @@ class TaskActions(Protocol):
     def restart_task(self, job: str, task: int) -> str: ...
 
     def kill_task(self, job: str, task: int) -> str: ...
+
+    def stop_task(self, job: str, task: int) -> str:
+        """Stop for good: the supervisor must never start it again (training/supervisor/hold.py)."""
+        ...

@@ -53,6 +53,11 @@ class TaskStatus:
     def name(self) -> str:
         return f"{self.job}:{self.index}"
 
+    @property
+    def held(self) -> bool:
+        """Stopped for good by the user (training/supervisor/hold.py): never a failure."""
+        return self.stopped_by == "user"
+
 
 @dataclass
 class HostStatus:
@@ -171,10 +176,11 @@ def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[H
     all_final = bool(tasks) and all(t.final for t in tasks)
     if any(t.failed for t in tasks) or "failed" in outcomes:
         return "failed"
-    if all_final and ("finished" in outcomes or all(t.exit_code == 0 for t in tasks)):
-        return "finished"
-    if all_final and "stopped" in outcomes:
-        return "stopped"  # a task the run waited for was stopped for good by the user
+    if all_final and (all(t.held for t in tasks) or "stopped" in outcomes):
+        return "stopped"  # the user stopped for good what the run waited for
+    ended_well = all(t.exit_code == 0 or t.stopped_by in ("user", "run") for t in tasks)
+    if all_final and ("finished" in outcomes or ended_well):
+        return "finished"  # held tasks included: the user chose to go on without them
     if any(not h.reachable for h in hosts):
         return "partial"  # what runs there is unknown: never call such a run stopped or running
     alive = any(h.processes for h in hosts)

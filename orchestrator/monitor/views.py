@@ -106,6 +106,11 @@ class TaskView:
         return f"{self.job}-{self.task}"
 
     @property
+    def held(self) -> bool:
+        """Stopped for good by the user: exited, and its supervisor will not start it again."""
+        return self.stopped_by == "user"
+
+    @property
     def expects_progress(self) -> bool:
         return self.reports == "yes"
 

@@ -11,6 +11,7 @@ from testkit.replay import FakeClock, ReplaySource
 from testkit.synthetic import Scenario, build, sample_logs
 from tests.doubles import RecordingActions
 from tui.app import DashboardApp
+from tui.task_actions import RestartPolicy
 
 SCENARIOS: dict[str, tuple[Scenario, float]] = {
     # name: (scenario, seconds after start the clock shows)
@@ -22,14 +23,17 @@ SCENARIOS: dict[str, tuple[Scenario, float]] = {
 }
 
 
-def make_app(name: str, *, at: float | None = None, readonly: bool = False,
-             actions: RecordingActions | None = None) -> tuple[DashboardApp, FakeClock, ReplaySource]:
+DEFAULT_POLICY = RestartPolicy("on-failure", 3)  # the plan's defaults
+
+
+def make_app(name: str, *, at: float | None = None, readonly: bool = False, actions: RecordingActions | None = None,
+             restart_policy: RestartPolicy | None = DEFAULT_POLICY) -> tuple[DashboardApp, FakeClock, ReplaySource]:
     sc, default_at = SCENARIOS[name]
     st, events = build(sc)
     clock = FakeClock(sc.start + (default_at if at is None else at))
     source = ReplaySource(st, events, clock, sample_logs(sc))
     app = DashboardApp(source, actions if actions is not None else RecordingActions(), readonly=readonly,
-                       poll_on_timer=False)
+                       poll_on_timer=False, restart_policy=restart_policy)
     return app, clock, source
 
 

@@ -183,7 +183,7 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
 
     from orchestrator.monitor.collect import CollectorActions
     from tui.app import DashboardApp
-    from tui.screens import TaskScreen
+    from tui.screens.task import TaskScreen
 
     collector = Collector.for_record(fake_run.record(), INTERVAL).start()
 

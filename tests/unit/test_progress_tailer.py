@@ -204,7 +204,7 @@ import sys, time
 data = open(sys.argv[1], 'rb').read()
 out = sys.stdout.buffer
 for i in range(0, len(data), 300):  # the captured bytes, at the pace of a real run
-    out.write(data[i:i + 300]); out.flush(); time.sleep(0.01)
+    out.write(data[i:i + 300]); out.flush(); time.sleep(0.03)
 """
 
 

@@ -3,6 +3,7 @@ and the run-state rules of `status`. No network, no TensorFlow."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
@@ -13,13 +14,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.monitor.status import HostStatus, TaskStatus, TaskStatusWord, _run_state
+from orchestrator.monitor.status import HostStatus, TaskStatus, TaskStatusWord, _run_state, _task_status
+from orchestrator.monitor.views import TaskView
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
 from orchestrator.run.logs import select_tasks
 from orchestrator.run.ship import ShipFile, ship, sync_files, training_package_files
 from orchestrator.transport.local import LocalTransport
 from tests.plans import tiny_plan
+from training.telemetry.state_files import ProbeReport, TaskStateFile
 
 
 @pytest.fixture(autouse=True)
@@ -182,6 +185,23 @@ def test_run_state_rules() -> None:
     assert _run_state(rec, [_task("unreachable")], [HostStatus("m0", reachable=False)]) == "partial"
     rec.status = "stopped"
     assert _run_state(rec, [_task("exited", True, None)], down) == "stopped"
+
+
+def test_a_task_stopped_for_good_is_no_failure_and_the_run_can_finish() -> None:
+    record = _record("r", 1.0)
+    planned = record.plan.tasks[2]  # worker:1@m2
+    held = TaskStateFile(host="m2", job="worker", task=1, state="exited", pid=7, restarts=0, exit_code=None,
+                         signal=15, final=True, updated_at=1.0, stopped_by="user")
+    judged = TaskView("worker", 1, "m2", liveness="exited")
+    ts = _task_status(planned, ProbeReport(tasks=(held,)), judged)
+    assert (ts.state, ts.signal, ts.final, ts.held, ts.failed) == ("exited", 15, True, True, False)
+    unheld = _task_status(planned, ProbeReport(tasks=(dataclasses.replace(held, stopped_by=None),)), judged)
+    assert unheld.failed and not unheld.held  # the same exit without the hold is a failure
+    down = [HostStatus("m0", reachable=True, processes=0)]
+    done = TaskStatus("worker", 0, "m0", "exited", final=True, exit_code=0)
+    assert _run_state(record, [done, ts], down) == "finished"
+    assert _run_state(record, [done, unheld], down) == "failed"
+    assert _run_state(record, [ts], down) == "stopped"  # every task stopped for good, one by one
 
 
 @pytest.mark.parametrize("content", [

@@ -401,3 +401,17 @@ def test_the_log_stays_in_time_order_and_a_replayed_backlog_logs_no_false_stall(
     st._log(T0 + 99, "info", "earlier")  # an entry older than the last one goes before it
     assert [e.t for e in st.log] == sorted(e.t for e in st.log)
     assert "stall" not in [e.kind for e in st.log]
+def test_task_stopped_for_good_is_exited_held_and_logged_as_the_users_choice() -> None:
+    st = ClusterState(now=T0)
+    t = healthy(st, 5)
+    feed(st, task_state(t + 0.5, "exited", pid=42, signal=15, final=True, stopped_by="user"))
+    feed(st, task_state(t + 0.5, "exited", job="worker", task=1, pid=43, exit_code=3, final=True))
+    st.tick(t + 1)
+    held, failed = st.tasks["worker-0"], st.tasks["worker-1"]
+    assert (held.liveness, held.exit_code, held.held) == ("exited", -15, True)
+    assert (failed.liveness, failed.held) == ("exited", False)
+    texts = [e.text for e in st.log]
+    assert "worker-0 on a exited (code -15, stopped for good by the user)" in texts
+    assert "worker-1 on a exited (code 3)" in texts
+    out = {t["name"]: t for t in json.loads(json.dumps(st.to_json()))["tasks"]}
+    assert out["worker-0"]["held"] is True and out["worker-1"]["held"] is False

@@ -5,13 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from textual.widgets import DataTable, RichLog, Static
+from textual.widgets import DataTable, Label, RichLog, Static
 
+from orchestrator.monitor.events import TaskStateEvent
 from orchestrator.monitor.reducer import ClusterState
 from tests.doubles import RecordingActions
 from tests.helpers.dash import make_app, sync
 from tui.app import DashboardApp
-from tui.screens import ConfirmScreen, TaskScreen
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.task import TaskScreen
+from tui.task_actions import RestartPolicy
+from tui.widgets.ps_traffic import PsTrafficPanel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -41,8 +45,9 @@ async def test_healthy_run() -> None:
             assert float(cell(app, w, "sps")) > 0
             assert cell(app, w, "gpu").endswith("%")
         assert "running 4" in header(app) and "stalled 0" in header(app)
-        assert app.ps_rows is not None and len(app.ps_rows) == 1
-        name, host, m_in, a_in, m_out, a_out, peers = app.ps_rows[0]
+        ps_rows = app.query_one(PsTrafficPanel).rows
+        assert ps_rows is not None and len(ps_rows) == 1
+        name, host, m_in, a_in, m_out, a_out, peers = ps_rows[0]
         assert (name, host, peers) == ("ps-0", "p0", 2)
         assert all(v.endswith("k") for v in (m_in, a_in, m_out, a_out))  # measured and accounted, kB/s
 
@@ -135,9 +140,10 @@ async def test_two_hundred_tasks_update_in_place(monkeypatch: pytest.MonkeyPatch
         assert len(updates) < total_cells / 2  # only cells whose text changed
         assert {a[1] for a in updates} <= {"step", "loss", "spark", "gpu", "sps", "eps", "age"}
         # rows off screen are caught up when they scroll into view
-        last = [n for n in app._order if n.startswith("worker")][-1]  # far below the first screen
+        order = app.tasks_table.order
+        last = [n for n in order if n.startswith("worker")][-1]  # far below the first screen
         before = len(updates)
-        table.move_cursor(row=app._order.index(last), animate=False)
+        table.move_cursor(row=order.index(last), animate=False)
         await pilot.pause()
         await pilot.pause()
         tv = app.state.tasks[last]  # type: ignore[union-attr]
@@ -186,6 +192,60 @@ async def test_kill_asks_then_calls_the_orchestrator() -> None:
         assert actions.calls == [("restart", "worker", 2)]
 
 
+async def ask(app: DashboardApp, pilot: Any, *keys: str) -> str:
+    """Press keys; return the question the confirm dialog asks (and leave it open)."""
+    await pilot.pause()
+    await pilot.press(*keys)
+    await pilot.pause()
+    assert isinstance(app.screen, ConfirmScreen)
+    return app.screen.question
+
+
+@sync
+async def test_kill_says_the_supervisor_restarts_it_with_the_restarts_left() -> None:
+    app, _, _ = make_app("restart", restart_policy=RestartPolicy("on-failure", 3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await ask(app, pilot, "down", "k")  # worker-2, killed once and restarted by the scenario
+        assert text == ("Kill worker-2 (SIGKILL)? The supervisor will restart it "
+                        "(restart = on-failure, 2 of 3 restarts left).")
+        assert str(app.screen.query_one("#question", Label).render()).startswith("Kill worker-2 (SIGKILL)?")
+        await pilot.press("escape")
+        text = await ask(app, pilot, "r")
+        assert text.startswith("Restart worker-2 (SIGTERM)? The supervisor will restart it (restart = on-failure, "
+                               "2 of 3 restarts left), unless it ends cleanly (exit 0) on SIGTERM")
+
+
+@sync
+async def test_kill_says_it_is_not_restarted_under_never_or_when_the_restarts_are_used() -> None:
+    app, _, _ = make_app("restart", restart_policy=RestartPolicy("never", 3))
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await ask(app, pilot, "k")
+        assert text == "Kill worker-0 (SIGKILL)? It will not be restarted (restart = never)."
+    app, _, _ = make_app("restart", restart_policy=RestartPolicy("on-failure", 1))
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await ask(app, pilot, "down", "r")
+        assert text == "Restart worker-2 (SIGTERM)? It will not be restarted (restart = on-failure, 1 of 1 restarts used)."
+
+
+@sync
+async def test_stop_for_good_asks_then_calls_stop_task() -> None:
+    actions = RecordingActions()
+    app, _, _ = make_app("healthy", actions=actions)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await ask(app, pilot, "down", "x")
+        assert text == "Stop worker-2 for good (SIGTERM)? It will not be restarted; the run goes on without it."
+        await pilot.press("n")
+        await pilot.pause()
+        assert actions.calls == []
+        await ask(app, pilot, "x")
+        await pilot.press("y")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        assert actions.calls == [("stop", "worker", 2)]
+        text = await ask(app, pilot, "down", "down", "x")  # ps-0: rows are grouped by host (h0, h1, p0)
+        assert text.startswith("Stop ps-0 for good (SIGTERM)?") and "Tasks that use its variables will stall" in text
+
+
 @sync
 async def test_readonly_refuses_actions() -> None:
     actions = RecordingActions()
@@ -194,6 +254,7 @@ async def test_readonly_refuses_actions() -> None:
         await pilot.pause()
         await pilot.press("k")
         await pilot.press("r")
+        await pilot.press("x")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmScreen)
         assert actions.calls == []
@@ -207,10 +268,10 @@ async def test_sort_filter_interval_pause_quit() -> None:
         await pilot.pause()
         table = app.query_one("#tasks", DataTable)
         await pilot.press("s")
-        assert app.sort_key == "task"
+        assert app.tasks_table.sort_key == "task"
         await pilot.press("s")
         await pilot.pause()
-        assert app.sort_key == "state"
+        assert app.tasks_table.sort_key == "state"
         first = str(table.get_row_at(0)[1])
         assert first in ("ps-0", "ps-1", "worker-0", "worker-2")  # running sorts before unreachable
         await pilot.press("slash")
@@ -278,3 +339,18 @@ async def test_ps_task_screen_shows_measured_accounted_and_peers() -> None:
         head = str(app.screen.query_one("#task-head", Static).render())
         assert "in 425.0 kB/s (accounted 400.0 kB/s)" in head
         assert "127.0.0.2 200k/205k" in head and "127.0.0.3" in head
+
+
+@sync
+async def test_a_task_stopped_for_good_shows_stopped_and_the_log_says_by_whom() -> None:
+    app, clock, source = make_app("healthy")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        last = max([a for a, _ in source._pending] + [clock.now])  # replayed arrivals never go back in time
+        source.push(last, TaskStateEvent(last, "h1", "worker", 1, "exited", pid=4242, signal=15, stopped_by="user"))
+        clock.now = last + 0.5
+        app.refresh_state()
+        await pilot.pause()
+        assert cell(app, "worker-1", "state") == "■ stopped"
+        assert "worker-1 on h1 exited (code -15, stopped for good by the user)" in log_text(app)
+        assert "running" in cell(app, "worker-0", "state")

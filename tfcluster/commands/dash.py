@@ -21,7 +21,7 @@ def register(app: typer.Typer) -> None:
 
 def dash(
     run: LatestRunId = None,
-    readonly: Annotated[bool, typer.Option("--readonly", help="Refuse restart/kill.")] = False,
+    readonly: Annotated[bool, typer.Option("--readonly", help="Refuse restart, kill and stop for good.")] = False,
     once: Annotated[bool, typer.Option("--once", help="Collect ~3 intervals, print the state, exit.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="With --once: print the state as JSON.")] = False,
     interval: Annotated[float, typer.Option(min=0.1, max=60, help="Agent sampling interval, seconds.")] = 1.0,

@@ -28,7 +28,7 @@ from orchestrator.run.launch import StartOptions, start
 from orchestrator.run.local_ports import free_port_block
 from orchestrator.run.stop import stop
 from tfcluster.common import interrupt_on_hangup
-from tfcluster.live import print_state
+from tfcluster.live import print_state, restart_policy
 
 DEMO_TOML = """\
 # Written by `tfcluster demo`: one local "machine" running 1 ps and 2 CPU workers.
@@ -106,7 +106,8 @@ def demo(
         else:
             from tui.app import DashboardApp
 
-            DashboardApp(collector, CollectorActions(collector), interval=interval).run()
+            DashboardApp(collector, CollectorActions(collector), interval=interval,
+                         restart_policy=restart_policy(record)).run()
             interrupt_on_hangup()  # the app's loop reset the handlers on exit; the clean-up below needs them
     finally:
         collector.close()

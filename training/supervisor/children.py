@@ -76,6 +76,7 @@ class Task:
         "exit_signal",
         "exited_at",
         "final",
+        "held",
         "history",
         "index",
         "job",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from training.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.children import Child, Task, spawn
 from training.supervisor.files import write_json_atomic
+from training.supervisor.hold import is_held
 from training.supervisor.policy import RestartBudget, restarts_as_group
 from training.supervisor.ports import port_taken
 from training.supervisor.procfs import TASK_ID_ENV, run_processes, signal_pids
@@ -157,7 +158,7 @@ class Supervisor:
         self._kill_leftovers(task)
         if task.started_at is not None:
             task.budget.ran_for(task.exited_at - task.started_at)
-        if task.stopped_by is None and os.path.exists(self.layout.hold_file(task.job, task.index)):
+        if task.stopped_by is None and is_held(self.layout, task.job, task.index):
             task.stopped_by = "user"
         if self.stop_requested and task.stopped_by is None:
             task.stopped_by = "stop"
@@ -293,18 +294,7 @@ class Supervisor:
             if time.monotonic() >= next_facts:
                 facts.update()
                 next_facts = time.monotonic() + FACTS_EVERY_S
-            self._reap()
-            for kind, value in self.view.poll():
-                if kind == "group-restart":
-                    self._group_restart(value, "a task on another host failed")
-            if self.view.outcome is not None:
-                self._end_tasks("run", self.grace)
-                break
-            now = time.time()
-            for task in self.tasks:
-                if task.state == "restarting" and now >= task.next_start:
-                    self._spawn(task)
-            if all(t.final for t in self.tasks):
+            if not self._step():
                 break
             if tailers:
                 from training.progress.tailer import poll_tailers
@@ -315,7 +305,8 @@ class Supervisor:
             self._end_tasks("stop", self.grace)
             self.state = "stopped"
         else:
-            self.state = self.view.outcome or ("finished" if all(t.exit_code == 0 for t in self.tasks) else "failed")
+            ended_well = all(t.exit_code == 0 or t.stopped_by in ("user", "run") for t in self.tasks)
+            self.state = self.view.outcome or ("finished" if ended_well else "failed")
         self.ended_at = time.time()
         facts.update()
         self._write_self()
@@ -326,6 +317,26 @@ class Supervisor:
         self.view.close(PEER_FLUSH_S if not self.stop_requested else 1.0)
         self._events.close()
         return 0 if self.state in ("finished", "stopped") else 1
+
+    def _step(self) -> bool:
+        """One turn of the loop: reap, hear the peers, end with the run, restart what is due. False when
+        this host is done (every task final, or the run's outcome decided and its tasks ended)."""
+        self._reap()
+        for kind, value in self.view.poll():
+            if kind == "group-restart":
+                self._group_restart(value, "a task on another host failed")
+        if self.view.outcome is not None:
+            self._end_tasks("run", self.grace)
+            return False
+        now = time.time()
+        for task in self.tasks:
+            if task.state == "restarting" and now >= task.next_start:
+                if is_held(self.layout, task.job, task.index):  # stopped for good while it waited
+                    task.stopped_by = "user"
+                    self._final(task, task.exit_code, task.exit_signal)
+                else:
+                    self._spawn(task)
+        return not all(t.final for t in self.tasks)
 
     def _progress_tailers(self) -> list[Any]:
         """Progress from the logs of the user's own programs (built-in programs report themselves);

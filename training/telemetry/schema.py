@@ -15,7 +15,10 @@ if TYPE_CHECKING:  # typing costs the supervisor's start-up time on every host
 
 SCHEMA_VERSION = 1
 
-KIND_TASK_STATE = "task_state"  # state, pid, exit_code, restarts
+KIND_TASK_STATE = "task_state"  # state, pid, exit_code, restarts, signal, final, held
+# task_state fields: signal = the signal that ended the process (exit_code is then null); final = it will never
+# be started again; held = the user stopped it for good (its hold file, training/supervisor/hold.py, exists):
+# final and not a failure, whatever its exit code.
 KIND_PROGRESS = "progress"  # local_step, global_step, examples, loss, interval_s, ps_bytes
 # progress field meanings (consumers rely on them): local_step and examples are cumulative counts for this
 # task process (examples/s = delta examples / delta t); interval_s = seconds since the previous progress event;

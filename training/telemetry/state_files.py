@@ -3,7 +3,7 @@
 - `state/<job>-<task>.json` (TaskStateFile) and `state/supervisor-<host>.json` (SupervisorStateFile),
   written atomically by training/supervisor/core.py;
 - the JSON line of `supervisor --probe` (ProbeReport: those files plus the run's live processes) and of
-  `supervisor --stop` (StopReport).
+  `supervisor --stop` (StopReport), and of `training.supervisor.hold` (HoldReport).
 
 The writers stay plain dicts (the supervisor imports nothing it does not need at start-up); the
 orchestrator reads every one of them through these decoders only. A decoder raises StateFileError for
@@ -203,6 +203,19 @@ class ProbeReport:
             now=_get(d, "now", (int, float), None),
             facts=_get(d, "facts", dict, {}) or {}, progress=_get(d, "progress", dict, {}) or {},
         )
+
+
+@dataclass(frozen=True)
+class HoldReport:
+    """`python -m training.supervisor.hold`: the hold file written and the task's processes SIGTERMed."""
+
+    hold: str
+    terminated: tuple[int, ...] = ()
+
+    @classmethod
+    def decode(cls, raw: object) -> HoldReport:
+        d = _object(raw, "a hold report")
+        return cls(hold=_get(d, "hold", str), terminated=_pids(d, "terminated"))
 
 
 @dataclass(frozen=True)

@@ -1,47 +1,30 @@
-"""The dashboard's secondary screens: one task in detail, and the yes/no confirmation for actions."""
+"""One task in detail: its numbers, steps/s (a PS: its traffic) and loss over the last minute, and a
+live tail of its log.
+
+Its dependencies are given, not looked up on the app: the task's name, the state at opening, and a
+callable that fetches the last lines of a task's log (the StateSource's `task_log`, called on a worker
+thread: it may go over SSH). After that it follows the StateUpdated messages the app posts to it.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Callable
+from typing import ClassVar
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Button, Footer, Label, RichLog, Sparkline, Static
+from textual.screen import Screen
+from textual.widgets import Footer, Label, RichLog, Sparkline, Static
 
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import window_buckets
 from tui import format as fmt
+from tui.messages import StateUpdated
 
-if TYPE_CHECKING:
-    from tui.app import DashboardApp
-
-
-class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("y", "answer(True)", "Yes"), Binding("n", "answer(False)", "No"),
-                Binding("escape", "answer(False)", "Cancel")]
-
-    def __init__(self, question: str) -> None:
-        super().__init__()
-        self.question = question
-
-    def compose(self) -> ComposeResult:
-        with Vertical(id="confirm"):
-            yield Label(self.question, id="question")
-            with Horizontal(id="confirm-buttons"):
-                yield Button("Yes (y)", id="yes", variant="error")
-                yield Button("No (n)", id="no", variant="primary")
-
-    def on_mount(self) -> None:
-        self.query_one("#no", Button).focus()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
-
-    def action_answer(self, yes: bool) -> None:
-        self.dismiss(yes)
+LogFetch = Callable[[str, int, int], list[str]]  # (job, task index, lines) -> the log's last lines
+LOG_LINES = 200
 
 
 class TaskScreen(Screen[None]):
@@ -49,14 +32,12 @@ class TaskScreen(Screen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "app.pop_screen", "Back"), Binding("q", "app.pop_screen", "Back", show=False)]
 
-    def __init__(self, task_name: str) -> None:
+    def __init__(self, task_name: str, state: ClusterState | None, fetch_log: LogFetch) -> None:
         super().__init__()
         self.task_name = task_name
+        self._cluster = state
+        self._fetch_log = fetch_log
         self._log_lines: list[str] = []
-
-    @property
-    def dash(self) -> DashboardApp:
-        return self.app  # type: ignore[return-value]
 
     def compose(self) -> ComposeResult:
         yield Static(id="task-head")
@@ -68,12 +49,18 @@ class TaskScreen(Screen[None]):
                 yield Label("loss, last 60 s", id="loss-label")
                 yield Sparkline([], id="loss-chart")
         yield RichLog(id="task-log", min_width=20, max_lines=500, wrap=False)
-        yield Footer()
+        yield Footer(show_command_palette=False)  # as on the dashboard: room for every key at 80 columns
 
     def on_mount(self) -> None:
-        if self.dash.state is not None:
-            self.update_from(self.dash.state)
+        if self._cluster is not None:
+            self.update_from(self._cluster)
         self.load_log()
+
+    def on_state_updated(self, message: StateUpdated) -> None:
+        with message.measured():
+            self._cluster = message.state
+            self.update_from(message.state)
+            self.load_log()
 
     def update_from(self, st: ClusterState) -> None:
         tv = st.tasks.get(self.task_name)
@@ -83,7 +70,7 @@ class TaskScreen(Screen[None]):
         head = Text()
         head.append(f"{tv.name}", style="bold")
         head.append(f" on {tv.host}  ")
-        head.append_text(fmt.state_text(tv.liveness, tv.exit_code))
+        head.append_text(fmt.state_text(tv.liveness, tv.exit_code, tv.held))
         head.append(f"  pid {tv.pid or '-'}  restarts {tv.restarts}  age {fmt.age(tv.age_s)}\n")
         ps = st.ps.get(tv.name)
         if ps is not None:  # a PS writes no progress: show its traffic, measured and accounted, per peer
@@ -105,11 +92,11 @@ class TaskScreen(Screen[None]):
 
     def load_log(self) -> None:
         job, _, idx = self.task_name.rpartition("-")
-        source = self.dash.source
+        fetch_log = self._fetch_log
 
         def fetch() -> None:
             try:
-                lines = source.task_log(job, int(idx), 200)
+                lines = fetch_log(job, int(idx), LOG_LINES)
             except Exception as exc:  # a host that went away must not close the screen
                 lines = [f"(log unavailable: {exc})"]
             self.app.call_from_thread(self._show_log, lines)

@@ -1,0 +1,127 @@
+"""Stop for good: the real supervisor honours a task's hold file (training/supervisor/hold.py).
+
+Real processes and files, as in test_supervisor.py: the supervisor runs as `python -m
+training.supervisor` on a temp run dir and the "tasks" are tiny `python -c` programs. The hold is
+written and the task signalled by the command the collector runs on a host,
+`python -S -m training.supervisor.hold`, decoded as the collector decodes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task, _wait
+from training.layout import RunLayout
+from training.supervisor.hold import task_pids
+from training.supervisor.remote_ops import stop
+from training.telemetry.state_files import HoldReport, TaskStateFile
+
+BACKOFF = 0.2
+LOOP = "import time\nwhile True: time.sleep(0.05)\n"
+
+
+@pytest.fixture
+def supervisors() -> Iterator[list[tuple[subprocess.Popen[bytes], RunLayout]]]:
+    started: list[tuple[subprocess.Popen[bytes], RunLayout]] = []
+    yield started
+    for proc, layout in started:
+        stop(layout.root, grace=0.5)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _stop_for_good(layout: RunLayout, job: str, index: int) -> HoldReport:
+    res = subprocess.run([sys.executable, "-S", "-m", "training.supervisor.hold", "--run-dir", layout.root,
+                          "--job", job, "--task", str(index)], check=False, capture_output=True, text=True,
+                         timeout=10, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert res.returncode == 0, res.stderr
+    return HoldReport.decode(json.loads(res.stdout))
+
+
+def _plan_extras(layout: RunLayout, **extras: Any) -> None:
+    run = json.loads(Path(layout.run_file).read_text())
+    run["plan"].update(extras)
+    Path(layout.run_file).write_text(json.dumps(run))
+
+
+def _starts(layout: RunLayout, job: str, index: int) -> int:
+    return sum(1 for e in _events(layout) if e.get("job") == job and e.get("task") == index and e["state"] == "running")
+
+
+def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path, supervisors: Any) -> None:
+    release = tmp_path / "release"  # every task runs until it exists, then exits 0
+    until_released = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
+    tasks = [("ps", 0), ("worker", 0), ("worker", 1)]
+    layout = _make_run(tmp_path, [_task(j, i, until_released) for j, i in tasks], max_restarts=3, backoff=BACKOFF)
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: all(_state(layout, j, i).get("state") == "running" for j, i in tasks))
+
+    report = _stop_for_good(layout, "worker", 1)
+    assert report.terminated == (_state(layout, "worker", 1)["pid"],) and report.hold == layout.hold_file("worker", 1)
+    hold = json.loads(Path(layout.hold_file("worker", 1)).read_text())
+    assert hold["reason"] == "stopped by the user" and abs(hold["held_at"] - time.time()) < 10
+
+    _wait(lambda: _state(layout, "worker", 1).get("state") == "exited")
+    time.sleep(5 * BACKOFF)  # several backoff periods: a restart would have happened by now
+    st = _state(layout, "worker", 1)
+    assert st["state"] == "exited" and st["final"] and st["held"] is True
+    assert st["signal"] == signal.SIGTERM and st["restarts"] == 0 and _starts(layout, "worker", 1) == 1
+    assert TaskStateFile.decode(st).held  # the orchestrator's decoder reads it
+    mine = [e for e in _events(layout) if e.get("job") == "worker" and e.get("task") == 1]
+    assert (mine[-1]["state"], mine[-1]["held"], mine[-1]["final"]) == ("exited", True, True)
+    assert not any(e["state"] == "restarting" for e in mine)
+    for job, index in (("ps", 0), ("worker", 0)):  # the others keep running
+        assert _state(layout, job, index)["state"] == "running" and not _state(layout, job, index)["held"]
+    assert sup.poll() is None
+
+    # The hold is one task's: worker-0, killed without one, is restarted by the policy.
+    os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
+    _wait(lambda: (s := _state(layout, "worker", 0)).get("restarts") == 1 and s["state"] == "running")
+    # The others end normally; the held task is no failure, so this host's run is `finished`.
+    release.touch()
+    assert sup.wait(timeout=20) == 0
+    assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "finished"
+    assert _starts(layout, "worker", 1) == 1
+
+
+def test_a_task_held_while_it_waits_to_restart_is_never_started_again(tmp_path: Path, supervisors: Any) -> None:
+    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(3)")], max_restarts=3, backoff=1.0)
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: _state(layout, "worker", 0).get("state") == "restarting")
+    assert _stop_for_good(layout, "worker", 0).terminated == ()  # no process to signal: only the hold file
+    assert sup.wait(timeout=20) == 0  # its only task is final and not a failure
+    st = _state(layout, "worker", 0)
+    assert (st["state"], st["final"], st["held"], st["exit_code"], st["restarts"]) == ("exited", True, True, 3, 1)
+    assert _starts(layout, "worker", 0) == 1
+    assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "finished"
+
+
+def test_stop_for_good_terms_every_process_of_the_task_and_nothing_else(tmp_path: Path, supervisors: Any) -> None:
+    """A task run through `sh -c` has a grandchild: both are the task's (by TFCLUSTER_TASK_ID), both get the
+    SIGTERM; another task's processes are left alone."""
+    sh_task = {"job": "worker", "index": 0, "host": "h1", "env": {},
+               "command": ["/bin/sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)'; echo after"]}
+    layout = _make_run(tmp_path, [sh_task, _task("worker", 1, LOOP)], backoff=BACKOFF)
+    sup = _start(layout)
+    supervisors.append((sup, layout))
+    _wait(lambda: len(task_pids(layout.root, "worker", 0)) == 2 and _state(layout, "worker", 1).get("state") == "running")
+    before = task_pids(layout.root, "worker", 0)
+    report = _stop_for_good(layout, "worker", 0)
+    assert list(report.terminated) == before and _state(layout, "worker", 0)["pid"] in before
+    _wait(lambda: _state(layout, "worker", 0).get("state") == "exited")
+    assert _state(layout, "worker", 0)["held"] and _state(layout, "worker", 0)["restarts"] == 0
+    _wait(lambda: not task_pids(layout.root, "worker", 0), timeout=3)
+    assert _state(layout, "worker", 1)["state"] == "running" and len(task_pids(layout.root, "worker", 1)) == 1

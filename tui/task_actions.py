@@ -1,0 +1,64 @@
+"""What the dashboard can do to one task, and what its confirm dialog says will happen after it.
+
+- restart (`r`): SIGTERM; the supervisor starts the task again by the run's restart policy (a program
+  that ends cleanly, exit 0, on SIGTERM is done instead: the built-in ps tasks do);
+- kill (`k`): SIGKILL; restarted by the policy too;
+- stop for good (`x`): the orchestrator writes the task's hold file, then SIGTERMs it; the supervisor
+  never starts a held task again (DESIGN.md "Stop for good").
+
+The dialog names the policy and, under `on-failure`, how many restarts are left, so the user knows
+before saying yes whether a kill is a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from orchestrator.monitor.source import TaskActions
+from orchestrator.monitor.views import TaskView
+
+Verb = Literal["restart", "kill", "stop"]
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """The run's `[training] restart` and `max_restarts` (from its plan)."""
+
+    restart: str  # "on-failure" | "never"
+    max_restarts: int
+
+
+def question(verb: Verb, name: str, task: TaskView | None, policy: RestartPolicy | None) -> str:
+    if verb == "stop":
+        text = f"Stop {name} for good (SIGTERM)? It will not be restarted; the run goes on without it."
+        if task is not None and task.job == "ps":
+            text += " Tasks that use its variables will stall."
+        return text
+    head = f"Restart {name} (SIGTERM)? " if verb == "restart" else f"Kill {name} (SIGKILL)? "
+    return head + _after_exit(verb, task, policy)
+
+
+def _after_exit(verb: Verb, task: TaskView | None, policy: RestartPolicy | None) -> str:
+    if policy is None:
+        return "The supervisor restarts it by the run's restart policy."
+    if policy.restart == "never":
+        return "It will not be restarted (restart = never)."
+    used = task.restarts if task is not None else 0
+    left = policy.max_restarts - used
+    if left <= 0:
+        return (f"It will not be restarted (restart = {policy.restart}, {used} of {policy.max_restarts} "
+                "restarts used).")
+    text = f"The supervisor will restart it (restart = {policy.restart}, {left} of {policy.max_restarts} restarts left)"
+    if verb == "restart":
+        text += ", unless it ends cleanly (exit 0) on SIGTERM, as the built-in ps tasks do"
+    return text + "."
+
+
+def perform(actions: TaskActions, verb: Verb, job: str, index: int) -> str:
+    """Ask the orchestrator; returns its one-line answer for the user."""
+    if verb == "restart":
+        return actions.restart_task(job, index)
+    if verb == "kill":
+        return actions.kill_task(job, index)
+    return actions.stop_task(job, index)

@@ -1,0 +1,54 @@
+"""The header: run id, mode, global step, loss and examples/s; then tasks per state and the settings
+(refresh interval, paused, read-only, filter). Redrawn only when its text changes."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import Static
+
+from orchestrator.monitor.views import Liveness
+from tui import format as fmt
+from tui.messages import StateUpdated
+
+SHOWN_STATES: tuple[Liveness, ...] = ("running", "stalled", "starting", "restarting", "exited", "unreachable")
+ALWAYS_SHOWN: tuple[Liveness, ...] = ("running", "stalled", "exited", "unreachable")  # the others only when some task is in them
+
+
+class ClusterHeader(Static):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._shown: tuple[str, str] | None = None
+
+    def on_state_updated(self, message: StateUpdated) -> None:
+        with message.measured():
+            self._show(message)
+
+    def _show(self, message: StateUpdated) -> None:
+        st, settings = message.state, message.settings
+        loss = "-" if st.loss is None else f"{st.loss:.4f}"
+        line1 = Text(no_wrap=True, overflow="ellipsis")
+        if message.wide:
+            line1.append("tfcluster ", style="bold")
+        line1.append(f"{st.run_id or '?'}", style="bold cyan")
+        line1.append(f"  {st.mode}  step {fmt.number(st.global_step)}  loss {loss}  "
+                     f"{fmt.rate(st.examples_per_s)} ex/s")
+        line2 = Text(no_wrap=True, overflow="ellipsis")
+        for s in SHOWN_STATES:
+            n = st.counts.get(s, 0)
+            if n or s in ALWAYS_SHOWN:
+                line2.append_text(fmt.state_text(s))
+                line2.append(f" {n}  ")
+        tail = f"every {settings.interval:g}s"
+        if settings.paused:
+            tail += "  PAUSED"
+        if settings.readonly:
+            tail += "  read-only"
+        if settings.filter_text:
+            tail += f"  filter: {settings.filter_text}"
+        if st.malformed:
+            tail += f"  bad lines {st.malformed}"
+        line2.append(tail, style="dim")
+        shown = (line1.plain, line2.plain)
+        if shown != self._shown:
+            self._shown = shown
+            self.update(Text("\n").join([line1, line2]))

@@ -1,0 +1,58 @@
+"""The PS traffic panel: per PS task, bytes/s in and out as the host's kernel measured them and as the
+workers accounted them (`*`); the wide layout adds the host and the number of peers. Redrawn only when
+a shown value changes."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from orchestrator.monitor.reducer import ClusterState
+from tui import format as fmt
+from tui.messages import StateUpdated
+
+COMPACT_WIDTH = 36  # columns of the panel below 120 columns of terminal
+WIDE_WIDTH = 58  # with the host and peers columns: narrower, and every rate is cut
+
+PsRow = tuple[str, str, str, str, str, str, int]  # name, host, measured in, accounted in, measured out, accounted out, peers
+
+
+def ps_rows(st: ClusterState) -> tuple[PsRow, ...]:
+    return tuple(
+        (p.name, p.host, fmt.byte_rate_short(p.measured_in), fmt.byte_rate_short(p.accounted_in),
+         fmt.byte_rate_short(p.measured_out), fmt.byte_rate_short(p.accounted_out), len(p.peers))
+        for p in sorted(st.ps.values(), key=lambda p: p.name))
+
+
+class PsTrafficPanel(Static):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.rows: tuple[PsRow, ...] | None = None  # what the panel shows, one tuple per PS task
+
+    def on_mount(self) -> None:
+        self.border_title = "PS traffic B/s (* accounted)"
+
+    def on_state_updated(self, message: StateUpdated) -> None:
+        with message.measured():
+            self._show(ps_rows(message.state), message.wide)
+
+    def _show(self, rows: tuple[PsRow, ...], wide: bool) -> None:
+        if rows == self.rows:
+            return
+        self.rows = rows
+        self.styles.width = WIDE_WIDTH if wide else COMPACT_WIDTH
+        if not rows:
+            self.update(Text("no parameter servers", style="dim"))
+            return
+        table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
+        table.add_column("task")
+        if wide:
+            table.add_column("host")
+        for label in ("in", "in*", "out", "out*"):
+            table.add_column(label, justify="right")
+        if wide:
+            table.add_column("peers", justify="right")
+        for name, host, mi, ai, mo, ao, peers in rows:
+            table.add_row(*([name] + ([host] if wide else []) + [mi, ai, mo, ao] + ([str(peers)] if wide else [])))
+        self.update(table)

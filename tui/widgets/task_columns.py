@@ -1,0 +1,93 @@
+"""The task table's columns (compact below 120 columns of terminal, wide from there), its sort orders,
+its filter, and one row's cell texts. Pure functions of the ClusterState, no Textual."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rich.text import Text
+
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.views import LIVENESS_STATES, TaskView, task_sort_key
+from tui import format as fmt
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    width: int
+
+
+COMPACT = (
+    Column("host", "host", 6), Column("task", "task", 10), Column("state", "state", 13),
+    Column("sps", "st/s", 5), Column("eps", "ex/s", 5), Column("spark", "last 60s", 8),
+    Column("gpu", "gpu", 4), Column("rst", "rst", 3), Column("age", "age", 5),
+)
+WIDE = (
+    Column("host", "host", 12), Column("task", "task", 10), Column("state", "state", 13),
+    Column("sps", "steps/s", 7), Column("eps", "ex/s", 8), Column("spark", "steps/s, last 60 s", 20),
+    Column("step", "global step", 11), Column("loss", "loss", 8), Column("gpu", "gpu", 5),
+    Column("rst", "rst", 3), Column("age", "age", 6),
+)
+
+STATE_ORDER = {s: i for i, s in enumerate(LIVENESS_STATES)}
+SORTS: dict[str, Callable[[TaskView], object]] = {
+    "host": task_sort_key,
+    "task": lambda t: (t.job, t.task),
+    "state": lambda t: (STATE_ORDER.get(t.liveness, 9), task_sort_key(t)),
+    "sps": lambda t: -(t.steps_per_s or -1.0),
+    "eps": lambda t: -(t.examples_per_s or -1.0),
+    "spark": lambda t: -(t.steps_per_s or -1.0),
+    "step": lambda t: -(t.global_step or -1),
+    "loss": lambda t: t.loss if t.loss is not None else float("inf"),
+    "gpu": task_sort_key,
+    "rst": lambda t: -t.restarts,
+    "age": lambda t: -(t.age_s or 0.0),
+}
+
+
+def visible_tasks(st: ClusterState, filter_text: str, sort_key: str, reverse: bool) -> list[TaskView]:
+    """The rows to show, in order: every word of the filter must be in the host, the name or the state."""
+    tasks = list(st.tasks.values())
+    if filter_text:
+        words = filter_text.lower().split()
+        tasks = [t for t in tasks if all(any(w in f for f in (t.host.lower(), t.name, t.liveness)) for w in words)]
+    tasks.sort(key=SORTS.get(sort_key, task_sort_key), reverse=reverse)  # type: ignore[arg-type]
+    return tasks
+
+
+def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_host: bool,
+              spark_width: int) -> tuple[str, ...]:
+    """Plain strings of a row, in column order; state is rendered with its style by `cell`."""
+    host = st.hosts.get(tv.host)
+    gpu = "-"
+    if host is not None and tv.gpu is not None:
+        for g in host.gpus:
+            if g.index == tv.gpu and g.util_pct is not None:
+                gpu = f"{g.util_pct:.0f}%"
+    state = fmt.state_word(tv.liveness, tv.exit_code, tv.held)
+    values = {
+        "host": tv.host if show_host else "",
+        "task": tv.name,
+        "state": state,
+        "sps": fmt.rate(tv.steps_per_s) if tv.expects_progress else "",
+        "eps": fmt.rate(tv.examples_per_s, 0) if tv.expects_progress else "",
+        "spark": fmt.sparkline(st.sparkline_values(tv, spark_width)) if tv.expects_progress else "",
+        "step": fmt.number(tv.global_step),
+        "loss": "-" if tv.loss is None else f"{tv.loss:.4f}",
+        "gpu": gpu,
+        "rst": str(tv.restarts),
+        "age": fmt.age(tv.age_s) + ("!" if tv.liveness == "unreachable" else ""),
+    }
+    return tuple(values[c.key] for c in columns)
+
+
+def cell(key: str, value: str, tv: TaskView) -> Text | str:
+    """What a cell shows for its plain text: the state with its glyph and colour, stale values dimmed."""
+    if key == "state":
+        return fmt.state_text(tv.liveness, tv.exit_code, tv.held)
+    if tv.liveness == "unreachable" and key not in ("host", "task"):
+        return Text(value, style="dim")  # stale: last values kept, visibly old
+    return value
