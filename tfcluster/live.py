@@ -11,6 +11,7 @@ import time
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.errors import UsageError
@@ -36,7 +37,7 @@ def state_table(st: ClusterState) -> Table:
                       ("age", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
     for tv in sorted(st.tasks.values(), key=task_sort_key):
-        table.add_row(tv.host, tv.name, fmt.state_text(tv.liveness, tv.exit_code, tv.held),
+        table.add_row(escape(tv.host), tv.name, fmt.state_text(tv.liveness, tv.exit_code, tv.held),
                       fmt.rate(tv.steps_per_s), fmt.rate(tv.examples_per_s, 0), fmt.number(tv.global_step),
                       "-" if tv.loss is None else f"{tv.loss:.4f}", str(tv.restarts),
                       fmt.age(tv.age_s) + ("!" if tv.liveness == "unreachable" else ""))

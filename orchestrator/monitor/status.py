@@ -167,7 +167,11 @@ def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener =
     judged = judge(record, probes, time.time())
     hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
     tasks = [_task_status(t, probes.get(t.host), judged.tasks[t.name]) for t in record.plan.tasks]
-    return RunStatus(record.run_id, _run_state(record, tasks, hosts), tasks, hosts, judged.global_step, judged.loss)
+    state = _run_state(record, tasks, hosts)
+    if state in ("finished", "failed") and record.status != state:
+        record.status = state  # what `ls` shows from now on
+        records.save(record)
+    return RunStatus(record.run_id, state, tasks, hosts, judged.global_step, judged.loss)
 
 
 def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[HostStatus]) -> RunState:

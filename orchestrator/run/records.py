@@ -25,7 +25,8 @@ from orchestrator.plan.model import ClusterPlan, PlanDecodeError
 
 STATE_DIR_ENV = "TFCLUSTER_STATE_DIR"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-RecordStatus = Literal["starting", "started", "partial", "failed-to-start", "interrupted", "stopped", "purged"]
+RecordStatus = Literal["starting", "started", "partial", "failed-to-start", "interrupted", "stopped", "purged",
+                       "finished", "failed"]  # the last two: as `status` last found the run
 
 
 class RecordError(ValueError):

@@ -81,3 +81,11 @@ def test_plan_warns_about_an_ssh_config_alias_in_the_cluster_spec(tmp_path: Path
     assert "warning: host gpu-b: `gpu-b.internal` is an ssh config alias for 10.0.0.12" in result.stdout
     as_json = json.loads(tfcluster("plan", "--json", str(EXAMPLE), home=tmp_path).stdout)
     assert any("alias for 10.0.0.12" in w for w in as_json["warnings"])
+
+
+def test_an_address_that_looks_like_rich_markup_is_printed_as_written(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[[hosts]]\nname = "a"\naddress = "[/]"\nroles = ["ps", "worker"]\n')
+    res = tfcluster("plan", str(hosts), home=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "[/]" in res.stdout and "Traceback" not in res.stderr

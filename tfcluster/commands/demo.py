@@ -18,6 +18,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from orchestrator.errors import UsageError
 from orchestrator.monitor.collect import Collector, CollectorActions
@@ -86,7 +87,7 @@ def demo(
     hosts.write_text(DEMO_TOML.format(base_port=free_port_block(3), python=json.dumps(sys.executable),
                                       workdir=json.dumps(str(home / "work")), steps=steps))
     console = Console(stderr=True)
-    console.print(f"demo: starting 1 ps + 2 workers on this machine ({hosts})")
+    console.print(f"demo: starting 1 ps + 2 workers on this machine ({escape(str(hosts))})")
     result = start(plan_file(hosts), str(hosts), StartOptions(timeout=180.0))
     record = result.record
     console.print(f"demo: run {record.run_id} started in {result.seconds:.1f}s")

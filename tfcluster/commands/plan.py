@@ -55,12 +55,13 @@ def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate 
     for host in cluster.hosts:
         tasks = cluster.tasks_on(host.name)
         if not tasks:
-            table.add_row(host.name, host.address, Text("(no tasks)", style="dim"), "", "", "", "", "", end_section=True)
+            table.add_row(host.name, Text(host.address), Text("(no tasks)", style="dim"), "", "", "", "", "",
+                          end_section=True)
             continue
         for i, task in enumerate(tasks):
             table.add_row(
                 host.name if i == 0 else "",
-                host.address if i == 0 else "",
+                Text(host.address if i == 0 else ""),  # as written: never read as Rich markup
                 f"{task.job}:{task.index}",
                 str(task.port),
                 task.device,
