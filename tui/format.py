@@ -9,23 +9,27 @@ from rich.text import Text
 
 BARS = "▁▂▃▄▅▆▇█"
 # A state is always shown as a word; the glyph and colour only help the eye.
-GLYPHS = {"running": "●", "stalled": "◐", "starting": "◌", "restarting": "↻", "exited": "✖", "unreachable": "?"}
+GLYPHS = {"running": "●", "stalled": "◐", "starting": "◌", "restarting": "↻", "exited": "✖", "unreachable": "?",
+          "lost": "⊘"}
 STATE_STYLE = {
     "running": "green", "stalled": "yellow", "starting": "cyan", "restarting": "magenta",
-    "exited": "red", "unreachable": "bright_black",
+    "exited": "red", "unreachable": "bright_black", "lost": "bold red",
 }
 STOPPED_GLYPH, STOPPED_STYLE = "■", "blue"  # exited because the user stopped it for good
 
 
-def state_word(state: str, exit_code: int | None = None, held: bool = False) -> str:
-    """`exited 3` with its code; `stopped` when the user stopped the task for good (not a failure)."""
+def state_word(state: str, exit_code: int | None = None, held: bool = False, reason: str | None = None) -> str:
+    """`exited 3` with its code; `stopped` when the user stopped the task for good (not a failure);
+    `restarting: group` when it restarts with its multi-worker-mirrored group."""
     if state == "exited" and held:
         return "stopped"
+    if state == "restarting" and reason == "group":
+        return "restarting: group"
     return state if state != "exited" or exit_code is None else f"exited {exit_code}"
 
 
-def state_text(state: str, exit_code: int | None = None, held: bool = False) -> Text:
-    word = state_word(state, exit_code, held)
+def state_text(state: str, exit_code: int | None = None, held: bool = False, reason: str | None = None) -> Text:
+    word = state_word(state, exit_code, held, reason)
     if word == "stopped":
         return Text(f"{STOPPED_GLYPH} {word}", style=STOPPED_STYLE)
     return Text(f"{GLYPHS.get(state, ' ')} {word}", style=STATE_STYLE.get(state, ""))

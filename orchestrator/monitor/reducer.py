@@ -38,6 +38,7 @@ from orchestrator.monitor.views import (
     append_window,
     ema,
     host_reachable,
+    run_state,
     task_liveness,
     task_sort_key,
     window_buckets,
@@ -69,6 +70,7 @@ class ClusterState:
         self.loss: float | None = None
         self.examples_per_s = 0.0
         self.steps_per_s = 0.0
+        self.run_state = "running"  # running | finished | failed | stopped, from the tasks' ends
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -283,6 +285,7 @@ class ClusterState:
                 if tv.loss is not None:
                     losses.append(tv.loss)
         self.counts = counts
+        self.run_state = run_state(self.tasks.values())
         self.steps_per_s, self.examples_per_s, self.global_step = steps, examples, gstep
         if losses:
             self.loss = sum(losses) / len(losses)
@@ -322,6 +325,7 @@ class ClusterState:
         return {
             "run_id": self.run_id, "mode": self.mode, "cluster": self.cluster_name, "now": self.now,
             "interval_s": self.interval_s, "malformed_lines": self.malformed,
+            "run_state": self.run_state,
             "totals": {"global_step": self.global_step, "loss": r(self.loss, 6), "steps_per_s": r(self.steps_per_s),
                        "examples_per_s": r(self.examples_per_s), "counts": self.counts},
             "tasks": [

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -225,3 +226,15 @@ def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int
             if not ns[i]:
                 out[i] = out[i - 1]
     return out
+
+
+def run_state(tasks: Iterable[TaskView]) -> str:
+    """The run as its tasks' ends say: failed as soon as one failed for good; once all ended, finished
+    (those the user stopped for good or the run ended included), or stopped when the user stopped all."""
+    tasks = list(tasks)
+    ended = [t for t in tasks if t.liveness == "exited"]
+    if any(t.exit_code not in (0, None) and t.stopped_by is None for t in ended):
+        return "failed"
+    if not tasks or len(ended) < len(tasks):
+        return "running"
+    return "stopped" if all(t.held for t in tasks) else "finished"

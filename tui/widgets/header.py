@@ -10,7 +10,8 @@ from orchestrator.monitor.views import Liveness
 from tui import format as fmt
 from tui.messages import StateUpdated
 
-SHOWN_STATES: tuple[Liveness, ...] = ("running", "stalled", "starting", "restarting", "exited", "unreachable")
+SHOWN_STATES: tuple[Liveness, ...] = ("running", "stalled", "starting", "restarting", "exited", "unreachable", "lost")
+RUN_STATE_STYLE = {"running": "green", "finished": "bold green", "failed": "bold red", "stopped": "yellow"}
 ALWAYS_SHOWN: tuple[Liveness, ...] = ("running", "stalled", "exited", "unreachable")  # the others only when some task is in them
 
 
@@ -30,8 +31,9 @@ class ClusterHeader(Static):
         if message.wide:
             line1.append("tfcluster ", style="bold")
         line1.append(f"{st.run_id or '?'}", style="bold cyan")
-        line1.append(f"  {st.mode}  step {fmt.number(st.global_step)}  loss {loss}  "
-                     f"{fmt.rate(st.examples_per_s)} ex/s")
+        line1.append(f"  {st.mode}  ")
+        line1.append(st.run_state, style=RUN_STATE_STYLE.get(st.run_state, ""))
+        line1.append(f"  step {fmt.number(st.global_step)}  loss {loss}  {fmt.rate(st.examples_per_s)} ex/s")
         line2 = Text(no_wrap=True, overflow="ellipsis")
         for s in SHOWN_STATES:
             n = st.counts.get(s, 0)

@@ -12,6 +12,8 @@ from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import LIVENESS_STATES, TaskView, task_sort_key
 from tui import format as fmt
 
+NO_PROGRESS = "no progress reported"
+
 
 @dataclass(frozen=True)
 class Column:
@@ -67,14 +69,17 @@ def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_
         for g in host.gpus:
             if g.index == tv.gpu and g.util_pct is not None:
                 gpu = f"{g.util_pct:.0f}%"
-    state = fmt.state_word(tv.liveness, tv.exit_code, tv.held)
+    state = fmt.state_word(tv.liveness, tv.exit_code, tv.held, tv.restart_reason)
+    reports = tv.reports != "no"
     values = {
         "host": tv.host if show_host else "",
         "task": tv.name,
         "state": state,
-        "sps": fmt.rate(tv.steps_per_s) if tv.expects_progress else "",
-        "eps": fmt.rate(tv.examples_per_s, 0) if tv.expects_progress else "",
-        "spark": fmt.sparkline(st.sparkline_values(tv, spark_width)) if tv.expects_progress else "",
+        "sps": fmt.rate(tv.steps_per_s) if reports else "",
+        "eps": fmt.rate(tv.examples_per_s, 0) if reports else "",
+        # A program judged by its CPU: say so where its rates would be, never leave them blank.
+        "spark": NO_PROGRESS if tv.no_progress else (
+            fmt.sparkline(st.sparkline_values(tv, spark_width)) if reports else ""),
         "step": fmt.number(tv.global_step),
         "loss": "-" if tv.loss is None else f"{tv.loss:.4f}",
         "gpu": gpu,
@@ -87,7 +92,9 @@ def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_
 def cell(key: str, value: str, tv: TaskView) -> Text | str:
     """What a cell shows for its plain text: the state with its glyph and colour, stale values dimmed."""
     if key == "state":
-        return fmt.state_text(tv.liveness, tv.exit_code, tv.held)
+        return fmt.state_text(tv.liveness, tv.exit_code, tv.held, tv.restart_reason)
+    if key == "spark" and value == NO_PROGRESS:
+        return Text(value, style="dim italic")
     if tv.liveness == "unreachable" and key not in ("host", "task"):
         return Text(value, style="dim")  # stale: last values kept, visibly old
     return value
