@@ -87,7 +87,7 @@ class RunStatus:
     def to_json(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "state": self.state, "failed": self.failed,
                 "global_step": self.global_step, "loss": self.loss,
-                "tasks": [{**asdict(t), "name": t.name} for t in self.tasks],
+                "tasks": [{**asdict(t), "name": t.name, "held": t.held} for t in self.tasks],
                 "hosts": [asdict(h) for h in self.hosts]}
 
 

@@ -109,7 +109,8 @@ def _finish(state_dir: Path, run_id: str) -> dict[str, Any]:
         return st if st["state"] == "finished" else None
 
     st = wait_for(finished, FINISH_TIMEOUT, f"run {run_id} to finish", interval=1.0)
-    assert all(t["exit_code"] == 0 for t in st["tasks"])
+    # Each exited 0, or was a server the run ended once the tasks it waits for had finished.
+    assert all(t["exit_code"] == 0 or t["stopped_by"] == "run" for t in st["tasks"]), st
     wait_for(lambda: not run_processes(run_id), 15, "every process of the run to exit")
     return st
 
@@ -143,7 +144,7 @@ def test_between_graph_worker_killed_is_restarted_and_the_run_finishes(
     machines: Machines, tmp_path: Path, state_dir: Path
 ) -> None:
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
-                                training={**TINY, "steps": 150})
+                                training={**TINY, "steps": 1500, "success": "all-workers"})
     run_id = _start(state_dir, hosts)
     st = _all_running(state_dir, run_id, 3)
     worker1 = next(t for t in st["tasks"] if t["name"] == "worker:1")
@@ -170,7 +171,6 @@ def test_user_classic_between_graph_script(machines: Machines, tmp_path: Path, s
     _all_running(state_dir, run_id, 3)
     _finish(state_dir, run_id)
     out = cli(state_dir, "logs", run_id).stdout
-    assert "ps:0@m0 ps: every worker is done" in out, out
     assert re.search(r"^worker:1@m2 worker 1: done at global step \d+", out, re.M), out
 
 
@@ -190,20 +190,20 @@ def test_finisher_dead_for_good_still_lets_the_run_end(
     machines: Machines, tmp_path: Path, state_dir: Path, mode: str, victim: str
 ) -> None:
     """A between-graph worker, or the in-graph client, SIGKILLed with `restart = "never"`: it never
-    sends its done token, so its supervisor stands in for it and the serving tasks (and the run) end by
-    themselves; `status` says failed (exit code 1), naming the dead task."""
+    sends its done token, but its supervisor tells its peers it failed for good, so every supervisor
+    ends its tasks and the run ends by itself, failed; `status` says so (exit code 1), naming the dead
+    task."""
     roles = [["ps"], ["worker"], ["worker"]] if mode == "between-graph" else [["ps"], ["chief", "worker"], ["worker"]]
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode,
                                 training={**TINY, "steps": 150, "restart": "never"})
     run_id = _start(state_dir, hosts)
-    st = _all_running(state_dir, run_id, 3 if mode == "between-graph" else 4)
+    st = status_json(state_dir, run_id)[1]
     dead = next(t for t in st["tasks"] if t["name"] == victim)
     os.kill(dead["pid"], signal.SIGKILL)  # right after start: still importing TensorFlow, far from done
     st = _ended(state_dir, run_id)
     by_name = {t["name"]: t for t in st["tasks"]}
     assert by_name[victim]["signal"] == signal.SIGKILL and by_name[victim]["failed"], st
-    assert all(t["exit_code"] == 0 for name, t in by_name.items() if name != victim), _logs(state_dir, run_id)
+    assert not any(t["failed"] for name, t in by_name.items() if name != victim), _logs(state_dir, run_id)
     assert st["state"] == "failed"
     assert status_json(state_dir, run_id)[0] == 1
-    ps_log = cli(state_dir, "logs", run_id, "ps:0").stdout
-    assert f"{victim} failed for good" in ps_log, ps_log
+    assert by_name["ps:0"]["stopped_by"] == "run"  # ended by its supervisor, told by the victim's
