@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Runs the unit tests against the lowest dependency versions pyproject.toml declares.
+"""Runs the unit tests and the linters against the lowest dependency versions pyproject.toml declares.
 
-    python3 scripts/min_versions.py [--venv DIR] [--print-constraints] [PYTEST_ARGS...]
+    python3 scripts/min_versions.py [--venv DIR] [--print-constraints] [--tests-only] [PYTEST_ARGS...]
 
 Contract:
 - Reads the floors (`NAME>=X`) of `[project] dependencies` and of the `cpu` and `test` extras from
@@ -11,12 +11,14 @@ Contract:
 - Writes them as a pip constraints file pinning each to exactly its floor (`NAME==X`, environment
   markers kept, extras dropped: pip refuses extras in constraints), creates the venv DIR (default
   `.venv-min`, separate from `.venv`), installs the project `.[cpu,test]` there from PyPI under those
-  constraints (transitive dependencies resolve to whatever the pinned versions allow), and runs
-  `pytest -q tests/unit` (or PYTEST_ARGS) in it.
+  constraints (transitive dependencies resolve to whatever the pinned versions allow), then runs
+  `pytest -q tests/unit` (or PYTEST_ARGS) and, unless --tests-only, `make lint`'s three checks (ruff,
+  mypy --strict, import-linter) with the tools at their floors and mypy reading the floors' types.
 - The install is skipped when DIR was built from the same pyproject.toml (a stamp holds its digest).
-- Exit 0 when the tests pass; otherwise the failing step's exit code (pytest's 5, "no tests ran",
-  included), with one line on stderr saying which step failed. --print-constraints prints the
-  constraints and exits 0 without installing anything.
+- Exit 0 when every step passes. A failed install stops the run with pip's exit code; the checks all
+  run, and the exit code is the first failing one's (pytest's 5, "no tests ran", included). Each
+  failing step prints one line on stderr, "scripts/min_versions.py: FAILED: STEP (exit N)".
+  --print-constraints prints the constraints and exits 0 without installing anything.
 
 Needs Python >= 3.11 (tomllib) or the tomli package; the venv is made with the Python running this.
 """
@@ -93,9 +95,9 @@ def constraints(pyproject_path: Path) -> str:
     return "".join(line + "\n" for line in lines)
 
 
-def run(step: str, command: list[str], quiet: bool = False) -> None:
-    """Run a step; on failure, say which one and exit with its code. A quiet step's output is shown
-    only when it fails, and then only its end (pip explains a conflict there)."""
+def run(step: str, command: list[str], quiet: bool = False) -> int:
+    """Run a step and return its exit code; on failure, one line says which step failed. A quiet
+    step's output is shown only when it fails, and then only its end (pip explains a conflict there)."""
     print(f"{ME}: {step}", flush=True)
     if quiet:
         done = subprocess.run(
@@ -107,7 +109,14 @@ def run(step: str, command: list[str], quiet: bool = False) -> None:
     else:
         code = subprocess.call(command, cwd=ROOT)
     if code != 0:
-        print(f"{ME}: FAILED: {step} (exit {code})", file=sys.stderr)
+        print(f"{ME}: FAILED: {step} (exit {code})", file=sys.stderr, flush=True)
+    return code
+
+
+def must(step: str, command: list[str], quiet: bool = False) -> None:
+    """Run a step the later ones need: exit with its code when it fails."""
+    code = run(step, command, quiet)
+    if code != 0:
         sys.exit(code)
 
 
@@ -122,8 +131,8 @@ def build_venv(venv_dir: Path, pins: str, digest: str) -> Path:
     constraints_file = venv_dir / "constraints.txt"
     constraints_file.write_text(pins)
     pip = [str(python), "-m", "pip", "install", "--progress-bar", "off"]
-    run("upgrading pip", [*pip, "--upgrade", "pip"], quiet=True)
-    run(
+    must("upgrading pip", [*pip, "--upgrade", "pip"], quiet=True)
+    must(
         "installing .[cpu,test] with every dependency at its declared floor (a floor must be a release "
         "on PyPI that installs on this Python)",
         [*pip, "-c", str(constraints_file), "-e", ".[cpu,test]"],
@@ -139,6 +148,7 @@ def main(argv: list[str]) -> int:
         "--venv", default=".venv-min", help="the venv to build and test in (default .venv-min)"
     )
     parser.add_argument("--print-constraints", action="store_true", help="print the pins and stop")
+    parser.add_argument("--tests-only", action="store_true", help="skip ruff, mypy and import-linter")
     args, pytest_args = parser.parse_known_args(argv)
     pyproject_path = ROOT / "pyproject.toml"
     try:
@@ -153,11 +163,23 @@ def main(argv: list[str]) -> int:
     python = build_venv((ROOT / args.venv).resolve(), pins, digest)
     sys.stdout.write("tested at these floors:\n" + pins)
     sys.stdout.flush()
-    run(
-        "unit tests at the declared floors",
-        [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *(pytest_args or ["tests/unit"])],
-    )
-    return 0
+    bin_dir = python.parent
+    steps = [
+        (
+            "unit tests at the declared floors",
+            [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", *(pytest_args or ["tests/unit"])],
+        ),
+        ("ruff at its declared floor", [str(bin_dir / "ruff"), "check", "."]),
+        (
+            "mypy --strict at its declared floor, against the floors' type information",
+            [str(bin_dir / "mypy")],
+        ),
+        ("import-linter at its declared floor", [str(bin_dir / "lint-imports")]),
+    ]
+    if args.tests_only:
+        steps = steps[:1]
+    codes = [run(step, command) for step, command in steps]  # every step runs: one report for all
+    return next((code for code in codes if code != 0), 0)
 
 
 if __name__ == "__main__":
