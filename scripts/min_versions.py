@@ -159,8 +159,14 @@ def main(argv: list[str]) -> int:
     if args.print_constraints:
         sys.stdout.write(pins)
         return 0
+    venv_dir = (ROOT / args.venv).resolve()
+    if venv_dir in (ROOT, (ROOT / ".venv").resolve()):  # building clears DIR: never the project or .venv
+        print(
+            f"{ME}: --venv {args.venv}: refusing to rebuild the project's own venv or folder", file=sys.stderr
+        )
+        return 2
     digest = hashlib.sha256(pyproject_path.read_bytes()).hexdigest()
-    python = build_venv((ROOT / args.venv).resolve(), pins, digest)
+    python = build_venv(venv_dir, pins, digest)
     sys.stdout.write("tested at these floors:\n" + pins)
     sys.stdout.flush()
     bin_dir = python.parent
