@@ -28,7 +28,8 @@ value = st.one_of(
     st.text(alphabet=st.sampled_from(HOSTILE + "abc"), min_size=0, max_size=24),
     st.sampled_from(ATTACKS).flatmap(lambda a: st.text(alphabet=HOSTILE, max_size=6).map(lambda t: t + a + t)),
 ).filter(lambda v: "\x00" not in v)
-one_line = value.filter(lambda v: v.strip() and not any(ord(c) < 32 or ord(c) == 127 for c in v) and "/" not in v)
+one_line = value.filter(lambda v: v.strip() and not any(ord(c) < 32 or ord(c) == 127 for c in v) and "/" not in v
+                          and v not in (".", ".."))  # . and .. name directories, never a file or program
 
 # (template around the placeholder, how the printed text is turned back into the value)
 CONTEXTS = {
