@@ -49,6 +49,9 @@ class SSHOptions(Strict):
 class RemoteSection(Strict):
     python: str = "python3"
     workdir: str = "~/.tfcluster"
+    # false: tfcluster's commands run under /bin/sh (no startup files); true: under `$SHELL -l` (the
+    # user's profile: `module load`, conda activate), paid on every command.
+    login_shell: bool = False
 
 
 class HostConfig(Strict):

@@ -96,7 +96,7 @@ def build_plan(
         HostPlan(
             name=h.name, address=h.address, transport=h.transport, python=host_python(config, h),
             workdir=host_workdir(config, h), ssh=explicit_ssh(config, h), roles=tuple(h.roles),
-            tasks=tuple(t.name for t in tasks if t.host == h.name),
+            tasks=tuple(t.name for t in tasks if t.host == h.name), login_shell=config.remote.login_shell,
         )
         for h in config.hosts
     )

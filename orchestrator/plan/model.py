@@ -62,6 +62,7 @@ class HostPlan:
     ssh: SSHOptions
     roles: tuple[str, ...]
     tasks: tuple[str, ...]  # task names ("worker-0") on this host
+    login_shell: bool = False  # [remote] login_shell: run tfcluster's commands under `$SHELL -l`
 
 
 @dataclass(frozen=True)
@@ -171,4 +172,5 @@ def _host(raw: object) -> HostPlan:
         ssh=SSHOptions.model_validate(_mapping(h.get("ssh", {}), "ssh"), strict=False),
         roles=tuple(str(r) for r in _list(h.get("roles", []), "roles")),
         tasks=tuple(str(n) for n in _list(h.get("tasks", []), "tasks")),
+        login_shell=bool(h.get("login_shell", False)),
     )
