@@ -22,8 +22,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Step = Literal["connect", "prepare", "ship", "launch", "states", "probe", "stop", "purge", "agent", "tail",
-               "kill", "check", "session"]
+Step = Literal["connect", "prepare", "ship", "launch", "probe", "stop", "purge", "agent", "tail", "kill", "check"]
 FaultKind = Literal["lost", "timeout", "exit", "refused"]
 _pids = itertools.count(4000)
 
@@ -74,9 +73,10 @@ class ScriptedRun:
 
 
 class ScriptedHost:
-    def __init__(self, name: str, home: str = "/home/tester") -> None:
+    def __init__(self, name: str, home: str = "/home/tester", journal: str | None = None) -> None:
         self.name = name
         self.home = home
+        self.journal = journal  # a file every step is appended to (visible across worker processes)
         self.lock = threading.RLock()
         self.cache: set[str] = set()  # content hashes in <workdir>/cache
         self.trees: set[str] = set()  # code tree ids in <workdir>/cache/trees
@@ -87,6 +87,7 @@ class ScriptedHost:
         self.stubborn = False
         self.steps: list[Step] = []  # every step that ran on the host, in order
         self.connects = 0
+        self.commands = 0  # remote commands run (each one login shell on a real host)
         self.supervisors_started = 0
         self.tf_version = "2.21.0"
         self.busy_ports: set[int] = set()
@@ -96,14 +97,23 @@ class ScriptedHost:
              stderr: str = "scripted failure") -> None:
         self.faults.append(Fault(step, kind, times, after, exit_code, stderr))
 
-    def take_fault(self, step: Step) -> Fault | None:
-        """The next armed fault for this step (used up once it fires)."""
+    def take_fault(self, step: Step, *, before: bool = True) -> Fault | None:
+        """The next armed fault of this step that fires now: before the step runs (or instead of it:
+        `exit`), or after it ran (`after=True`). Used up once it fires."""
         with self.lock:
             for fault in self.faults:
-                if fault.step == step and fault.times > 0:
+                fires_before = fault.kind in ("exit", "refused") or not fault.after
+                if fault.step == step and fault.times > 0 and fires_before == before:
                     fault.times -= 1
                     return fault
         return None
+
+    def record(self, step: Step) -> None:
+        with self.lock:
+            self.steps.append(step)
+            if self.journal is not None:
+                with open(self.journal, "a", encoding="utf-8") as f:
+                    f.write(f"{self.name} {step}\n")
 
     def kill_supervisor(self, root: str | None = None) -> None:
         """SIGKILL of the supervisor and its process group: the state files still say running."""
@@ -126,9 +136,9 @@ class ScriptedHost:
     # --- paths -------------------------------------------------------------------------------------
     def path(self, raw: str) -> str:
         """A remote path as the host's shell would see it (`~` is the home)."""
-        if raw in ("~", '"$HOME"'):
+        if raw in ("~", '"$HOME"', "$HOME"):
             return self.home
-        for prefix in ("~/", '"$HOME"/'):
+        for prefix in ("~/", '"$HOME"/', "$HOME/"):
             if raw.startswith(prefix):
                 return f"{self.home}/{raw[len(prefix):]}"
         return raw
@@ -222,6 +232,14 @@ class ScriptedHost:
             out.append({"pid": run.leftover, "pgid": run.leftover, "task": "", "args": "stubborn leftover"})
         return out
 
+    def prepare(self, workdir: str, run_id: str, tree: str, run_json: bytes) -> tuple[str, bool]:
+        """The launcher's first step: (run dir, whether the code is in place: the host had the tree)."""
+        root = f"{self.path(workdir)}/runs/{run_id}"
+        self.make_run_dir(root)
+        placed = self.place_code(root, tree)
+        self.write_run_file(root, run_json)
+        return root, placed
+
     def probe(self, root: str) -> dict[str, Any]:
         with self.lock:
             run = self.runs.get(root)
@@ -254,6 +272,20 @@ class ScriptedHost:
     def purge(self, root: str) -> None:
         with self.lock:
             self.runs.pop(root, None)
+
+    def stop_verified(self, root: str, purge: bool) -> dict[str, Any]:
+        """`supervisor --stop --verify [--purge]`: the stop, a fresh probe, the run dir gone if clean."""
+        with self.lock:
+            report = self.stop(root)
+            if report.get("absent"):
+                if purge:
+                    self.purge(root)
+                return report
+            report["verified"] = seen = self.probe(root)
+            report["purged"] = purge and not seen["processes"]
+            if report["purged"]:
+                self.purge(root)
+            return report
 
     def signal_pid(self, pid: int, sig: str) -> bool:
         """`kill -s SIG pid`: a task killed by TERM or KILL is restarted by its supervisor (on-failure)."""

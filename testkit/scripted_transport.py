@@ -10,19 +10,18 @@ and the collector take in place of the real one:
     result = launch.start(plan, "hosts.toml", opener=cluster.opener)
     cluster.host("m1").supervisors_started                  # 1: the retried launch found the first one
 
-It recognises a command by what the real host would run (`training.supervisor --detach`, `--probe`,
-`--stop`, `rm -rf`, the agent, `tail`, `kill`, check's probe) and answers with the same output the real
-programs print. Latency: every connection costs `connect_rtts` round trips and every command one, plus
-the step's fixed remote `cost` (seconds; time.sleep, so it costs the orchestrator no CPU).
+It recognises a command by what the real host would run (training/launcher.py's start conversation,
+`training.supervisor --probe` and `--stop`, the agent, `tail`, `kill`, check's probe) and answers with
+what the real programs print (testkit/scripted_session.py holds the start conversation). Latency: a
+connection costs `connect_rtts` round trips, a command or an exchange with a running command one, plus
+the step's fixed remote `cost` in seconds (time.sleep: no CPU of the orchestrator's).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import shlex
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,39 +31,41 @@ from orchestrator.errors import HostError, Reason
 from orchestrator.plan.model import HostPlan
 from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
 from testkit.scripted_host import Fault, ScriptedHost, Step
+from testkit.scripted_session import ScriptedSession, is_start_command
 from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_TASK_STATE, dumps, make_event
 
-WARM_MARK = "TFCLUSTER-CODE-TREE-READY"  # orchestrator.run.launch's answer for a host that has the tree
 _RUN_DIR = re.compile(r"--run-dir ('[^']*'|[^\s;]+)")
-_HASH = re.compile(r"cache/([0-9a-f]{64})\b")
-_STATE_GLOB = re.compile(r"for f in (\S+?)/\*\.json")
-_TREE = re.compile(r"cache/trees/([0-9a-f]{32})\b")
 
 
 class ScriptedCluster:
     """The scripted hosts by name (created on first use) and the network between them and us."""
 
     def __init__(self, *, rtt: float = 0.0, connect_rtts: int = 1, cost: Mapping[str, float] | None = None,
-                 agent_interval: float | None = None, agent_batches: int | None = None) -> None:
+                 agent_interval: float | None = None, agent_batches: int | None = None,
+                 journal: str | None = None) -> None:
         self.rtt = rtt
         self.connect_rtts = connect_rtts
         self.cost = dict(cost or {})
         self.agent_interval = agent_interval  # None: the interval the agent was asked for
         self.agent_batches = agent_batches  # None: the agent streams until closed
+        self.journal = journal  # every step of every host appended here (shared by worker processes)
         self.hosts: dict[str, ScriptedHost] = {}
         self._lock = threading.Lock()
 
     def host(self, name: str) -> ScriptedHost:
         with self._lock:
             if name not in self.hosts:
-                self.hosts[name] = ScriptedHost(name)
+                self.hosts[name] = ScriptedHost(name, journal=self.journal)
             return self.hosts[name]
 
     def opener(self, host: HostPlan) -> ScriptedTransport:
         return ScriptedTransport(self, self.host(host.name))
 
+    def delay(self, step: str, rtts: int = 1) -> float:
+        return rtts * self.rtt + self.cost.get(step, 0.0)
+
     def wait(self, step: str, rtts: int = 1) -> None:
-        delay = rtts * self.rtt + self.cost.get(step, 0.0)
+        delay = self.delay(step, rtts)
         if delay > 0:
             time.sleep(delay)
 
@@ -77,22 +78,19 @@ def _token(command: str, pattern: re.Pattern[str]) -> str | None:
 def classify(command: str) -> Step | None:
     """Which step a shell command is, by what it runs on the host."""
     if "training.supervisor" in command:
-        for flag, step in (("--detach", "launch"), ("--probe", "probe"), ("--stop", "stop")):
+        for flag, step in (("--probe", "probe"), ("--stop", "stop")):
             if flag in command:
                 return step  # type: ignore[return-value]
-    if WARM_MARK in command:
-        return "prepare"
-    if "cache/trees/" in command or "tar -xf" in command:
-        return "ship"
-    if "/state/*.json" in command:
-        return "states"
-    if command.startswith("rm -rf"):
-        return "purge"
     if command.startswith("tail "):
         return "tail"
     if command.startswith("kill "):
         return "kill"
     return None
+
+
+def fault_error(host: str, fault: Fault, what: str) -> HostError:
+    reasons: dict[str, Reason] = {"refused": "refused", "timeout": "timeout"}
+    return HostError(host, reasons.get(fault.kind, "lost"), f"scripted {fault.kind} {what}")
 
 
 class ScriptedTransport(ShellTransport):
@@ -114,7 +112,7 @@ class ScriptedTransport(ShellTransport):
             raise HostError(self.host, "refused", "scripted: connection refused (is sshd running?)")
         fault = self.scripted.take_fault("connect")
         if fault is not None:
-            raise self._error(fault, "connecting")
+            raise fault_error(self.host, fault, "connecting")
         with self.scripted.lock:
             self.scripted.connects += 1
         self.connected = True
@@ -122,71 +120,48 @@ class ScriptedTransport(ShellTransport):
     def close(self) -> None:
         self.connected = False
 
-    def _error(self, fault: Fault, what: str) -> HostError:
+    def lost(self, fault: Fault, what: str) -> HostError:
         self.connected = False
-        reasons: dict[str, Reason] = {"refused": "refused", "timeout": "timeout"}
-        return HostError(self.host, reasons.get(fault.kind, "lost"), f"scripted {fault.kind} {what}")
-
-    def _fault(self, step: Step, before: bool) -> Fault | None:
-        """The armed fault of this step that fires now (before the step runs, or after it ran)."""
-        with self.scripted.lock:
-            for fault in self.scripted.faults:
-                fires_before = fault.kind == "exit" or not fault.after
-                if fault.step == step and fault.times > 0 and fires_before == before:
-                    fault.times -= 1
-                    return fault
-        return None
+        return fault_error(self.host, fault, what)
 
     # --- commands ----------------------------------------------------------------------------------
+    def _counted(self) -> None:
+        with self.scripted.lock:
+            self.scripted.commands += 1
+
     def _run_shell(self, command: str, timeout: float | None, stdin: bytes | None) -> CommandResult:
         self.connect()
+        self._counted()
         step = classify(command)
         self.cluster.wait(step or "command")
         if step is None:
             return self._result(command, 127, "", f"scripted host: unknown command: {command[:80]}")
-        fault = self._fault(step, before=True)
+        fault = self.scripted.take_fault(step)
         if fault is not None:
             if fault.kind == "exit":
                 return self._result(command, fault.exit_code, "", fault.stderr)
-            raise self._error(fault, f"before {step}")
-        with self.scripted.lock:
-            self.scripted.steps.append(step)
-        code, out, err = self._answer(step, command, stdin or b"")
-        fault = self._fault(step, before=False)
+            raise self.lost(fault, f"before {step}")
+        self.scripted.record(step)
+        code, out, err = self._answer(step, command)
+        fault = self.scripted.take_fault(step, before=False)
         if fault is not None:
-            raise self._error(fault, f"after {step} ran")
+            raise self.lost(fault, f"after {step} ran")
         return self._result(command, code, out, err)
 
     def _result(self, command: str, code: int, out: str, err: str) -> CommandResult:
         return CommandResult(self.host, command, code, out, err, 0.0)
 
-    def _answer(self, step: Step, command: str, stdin: bytes) -> tuple[int, str, str]:
+    def _answer(self, step: Step, command: str) -> tuple[int, str, str]:
         h = self.scripted
         root = _token(command, _RUN_DIR)
-        if step == "prepare":
-            return self._prepare(command, stdin)
-        if step == "ship":
-            return self._ship(command, stdin)
-        if step == "launch":
+        if step == "probe":
             assert root is not None
-            try:
-                run = h.launch(root)
-            except FileNotFoundError as exc:
-                return 1, "", str(exc)
-            lines = [f"PID {run.supervisor_pid}", *h.state_lines(run), *(["ALIVE"] if run.supervisor_alive else [])]
-            return 0, "\n".join(lines) + "\n", ""
-        if step == "states":
-            state_dir = _token(command, _STATE_GLOB)
-            polled = h.runs.get((state_dir or "").rsplit("/state", 1)[0])
-            if polled is None:
-                return 0, "", ""
-            return 0, "\n".join([*h.state_lines(polled), *(["ALIVE"] if polled.supervisor_alive else [])]) + "\n", ""
-        if step in ("probe", "stop"):
+            return 0, json.dumps(h.probe(root)) + "\n", ""
+        if step == "stop":
             assert root is not None
-            return 0, json.dumps(h.probe(root) if step == "probe" else h.stop(root)) + "\n", ""
-        if step == "purge":
-            h.purge(shlex.split(command)[-1])
-            return 0, "", ""
+            purge = "--purge" in command
+            report = h.stop_verified(root, purge) if "--verify" in command else h.stop(root)
+            return 0, json.dumps(report) + "\n", ""
         if step == "tail":
             log = h.log_lines(shlex.split(command)[-1])
             if log is None:
@@ -198,46 +173,23 @@ class ScriptedTransport(ShellTransport):
             return (0, "", "") if ok else (1, "", f"kill: ({pid}) - No such process")
         return 127, "", f"unhandled step {step}"
 
-    def _prepare(self, command: str, stdin: bytes) -> tuple[int, str, str]:
-        h = self.scripted
-        workdir = h.path(shlex.split(command)[2])
-        run_rel = re.search(r"(runs/[^/' ]+)/code", command)
-        tree = _TREE.search(command)
-        assert run_rel is not None, command
-        assert tree is not None, command
-        root = f"{workdir}/{run_rel.group(1)}"
-        h.make_run_dir(root)
-        if h.place_code(root, tree.group(1)):
-            h.write_run_file(root, stdin)
-            return 0, f"{workdir}\n{WARM_MARK}\n", ""
-        listing = [*sorted(h.cache), "trees"]
-        return 0, "\n".join([workdir, *listing]) + "\n", ""
-
-    def _ship(self, command: str, stdin: bytes) -> tuple[int, str, str]:
-        h = self.scripted
-        tree = _TREE.search(command)
-        if tree is None:  # the archive's extraction: its files arrived with put_file
-            return 0, "", ""
-        h.build_tree(tree.group(1), _HASH.findall(command))
-        code_dir = re.search(r"cp -alf \S+ ('[^']*'|\S+)/ ", command)
-        assert code_dir is not None, command
-        root = shlex.split(code_dir.group(1))[0].rsplit("/code", 1)[0]
-        h.place_code(root, tree.group(1))
-        if stdin:
-            h.write_run_file(root, stdin)
-        return 0, "", ""
-
     def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
+        raise HostError(self.host, "sftp-failed", "the scripted host has no SFTP: tfcluster ships over the start command")
+
+    def open_session(self, command: str) -> ScriptedSession:
         self.connect()
-        self.cluster.wait("ship")
-        with tarfile.open(local_path) as tar:
-            self.scripted.receive_files([m.name for m in tar.getmembers()])
+        if not is_start_command(command):
+            raise AssertionError(f"scripted host: unknown conversation: {command[:120]}")
+        self._counted()
+        self.cluster.wait("session")
+        return ScriptedSession(self, command)
 
     # --- streams -----------------------------------------------------------------------------------
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> ScriptedStream:
         self.connect()
+        self._counted()
         self.cluster.wait("stream")
         command = shell_command(argv, env=env, cwd=cwd)
         source: Callable[[ScriptedStream], Iterator[str]]
@@ -248,18 +200,18 @@ class ScriptedTransport(ShellTransport):
             step = "check"
             source = partial(self._check, argv=list(argv))
         else:
-            return ScriptedStream(self, iter(()), exit_code=127, stderr=f"unknown stream: {command[:80]}")
-        fault = self._fault(step, before=True)
+            return ScriptedStream(None, exit_code=127, stderr=f"unknown stream: {command[:80]}")
+        fault = self.scripted.take_fault(step)
         if fault is not None:
             if fault.kind == "exit":
-                return ScriptedStream(self, iter(()), exit_code=fault.exit_code, stderr=fault.stderr)
-            raise self._error(fault, f"before {step}")
-        with self.scripted.lock:
-            self.scripted.steps.append(step)
-        return ScriptedStream(self, None, source=source, step=step)
+                return ScriptedStream(None, exit_code=fault.exit_code, stderr=fault.stderr)
+            raise self.lost(fault, f"before {step}")
+        self.scripted.record(step)
+        return ScriptedStream(source)
 
     def _check(self, stream: ScriptedStream, argv: list[str]) -> Iterator[str]:
         args = json.loads(argv[-1])
+        self.cluster.wait("check", 0)
         yield f"{time.time():.6f}"
         yield json.dumps(self.scripted.check_report(args["ports"], args["workdir"]))
 
@@ -279,8 +231,9 @@ class ScriptedTransport(ShellTransport):
             time.sleep(pause)
             if stream.closed:
                 return
-            if self._fault("agent", before=False) is not None:
-                raise HostError(self.host, "lost", "scripted: connection lost while streaming")
+            fault = h.take_fault("agent", before=False)
+            if fault is not None:
+                raise self.lost(fault, "while streaming")
             yield dumps(make_event(KIND_HOST_SAMPLE, h.name, cpu_pct=12.5, mem_pct=40.0))
             yield dumps(make_event(KIND_HEARTBEAT, h.name, interval_s=interval))
             batches += 1
@@ -289,22 +242,19 @@ class ScriptedTransport(ShellTransport):
 class ScriptedStream:
     """A LineStream over a generator of the host's lines."""
 
-    def __init__(self, transport: ScriptedTransport, lines: Iterator[str] | None, *,
-                 source: Callable[[ScriptedStream], Iterator[str]] | None = None, step: Step | None = None,
-                 exit_code: int = 0, stderr: str = "") -> None:
-        self._transport = transport
-        self._lines = lines if lines is not None else iter(())
+    def __init__(self, source: Callable[[ScriptedStream], Iterator[str]] | None, *, exit_code: int = 0,
+                 stderr: str = "") -> None:
         self._source = source
-        self.step = step
         self._final_code = exit_code
         self._exit_code: int | None = None if source is not None else exit_code
         self.stderr_tail = stderr
         self.closed = False
 
     def lines(self) -> Iterator[str]:
-        lines = self._source(self) if self._source is not None else self._lines
+        if self._source is None:
+            return
         try:
-            yield from lines
+            yield from self._source(self)
         except HostError:
             self._exit_code = -1
             raise
@@ -312,9 +262,8 @@ class ScriptedStream:
 
     def close(self) -> None:
         self.closed = True
-        with contextlib.suppress(Exception):
-            if self._exit_code is None:
-                self._exit_code = -1
+        if self._exit_code is None:
+            self._exit_code = -1
 
     @property
     def exit_code(self) -> int | None:

@@ -109,15 +109,17 @@ def _host_status(name: str, seen: ProbeReport | HostError | None) -> HostStatus:
 
 def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> RunStatus:
     names = [h.name for h in record.hosts if h.run_dir]
+    plan_hosts = {h.name: h for h in record.plan.hosts}
+    run_dirs = {h.name: h.run_dir for h in record.hosts}
 
     def one(name: str) -> ProbeReport:
-        remote = RemoteRun(record.plan.host(name), record.host(name).run_dir, opener)
+        remote = RemoteRun(plan_hosts[name], run_dirs[name], opener)
         try:
             return with_retry(name, lambda: remote.probe(timeout), time.monotonic() + timeout)
         finally:
             remote.close()
 
-    probes = fan_out(names, one)
+    probes = fan_out(names, one, shardable=True)
     hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
     tasks = [_task_status(t, probes.get(t.host)) for t in record.plan.tasks]
     return RunStatus(record.run_id, _run_state(record, tasks, hosts), tasks, hosts)

@@ -49,6 +49,9 @@ def test_start_prepares_every_host_before_launching_any(tmp_path: Path) -> None:
     prepared_after = [h for h, phase in order[first_launch:] if phase in ("prepare", "ship")]
     assert prepared_after == [], order  # the barrier: no host launches before every host is prepared
     assert _running(cluster) == {"m0": 1, "m1": 1, "m2": 1}
+    # One remote command per host for the whole start: prepare, ship, barrier, launch, readiness.
+    assert {name: (h.commands, h.steps) for name, h in cluster.hosts.items()} == {
+        name: (1, ["prepare", "ship", "launch"]) for name in ("m0", "m1", "m2")}
     record = runs.load(result.record.run_id)
     assert record.status == "started" and all(h.started and h.supervisor_pid for h in record.hosts)
     assert all(h.run_dir.endswith(f"/runs/{record.run_id}") for h in record.hosts)
@@ -56,6 +59,7 @@ def test_start_prepares_every_host_before_launching_any(tmp_path: Path) -> None:
     assert all(o.uploaded == o.shipped > 10 for o in result.outcomes.values())
     again = _start(cluster, _plan(), tmp_path)
     assert all(o.ok and o.uploaded == 0 for o in again.outcomes.values())
+    assert all(h.commands == 2 and h.steps[3:] == ["prepare", "launch"] for h in cluster.hosts.values())
 
 
 def test_lost_connections_are_retried_without_a_second_supervisor(tmp_path: Path) -> None:
@@ -89,7 +93,8 @@ def test_a_failed_launch_rolls_back_what_was_started(tmp_path: Path) -> None:
         _start(cluster, _plan(), tmp_path, run_name="rolled-back")
     assert "m0" in str(err.value) and "m1" in str(err.value)
     assert _running(cluster) == {"m0": 0, "m1": 0, "m2": 0}
-    assert cluster.host("m0").steps[-2:] == ["stop", "probe"]  # stopped, then verified by a fresh probe
+    assert cluster.host("m0").steps[-1] == "stop"  # one command: stop, then a fresh look (--verify)
+    assert cluster.host("m2").steps == ["prepare", "ship", "stop"]  # its launch failed before it ran
     assert runs.load("rolled-back").status == "failed-to-start"
 
 

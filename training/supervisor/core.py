@@ -22,14 +22,16 @@ from training.supervisor.procfs import TASK_ID_ENV, run_processes, signal_pids
 from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
 
 if TYPE_CHECKING:
-    pass
+    from typing import Any
 
 DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1}
 
 
 class Supervisor:
     def __init__(self, run_dir: str, host: str, ready_fd: int | None = None) -> None:
-        self.ready_fd = ready_fd  # --detach: written and closed once every task was spawned
+        self.ready_fd = ready_fd  # --detach: state changes pushed, closed once every task runs (detach.py)
+        if ready_fd is not None:
+            os.set_blocking(ready_fd, False)
         self.layout = RunLayout(run_dir)
         self.host = host
         with open(self.layout.run_file, encoding="utf-8") as f:
@@ -63,11 +65,20 @@ class Supervisor:
 
     # -- records
     def _write_self(self) -> None:
-        write_json_atomic(self.layout.supervisor_state_file(self.host), {
+        data = {
             "kind": "supervisor", "host": self.host, "run_id": self.run.get("run_id"), "pid": os.getpid(),
             "pgid": os.getpgid(0), "state": self.state, "started_at": self.started_at,
             "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks], "updated_at": time.time(),
-        })
+        }
+        write_json_atomic(self.layout.supervisor_state_file(self.host), data)
+        self._push(data)
+
+    def _push(self, data: dict[str, Any]) -> None:
+        """--detach: every state change goes to the launcher too, which relays it to `start` (pushed
+        readiness, no polling). Never blocks: a launcher that stopped reading only misses lines."""
+        if self.ready_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.ready_fd, (json.dumps(data, separators=(",", ":")) + "\n").encode())
 
     def _record(self, task: Task, state: str) -> None:
         task.state = state
@@ -77,13 +88,15 @@ class Supervisor:
             exit_code=task.exit_code, restarts=task.restarts, signal=task.exit_signal, final=task.final,
         )) + "\n")
         self._events.flush()
-        write_json_atomic(self.layout.task_state_file(task.job, task.index), {
+        data = {
             "kind": "task", "host": self.host, "job": task.job, "task": task.index, "state": state,
             "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code,
             "signal": task.exit_signal, "final": task.final, "started_at": task.started_at,
             "exited_at": task.exited_at, "next_start": task.next_start if state == "restarting" else None,
             "history": task.history[-20:], "updated_at": now,
-        })
+        }
+        write_json_atomic(self.layout.task_state_file(task.job, task.index), data)
+        self._push(data)
 
     # -- task control
     def _env(self, task: Task, attempt: str, **extra: str) -> dict[str, str]:
@@ -165,9 +178,9 @@ class Supervisor:
                 self._exited(task, rc, None)
 
     def _signal_ready(self) -> None:
-        if self.ready_fd is not None:
-            with contextlib.suppress(OSError):  # the launcher may be gone (its SSH channel closed)
-                os.write(self.ready_fd, b"ready\n")
+        """Close the launcher's pipe once every task runs or has ended for good: that is `start`'s
+        readiness (a task waiting to be restarted keeps it open)."""
+        if self.ready_fd is not None and all(t.state == "running" or t.final for t in self.tasks):
             os.close(self.ready_fd)
             self.ready_fd = None
 
@@ -232,6 +245,7 @@ class Supervisor:
             for task in self.tasks:
                 if task.state == "restarting" and now >= task.next_start:
                     self._spawn(task)
+            self._signal_ready()
             if all(t.final for t in self.tasks) and not self.helpers:
                 break
             time.sleep(self.poll)
