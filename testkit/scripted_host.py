@@ -62,7 +62,8 @@ class ScriptedRun:
     """One run dir on the host."""
 
     root: str
-    run_json: dict[str, Any] | None = None
+    run_id: str | None = None  # from run.json, once written
+    own_tasks: list[tuple[str, int]] = field(default_factory=list)  # (job, index) of this host's tasks
     code: bool = False
     supervisor_pid: int | None = None
     supervisor_state: str | None = None
@@ -90,6 +91,7 @@ class ScriptedHost:
         self.commands = 0  # remote commands run (each one login shell on a real host)
         self.supervisors_started = 0
         self.tf_version = "2.21.0"
+        self.known_tasks: list[tuple[str, int]] | None = None  # set: run.json is not parsed (see write_run_file)
         self.busy_ports: set[int] = set()
 
     # --- knobs -------------------------------------------------------------------------------------
@@ -169,13 +171,19 @@ class ScriptedHost:
 
     def write_run_file(self, root: str, data: bytes) -> None:
         with self.lock:
-            self.make_run_dir(root).run_json = json.loads(data)
+            run = self.make_run_dir(root)
+            if self.known_tasks is not None:  # the simulation: the host need not read a 1 MB file to know them
+                run.run_id, run.own_tasks = root.rsplit("/", 1)[-1], list(self.known_tasks)
+                return
+            written = json.loads(data)
+            run.run_id = written.get("run_id")
+            run.own_tasks = [(t["job"], int(t["index"])) for t in written["plan"]["tasks"] if t["host"] == self.name]
 
     def launch(self, root: str) -> ScriptedRun:
         """`supervisor --detach`: start the run's supervisor unless one runs (its lock), spawn the tasks."""
         with self.lock:
             run = self.runs.get(root)
-            if run is None or not run.code or run.run_json is None:
+            if run is None or not run.code or run.run_id is None:
                 raise FileNotFoundError(f"{root}: no code or run.json")
             if run.supervisor_alive:
                 return run  # a retried launch reports the running supervisor
@@ -183,10 +191,8 @@ class ScriptedHost:
             run.supervisor_pid = next(_pids)
             run.supervisor_alive = True
             run.supervisor_state = "running"
-            for t in run.run_json["plan"]["tasks"]:
-                if t["host"] != self.name:
-                    continue
-                task = run.tasks.setdefault(f"{t['job']}-{t['index']}", ScriptedTask(t["job"], int(t["index"])))
+            for job, index in run.own_tasks:
+                task = run.tasks.setdefault(f"{job}-{index}", ScriptedTask(job, index))
                 self._spawn(task)
                 code = self.task_exit.get(task.name)
                 if code is not None:
@@ -212,7 +218,7 @@ class ScriptedHost:
         if run.supervisor_pid is None:
             return None
         return {"kind": "supervisor", "host": self.name, "pid": run.supervisor_pid, "state": run.supervisor_state,
-                "run_id": (run.run_json or {}).get("run_id"), "alive": run.supervisor_alive,
+                "run_id": run.run_id, "alive": run.supervisor_alive,
                 "updated_at": time.time()}
 
     def state_lines(self, run: ScriptedRun) -> list[str]:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 
 from orchestrator.errors import HostError, Reason
-from orchestrator.plan.model import HostPlan
+from orchestrator.plan.model import ClusterPlan, HostPlan
 from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
 from testkit.scripted_host import Fault, ScriptedHost, Step
 from testkit.scripted_session import ScriptedSession, is_start_command
@@ -42,7 +42,7 @@ class ScriptedCluster:
 
     def __init__(self, *, rtt: float = 0.0, connect_rtts: int = 1, cost: Mapping[str, float] | None = None,
                  agent_interval: float | None = None, agent_batches: int | None = None,
-                 journal: str | None = None) -> None:
+                 journal: str | None = None, plan: ClusterPlan | None = None) -> None:
         self.rtt = rtt
         self.connect_rtts = connect_rtts
         self.cost = dict(cost or {})
@@ -51,11 +51,20 @@ class ScriptedCluster:
         self.journal = journal  # every step of every host appended here (shared by worker processes)
         self.hosts: dict[str, ScriptedHost] = {}
         self._lock = threading.Lock()
+        # With the plan, hosts know their tasks without parsing every run.json (at 1024 hosts a host's
+        # file is ~1 MB: the real host's work, which the simulated one should not charge to our CPU).
+        self._tasks: dict[str, list[tuple[str, int]]] | None = None
+        if plan is not None:
+            self._tasks = {}
+            for t in plan.tasks:
+                self._tasks.setdefault(t.host, []).append((t.job, t.index))
 
     def host(self, name: str) -> ScriptedHost:
         with self._lock:
             if name not in self.hosts:
                 self.hosts[name] = ScriptedHost(name, journal=self.journal)
+                if self._tasks is not None:
+                    self.hosts[name].known_tasks = self._tasks.get(name, [])
             return self.hosts[name]
 
     def opener(self, host: HostPlan) -> ScriptedTransport:

@@ -16,7 +16,6 @@ No UI here: progress is reported through a callback `(host, phase, done, total)`
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -26,6 +25,7 @@ from typing import Any
 from orchestrator.errors import HostError, TfclusterError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
+from orchestrator.run.run_file import RunFiles
 from orchestrator.run.ship import package_id, sync_files, training_package_files, tree_id
 from orchestrator.run.start_host import HostOutcome, ProgressFn, StartContext, StartShard
 from orchestrator.run.start_shards import ShardedStart
@@ -100,10 +100,10 @@ def start(
         start_pid=os.getpid(), start_machine=socket.gethostname(),
     )
     records.save(record)
-    run_data: dict[str, Any] = {"run_id": run_id, "created": created, "plan": plan.to_json(),
+    run_data: dict[str, Any] = {"run_id": run_id, "created": created,
                                 "supervisor": {"grace": options.stop_grace, **options.supervisor}}
     ctx = StartContext(
-        run_id=run_id, run_json=json.dumps(run_data).encode(), files=files, tree=tree_id(files),
+        run_id=run_id, run_file=RunFiles(run_data, plan, record.plan_json).for_host, files=files, tree=tree_id(files),
         package=package_id(files), op_timeout=options.op_timeout, timeout=options.timeout,
         deadline=time.monotonic() + options.timeout, allow_partial=options.allow_partial,
         progress=progress or (lambda host, phase, done, total: None),

@@ -67,7 +67,7 @@ class StartContext:
     """What every host's start shares (built once; worker processes inherit it)."""
 
     run_id: str
-    run_json: bytes
+    run_file: Callable[[str], bytes]  # a host's run.json (run.run_file.RunFiles.for_host)
     files: list[ShipFile]
     tree: str
     package: str | None
@@ -130,7 +130,7 @@ class HostStart:
             self.progress("prepare", 0, 1)
             head = {"host": self.host.name, "tree": self.ctx.tree, "package": self.ctx.package,
                     "python": self.host.python}
-            session.send(frame("head", json.dumps(head).encode()) + frame("run", self.ctx.run_json))
+            session.send(frame("head", json.dumps(head).encode()) + frame("run", self.ctx.run_file(self.host.name)))
             while True:
                 line = self._read(session, deadline, "prepare")
                 if line is None:

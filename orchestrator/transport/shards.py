@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing
 import os
 import queue
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from multiprocessing.connection import Connection, wait
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.errors import HostError
+
+if TYPE_CHECKING:  # multiprocessing costs every command ~50 ms to import; only sharded ones need it
+    from multiprocessing.connection import Connection
 
 T = TypeVar("T")
 HOSTS_PER_PROCESS_ENV = "TFCLUSTER_HOSTS_PER_PROCESS"
@@ -121,6 +122,8 @@ class Shards:
     """The parent's side: forked workers, each running `target(its keys, its ShardLink)`."""
 
     def __init__(self, groups: list[list[str]], target: Callable[[list[str], ShardLink], None]) -> None:
+        import multiprocessing
+
         context = multiprocessing.get_context("fork")
         self.groups = groups
         self._conns: list[Connection] = []
@@ -138,6 +141,8 @@ class Shards:
     def messages(self, until: Callable[[], bool] = lambda: False) -> Iterator[tuple[int, object]]:
         """(worker, message) as they come; (worker, None) once when a worker's pipe ends. Stops when every
         pipe has ended or `until()` is true after a batch."""
+        from multiprocessing.connection import wait
+
         while self._open and not until():
             ready = wait([self._conns[i] for i in self._open], timeout=WAKE_S)
             for conn in ready:

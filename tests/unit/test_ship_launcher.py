@@ -31,7 +31,7 @@ def _host(workdir: Path) -> HostPlan:
 
 def _prepare(workdir: Path, files: list[ShipFile], run_id: str, run_json: bytes = b"{}") -> HostStart:
     """Phase 1 of a start on one local host, then released at the barrier."""
-    ctx = StartContext(run_id=run_id, run_json=run_json, files=files, tree=tree_id(files), package=package_id(files),
+    ctx = StartContext(run_id=run_id, run_file=lambda host: run_json, files=files, tree=tree_id(files), package=package_id(files),
                        op_timeout=60, timeout=60, deadline=time.monotonic() + 60, allow_partial=False,
                        progress=lambda *a: None, cancel=threading.Event())
     start = HostStart(_host(workdir), ctx, transport_for)
@@ -115,7 +115,7 @@ def test_a_released_host_starts_nothing_and_its_command_ends(tmp_path: Path) -> 
     (src / "train.py").write_text("v1\n")
     workdir = tmp_path / "work"
     files = sync_files(["train.py"], str(src))
-    ctx = StartContext(run_id="r1", run_json=b"{}", files=files, tree=tree_id(files), package=None, op_timeout=60,
+    ctx = StartContext(run_id="r1", run_file=lambda host: b"{}", files=files, tree=tree_id(files), package=None, op_timeout=60,
                        timeout=60, deadline=time.monotonic() + 60, allow_partial=False, progress=lambda *a: None)
     session = LocalTransport("local").open_session(start_command(_host(workdir), "r1"))
     head = {"host": "local", "tree": ctx.tree, "package": None, "python": sys.executable}
