@@ -3,7 +3,7 @@
 Why: sshd leaves Nagle on for sessions without a pty and sends two small messages right after
 authentication; a delayed ACK of the second held sshd's answer to the first channel open for ~40 ms
 (Linux's delayed-ACK timer). Every command that opens a connection (start, status, stop, logs, dash,
-check) pays that once per host. `orchestrator.ssh_transport._QuickAckSocket` acknowledges at once.
+check) pays that once per host. `orchestrator.transport.ssh_channel.QuickAckSocket` acknowledges at once.
 
 Method: one real sshd on loopback (testkit/sshd.py). A round opens a fresh SSHTransport,
 times the handshake (`connect`), then the first command (`true`: channel open, exec, exit status),
@@ -30,10 +30,11 @@ VARIANTS = ("quickack", "plain")
 
 def _round(settings: Any, variant: str) -> dict[str, float]:
     from orchestrator.transport import ssh as ssh_transport
+    from orchestrator.transport.ssh_channel import QuickAckSocket
 
-    original = ssh_transport._QuickAckSocket.wrap
+    original = QuickAckSocket.wrap
     if variant == "plain":
-        ssh_transport._QuickAckSocket.wrap = staticmethod(lambda sock: sock)  # type: ignore[method-assign,assignment]
+        QuickAckSocket.wrap = staticmethod(lambda sock: sock)  # type: ignore[method-assign]
     try:
         transport = ssh_transport.SSHTransport("m0", settings)
         t0 = time.perf_counter()
@@ -45,7 +46,7 @@ def _round(settings: Any, variant: str) -> dict[str, float]:
         t3 = time.perf_counter()
         transport.close()
     finally:
-        ssh_transport._QuickAckSocket.wrap = original  # type: ignore[method-assign]
+        QuickAckSocket.wrap = original  # type: ignore[method-assign]
     if not (first.ok and second.ok):
         raise RuntimeError("`true` failed")
     return {"connect": t1 - t0, "first_command": t2 - t1, "second_command": t3 - t2, "total": t2 - t0}

@@ -143,7 +143,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
     ratios: dict[str, Any] = {}
     for variant, by_n in samples.items():
         for n, by_name in by_n.items():
-            med = {name: {"wall_s": round(statistics.median(w for w, _ in v), 3),
+            med: dict[str, dict[str, Any]] = {name: {"wall_s": round(statistics.median(w for w, _ in v), 3),
                           "cpu_s": round(statistics.median(c for _, c in v), 3),
                           "wall_samples_s": [round(w, 3) for w, _ in v]} for name, v in by_name.items()}
             medians.setdefault(variant, {})[str(n)] = med

@@ -138,12 +138,12 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
     load_after = os.getloadavg()
     medians: dict[str, Any] = {}
     for mode, by_count in samples.items():
-        for n, by_command in by_count.items():
+        for count, by_command in by_count.items():
             for command, runs in by_command.items():
                 wall = statistics.median(s["wall_s"] for s in runs)
                 cpu = statistics.median(s["cpu_s"] for s in runs)
-                medians.setdefault(mode, {}).setdefault(n, {})[command] = {
-                    "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_ms_per_host": round(cpu / int(n) * 1000, 2),
+                medians.setdefault(mode, {}).setdefault(count, {})[command] = {
+                    "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "cpu_ms_per_host": round(cpu / int(count) * 1000, 2),
                     "wall_samples_s": [round(s["wall_s"], 3) for s in runs]}
     cpu_256 = medians["sharded"].get("256", {}).get("start", {}).get("cpu_ms_per_host")
     wall_1024 = medians["sharded"].get("1024", {}).get("start", {}).get("wall_s")
