@@ -3,8 +3,9 @@
 Connections go through the host's ProxyJump chain; the client socket acknowledges at once
 (ssh_channel.QuickAckSocket); host keys and identities are checked by orchestrator.transport.ssh_keys;
 every Paramiko or socket failure becomes a HostError in orchestrator.transport.ssh_faults. A command
-runs under /bin/sh whatever the login shell (ssh_channel.sh_wrap) and is killed with its children
-when it outlives its timeout.
+runs under /bin/sh whatever the login shell (ssh_channel.sh_wrap; under `$SHELL -l` first with
+`login_shell`) and is killed with its children when it outlives its timeout. `open_session` keeps a
+command's stdin open for a conversation (ssh_channel.SSHSession: start's one command per host).
 """
 
 from __future__ import annotations
