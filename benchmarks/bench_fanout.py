@@ -28,6 +28,7 @@ Writes benchmarks/results/fanout.json and fanout.md.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import resource
@@ -41,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import now_utc, publish
+from benchmarks.common import load_note, now_utc, publish
 
 VARIANTS = {"plain": None, "slow-bashrc": "sleep 0.3\n"}
 COMMANDS = ("check", "start", "status", "stop")
@@ -63,6 +64,15 @@ def _timed(fn: Callable[[], None]) -> tuple[float, float]:
     return time.perf_counter() - t0, _children_cpu() - cpu0
 
 
+def _problems(stdout: str) -> str:
+    """The not-ready hosts of a `check --json` report (or the end of the output)."""
+    try:
+        report = json.loads(stdout)
+    except ValueError:
+        return stdout[-1500:]
+    return "; ".join(f"{h['host']}: {p}" for h in report.get("hosts", []) for p in h.get("problems", []))
+
+
 class Bench:
     def __init__(self, machines: Any, tmp: Path) -> None:
         self.m = machines
@@ -70,6 +80,7 @@ class Bench:
         self.env = {**os.environ, "TFCLUSTER_STATE_DIR": str(tmp / "state"), "COLUMNS": "200"}
         (tmp / "train.py").write_text("# the user's script\n")
         self.files: dict[int, Path] = {}
+        self.port_conflicts: list[str] = []
 
     def hosts_file(self, n: int) -> Path:
         if n not in self.files:
@@ -90,8 +101,15 @@ class Bench:
     def cli(self, *args: str) -> None:
         proc = subprocess.run([CLI, *args], env=self.env, cwd=self.tmp, capture_output=True, text=True,
                               timeout=600, check=False)
+        problems = _problems(proc.stdout) if args[0] == "check" and proc.returncode == 1 else ""
+        if problems and all(" is not free" in p for p in problems.split("; ")):
+            # The task ports were free when the hosts file was written; other work on this shared machine
+            # may bind one since. The check itself ran to the end on every host: counted, not fatal.
+            self.port_conflicts.append(problems)
+            return
         if proc.returncode != 0:
-            raise RuntimeError(f"tfcluster {' '.join(args)}: exit {proc.returncode}: {proc.stderr[-800:]}")
+            raise RuntimeError(f"tfcluster {' '.join(args)}: exit {proc.returncode}: {proc.stderr[-800:]}"
+                               f"{_problems(proc.stdout)}")
 
     def one(self, n: int, run: str, ssh_first: bool) -> dict[str, tuple[float, float]]:
         hosts = str(self.hosts_file(n))
@@ -119,6 +137,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
             for n in counts:  # warm-up, not counted: every host's code cache, this machine's page cache
                 bench.cli("start", str(bench.hosts_file(n)), "--run", f"warm-{n}")
                 bench.cli("stop", f"warm-{n}", "--purge")
+            for n in counts:
                 bench.cli("check", str(bench.hosts_file(n)), "--json")
             for r in range(rounds):
                 loads.append(os.getloadavg()[0])
@@ -134,6 +153,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
                         for name, figures in got.items():
                             samples[variant][n].setdefault(name, []).append(figures)
             loads.append(os.getloadavg()[0])
+            port_conflicts = bench.port_conflicts
     finally:
         machines.close()
         sshd.stop_all()
@@ -174,6 +194,8 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
         "load_average_1m_per_round": [round(x, 2) for x in loads],
+        "check_runs_with_a_task_port_taken_by_other_work": port_conflicts,
+        "load_note": load_note(os.cpu_count(), [load_before[0], *loads, load_after[0]]),
         "measured_at": now_utc(),
     }
 
@@ -203,7 +225,8 @@ def to_markdown(r: dict[str, Any]) -> str:
               f"Machine: {r['machine']['cpus']} CPUs, Python {r['machine']['python']}, {r['machine']['openssh']}; "
               f"load average {', '.join(map(str, r['load_average_before']))} before, "
               f"{', '.join(map(str, r['load_average_after']))} after, 1-minute load at each round "
-              f"{', '.join(map(str, r['load_average_1m_per_round']))} (a shared machine); measured {r['measured_at']}.",
+              f"{', '.join(map(str, r['load_average_1m_per_round']))} (a shared machine); measured {r['measured_at']}. "
+              + r["load_note"],
               ""]
     return "\n".join(lines)
 

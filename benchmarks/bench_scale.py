@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import now_utc, publish
+from benchmarks.common import load_note, now_utc, publish
 
 RTT_S = 0.020
 CONNECT_RTTS = 4
@@ -167,6 +167,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
+        "load_note": load_note(usable_cores(), [load_before[0], load_after[0]]),
         "measured_at": now_utc(),
     }
 
@@ -194,7 +195,8 @@ def to_markdown(r: dict[str, Any]) -> str:
         "",
         f"Machine: {r['usable_cores']} usable cores, Python {r['python']}, load average "
         f"{', '.join(map(str, r['load_average_before']))} before and {', '.join(map(str, r['load_average_after']))} "
-        f"after (a shared machine: CPU figures include other work's contention), measured {r['measured_at']}.",
+        f"after (a shared machine: CPU figures include other work's contention), measured {r['measured_at']}. "
+        + r["load_note"],
         "",
     ]
     return "\n".join(lines)

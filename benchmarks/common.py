@@ -72,3 +72,13 @@ def busy_cpu_seconds() -> float:
 
     t = psutil.cpu_times()
     return float(sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal")))
+
+
+def load_note(cpus: int | None, loads: list[float]) -> str:
+    """One honest sentence about the machine's load during a measurement (1-minute load averages)."""
+    cores = cpus or 1
+    worst = max(loads) if loads else 0.0
+    if worst > cores:
+        return (f"The machine was LOADED by other work during this run (1-minute load up to {worst:.1f} on "
+                f"{cores} cores): wall times are inflated and noisier than on an idle machine.")
+    return f"The 1-minute load stayed at or below {worst:.1f} on {cores} cores during this run."
