@@ -42,7 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import load_note, now_utc, publish
+from benchmarks.common import busy_cpu_seconds, load_note, now_utc, publish
 
 VARIANTS = {"plain": None, "slow-bashrc": "sleep 0.3\n"}
 COMMANDS = ("check", "start", "status", "stop")
@@ -56,6 +56,20 @@ CLI = str(Path(sys.executable).parent / "tfcluster")
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
+
+
+def _sshd_cpu(machines: Any) -> float:
+    """CPU of every sshd and what ran under it (sessions, shells, probes), reaped or running."""
+    import psutil
+
+    total = 0.0
+    for pid in machines.sshd_pids():
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def _timed(fn: Callable[[], None]) -> tuple[float, float]:
@@ -131,6 +145,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
     machines = sshd.start_machines(max(counts), home=str(home))
     samples: dict[str, dict[int, dict[str, list[tuple[float, float]]]]] = {v: {n: {} for n in counts} for v in VARIANTS}
     loads: list[float] = []
+    other_share: list[float] = []
     try:
         with tempfile.TemporaryDirectory(prefix="tfcluster-bench-fanout-") as d:
             bench = Bench(machines, Path(d))
@@ -141,6 +156,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
                 bench.cli("check", str(bench.hosts_file(n)), "--json")
             for r in range(rounds):
                 loads.append(os.getloadavg()[0])
+                busy0, ours0, wall0 = busy_cpu_seconds(), _children_cpu() + _sshd_cpu(machines), time.monotonic()
                 for n in counts:
                     variants = list(VARIANTS) if r % 2 == 0 else list(VARIANTS)[::-1]
                     for variant in variants:
@@ -152,6 +168,9 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
                         got = bench.one(n, f"r{r}-{n}-{variant}", ssh_first=(r + n) % 2 == 0)
                         for name, figures in got.items():
                             samples[variant][n].setdefault(name, []).append(figures)
+                ours = _children_cpu() + _sshd_cpu(machines) - ours0
+                cores = os.cpu_count() or 1
+                other_share.append(max(0.0, busy_cpu_seconds() - busy0 - ours) / ((time.monotonic() - wall0) * cores))
             loads.append(os.getloadavg()[0])
             port_conflicts = bench.port_conflicts
     finally:
@@ -195,7 +214,8 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
         "load_average_after": [round(x, 2) for x in load_after],
         "load_average_1m_per_round": [round(x, 2) for x in loads],
         "check_runs_with_a_task_port_taken_by_other_work": port_conflicts,
-        "load_note": load_note(os.cpu_count(), [load_before[0], *loads, load_after[0]]),
+        "other_work_share_of_cores_per_round": [round(x, 3) for x in other_share],
+        "load_note": load_note(os.cpu_count(), load_before[0], other_share),
         "measured_at": now_utc(),
     }
 
@@ -225,7 +245,9 @@ def to_markdown(r: dict[str, Any]) -> str:
               f"Machine: {r['machine']['cpus']} CPUs, Python {r['machine']['python']}, {r['machine']['openssh']}; "
               f"load average {', '.join(map(str, r['load_average_before']))} before, "
               f"{', '.join(map(str, r['load_average_after']))} after, 1-minute load at each round "
-              f"{', '.join(map(str, r['load_average_1m_per_round']))} (a shared machine); measured {r['measured_at']}. "
+              f"{', '.join(map(str, r['load_average_1m_per_round']))} (these count the benchmark's own hosts: 64 "
+              f"hosts are ~200 processes at once); other work's share of all cores per round "
+              f"{', '.join(f'{x:.0%}' for x in r['other_work_share_of_cores_per_round'])}; measured {r['measured_at']}. "
               + r["load_note"],
               ""]
     return "\n".join(lines)

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import load_note, now_utc, publish
+from benchmarks.common import busy_cpu_seconds, load_note, now_utc, publish
 
 RTT_S = 0.020
 CONNECT_RTTS = 4
@@ -121,6 +121,7 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
     from orchestrator.transport.shards import shard_count, usable_cores
 
     load_before = os.getloadavg()
+    busy0, own0, wall0 = busy_cpu_seconds(), time.process_time() + _children_cpu(), time.monotonic()
     samples: dict[str, dict[str, dict[str, list[dict[str, float]]]]] = {}
     shard_counts: dict[str, dict[str, int]] = {}
     with tempfile.TemporaryDirectory(prefix="tfcluster-bench-scale-") as d:
@@ -136,6 +137,8 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
                         samples.setdefault(mode, {}).setdefault(str(n), {}).setdefault(step, []).append(figures)
         _set_mode(None)
     load_after = os.getloadavg()
+    own = time.process_time() + _children_cpu() - own0
+    other_share = max(0.0, busy_cpu_seconds() - busy0 - own) / ((time.monotonic() - wall0) * usable_cores())
     medians: dict[str, Any] = {}
     for mode, by_count in samples.items():
         for count, by_command in by_count.items():
@@ -167,7 +170,8 @@ def run(rounds: int, counts: list[int]) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in load_after],
-        "load_note": load_note(usable_cores(), [load_before[0], load_after[0]]),
+        "other_work_share_of_cores": round(other_share, 3),
+        "load_note": load_note(usable_cores(), load_before[0], [other_share]),
         "measured_at": now_utc(),
     }
 

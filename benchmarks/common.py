@@ -74,11 +74,14 @@ def busy_cpu_seconds() -> float:
     return float(sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal")))
 
 
-def load_note(cpus: int | None, loads: list[float]) -> str:
-    """One honest sentence about the machine's load during a measurement (1-minute load averages)."""
+def load_note(cpus: int | None, before: float, other_share: list[float]) -> str:
+    """One honest sentence about the machine's load: the 1-minute load average before the run (other
+    work only), and during it the share of all cores busy with OTHER work (machine-wide busy CPU minus
+    this benchmark's own processes): the load average during a run counts the benchmark's own hosts."""
     cores = cpus or 1
-    worst = max(loads) if loads else 0.0
-    if worst > cores:
-        return (f"The machine was LOADED by other work during this run (1-minute load up to {worst:.1f} on "
-                f"{cores} cores): wall times are inflated and noisier than on an idle machine.")
-    return f"The 1-minute load stayed at or below {worst:.1f} on {cores} cores during this run."
+    worst = max(other_share) if other_share else 0.0
+    loaded = before > cores or worst > 0.25
+    verdict = ("the machine was LOADED by other work: wall times are inflated and noisier than on an idle "
+               "machine" if loaded else "the machine was otherwise quiet")
+    return (f"Load average before: {before:.2f} on {cores} cores; other work used up to {worst:.0%} of all cores "
+            f"during a round: {verdict}.")

@@ -214,6 +214,10 @@ class Machines:
         if proc.stderr is not None:
             proc.stderr.close()
 
+    def sshd_pids(self) -> list[int]:
+        """The running sshd listeners (their children's CPU is every session's, reaped)."""
+        return [proc.pid for proc in self._procs if proc is not None and proc.poll() is None]
+
     def is_running(self, i: int) -> bool:
         proc = self._procs[i]
         return proc is not None and proc.poll() is None
