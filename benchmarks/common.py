@@ -72,3 +72,16 @@ def busy_cpu_seconds() -> float:
 
     t = psutil.cpu_times()
     return float(sum(getattr(t, k, 0.0) for k in ("user", "nice", "system", "irq", "softirq", "steal")))
+
+
+def load_note(cpus: int | None, before: float, other_share: list[float]) -> str:
+    """One honest sentence about the machine's load. The verdict comes from the share of all cores busy
+    with OTHER work during the run (machine-wide busy CPU minus this benchmark's own processes): the load
+    average during a run counts the benchmark's own hosts, and the one before it whatever just ran."""
+    cores = cpus or 1
+    worst = max(other_share) if other_share else 0.0
+    verdict = ("the machine was LOADED by other work: wall times are inflated and noisier than on an idle "
+               "machine" if worst > 0.25 else "other work left the machine mostly to this benchmark")
+    return (f"Load average just before: {before:.2f} on {cores} cores (it counts whatever ran just before, "
+            f"e.g. the previous benchmark); other work used up to {worst:.0%} of all cores during the run: "
+            f"{verdict}.")

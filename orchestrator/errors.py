@@ -68,6 +68,10 @@ class HostError(TfclusterError):
     def one_line(self) -> str:
         return f"host {self.host}: {self.reason}" + (f": {self.detail}" if self.detail else "")
 
+    def __reduce__(self) -> tuple[type[HostError], tuple[str, Reason, str]]:
+        # Travels between processes when hosts are sharded (orchestrator.transport.shards).
+        return (HostError, (self.host, self.reason, self.detail))
+
 
 class CommandFailed(HostError):
     """A command ran on the host and exited non-zero (`CommandResult.check`, `run(check=True)`)."""

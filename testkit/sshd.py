@@ -22,7 +22,10 @@ developer's ~/.ssh (`config_file = "none"`, explicit `identity_file` and `known_
 Keyword arguments override the policy, timeouts, mode, base port and add `[training]` keys.
 
 The login shell runs without the developer's ~/.bashrc (`SetEnv SHLVL=1` in sshd_config): a simulated
-machine should not depend on this machine's interactive shell set-up.
+machine should not depend on this machine's interactive shell set-up. `start_machines(n, home=DIR)`
+instead gives every session `HOME=DIR` and leaves SHLVL alone, so bash behaves as for any user: it
+sources DIR/.bashrc for every command sshd runs (non-interactive, SHLVL < 2, SSH_CLIENT set), the way
+a real user's conda or pyenv initialisation runs (benchmarks/bench_fanout.py).
 
 Every machine set gets its own temporary directory and sshd processes; all are killed at the end of
 the test session (and at interpreter exit as a last resort). sshd is started only when a test asks
@@ -117,8 +120,10 @@ def _toml_value(value: object) -> str:
 class Machines:
     """A set of loopback machines, each a real sshd process. Build with `start_machines(n)`."""
 
-    def __init__(self, n: int, root: Path, user_key: Path, first_address: int = 2, owns_root: bool = False) -> None:
+    def __init__(self, n: int, root: Path, user_key: Path, first_address: int = 2, owns_root: bool = False,
+                 home: str | None = None) -> None:
         self.root = root
+        self.home = home  # None: the login shell skips ~/.bashrc (SHLVL=1); else HOME for every session
         self._owns_root = owns_root
         self.addresses = [f"127.0.0.{first_address + i}" for i in range(n)]
         self.port = free_port_on(self.addresses)  # one port, free on every address
@@ -172,8 +177,9 @@ class Machines:
             "Subsystem sftp internal-sftp",
             # bash sources ~/.bashrc for commands run by sshd when it is a top-level shell (SHLVL < 2).
             # The developer's interactive rc (pyenv init, ...) is not part of a simulated machine and
-            # costs each session a second on a loaded box; SHLVL=1 makes bash skip it.
-            "SetEnv SHLVL=1",
+            # costs each session a second on a loaded box; SHLVL=1 makes bash skip it. With `home`,
+            # bash decides as for any user, reading <home>/.bashrc (SetEnv comes after sshd's HOME).
+            f"SetEnv HOME={self.home}" if self.home else "SetEnv SHLVL=1",
         ]
         self._sshd_config(i).write_text("\n".join(lines) + "\n")
 
@@ -234,6 +240,10 @@ class Machines:
             proc.wait(timeout=5)
         if proc.stderr is not None:
             proc.stderr.close()
+
+    def sshd_pids(self) -> list[int]:
+        """The running sshd listeners (their children's CPU is every session's, reaped)."""
+        return [proc.pid for proc in self._procs if proc is not None and proc.poll() is None]
 
     def is_running(self, i: int) -> bool:
         proc = self._procs[i]
@@ -341,8 +351,9 @@ def _user_key() -> Path:
 _next_address = 2
 
 
-def start_machines(n: int, root: Path | None = None) -> Machines:
-    """Start n fresh machines on loopback addresses no other live set in this process uses."""
+def start_machines(n: int, root: Path | None = None, *, home: str | None = None) -> Machines:
+    """Start n fresh machines on loopback addresses no other live set in this process uses (`home`: see
+    the module docstring)."""
     global _next_address
     missing = sshd_available()
     if missing:
@@ -353,7 +364,7 @@ def start_machines(n: int, root: Path | None = None) -> Machines:
     _next_address += n
     owns_root = root is None
     root = root or Path(tempfile.mkdtemp(prefix="tfcluster-sshd-"))
-    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root)
+    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root, home=home)
     _LIVE.append(machines)
     try:
         machines.start_all()

@@ -64,6 +64,9 @@ def _check_env(env: dict[str, str] | None) -> dict[str, str] | None:
 class RemoteSection(Strict):
     python: Annotated[OneLine, Field(min_length=1)] = "python3"
     workdir: Annotated[OneLine, Field(min_length=1)] = "~/.tfcluster"
+    # false: tfcluster's commands run under /bin/sh (no startup files); true: under `$SHELL -l` (the
+    # user's profile: `module load`, conda activate), paid on every command.
+    login_shell: bool = False
 
 
 class HostConfig(Strict):

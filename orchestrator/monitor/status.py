@@ -126,14 +126,29 @@ def judge(record: records.RunRecord, probes: dict[str, ProbeReport | HostError],
         st.apply(HeartbeatEvent(remote_now, name, 1.0), now)
         lines: list[dict[str, Any]] = [{**t, "kind": "task_state", "t": t["updated_at"]} for t in _raw_tasks(seen)]
         lines += [line for line in seen.progress.values() if isinstance(line, dict)]
-        if seen.facts:
-            lines.append({**seen.facts, "kind": "host_sample", "t": remote_now, "host": name})
+        lines.append({**_live_facts(seen), "kind": "host_sample", "t": remote_now, "host": name})
         for line in sorted(lines, key=lambda d: d.get("t") or 0):
             event = parser.parse(json.dumps(line))
             if event is not None:
                 st.apply(event, now)
     st.tick(now)
     return st
+
+
+def _live_facts(seen: ProbeReport) -> dict[str, Any]:
+    """The host's facts with what this probe saw live: whether the supervisor lives and how many
+    processes each task has (the facts file stops changing when its supervisor dies)."""
+    facts = dict(seen.facts or {})
+    live = [p.task.split("#", 1)[0] for p in seen.processes if p.task]
+    tasks = {name: dict(f) for name, f in (facts.get("tasks") or {}).items() if isinstance(f, dict)}
+    for t in seen.tasks:
+        tasks.setdefault(f"{t.job}-{t.task}", {})
+    for name, f in tasks.items():
+        f["procs"] = live.count(name)
+    facts["tasks"] = tasks
+    if seen.supervisor is not None:
+        facts["supervisor"] = {"pid": seen.supervisor.pid, "alive": seen.supervisor.alive}
+    return facts
 
 
 def _raw_tasks(seen: ProbeReport) -> list[dict[str, Any]]:
@@ -155,15 +170,17 @@ def _host_status(name: str, seen: ProbeReport | HostError | None) -> HostStatus:
 
 def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> RunStatus:
     names = [h.name for h in record.hosts if h.run_dir]
+    plan_hosts = {h.name: h for h in record.plan.hosts}  # dicts: a lookup per host, not a scan
+    run_dirs = {h.name: h.run_dir for h in record.hosts}
 
     def one(name: str) -> ProbeReport:
-        remote = RemoteRun(record.plan.host(name), record.host(name).run_dir, opener)
+        remote = RemoteRun(plan_hosts[name], run_dirs[name], opener)
         try:
             return with_retry(name, lambda: remote.probe(timeout), time.monotonic() + timeout)
         finally:
             remote.close()
 
-    probes = fan_out(names, one)
+    probes = fan_out(names, one, shardable=True)
     judged = judge(record, probes, time.time())
     hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
     tasks = [_task_status(t, probes.get(t.host), judged.tasks[t.name]) for t in record.plan.tasks]

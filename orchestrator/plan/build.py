@@ -96,7 +96,9 @@ def build_plan(
                 command = [host_python(config, h), "-m", "training.task"]
             else:
                 command = ["/bin/sh", "-c", shell_text]
-                env.update(command_env(_placeholder_values(config, h, job, i, cluster_spec)))
+                # Only what the command refers to: {ps_hosts} in every task's env makes the plan O(hosts^2).
+                values = _placeholder_values(config, h, job, i, cluster_spec)
+                env.update({k: v for k, v in command_env(values).items() if k in shell_text})
             tasks.append(
                 TaskPlan(
                     job=job, index=i, host=h.name, address=_host_address(h), port=ports[(job, i)],
@@ -114,6 +116,7 @@ def build_plan(
             workdir=host_workdir(config, h), ssh=explicit_ssh(config, h), roles=tuple(h.roles),
             tasks=tuple(t.name for t in tasks if t.host == h.name),
             dial_address=_host_address(h), control_port=ports[("control", i)],
+            login_shell=config.remote.login_shell,
         )
         for i, h in enumerate(config.hosts)
     )

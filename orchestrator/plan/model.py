@@ -7,7 +7,8 @@ typed decoder back (the run record, `status`, `stop`, `logs` and the collector a
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
 from orchestrator.config.schema import Mode, SSHOptions, TrainingSection
@@ -62,6 +63,7 @@ class HostPlan:
     ssh: SSHOptions
     roles: tuple[str, ...]
     tasks: tuple[str, ...]  # task names ("worker-0") on this host
+    login_shell: bool = False  # [remote] login_shell: run tfcluster's commands under `$SHELL -l`
     dial_address: str = ""  # where the other machines reach it (an ssh alias's HostName), "" = address
     control_port: int = 0  # its supervisor's peer channel (training/supervisor/peers.py), 0 = none
 
@@ -100,14 +102,33 @@ class ClusterPlan:
     def chief(self) -> TaskPlan:
         return next(t for t in self.tasks if t.is_chief)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, compact: bool = False) -> dict[str, Any]:
+        """`compact` (the run record): each task's TF_CONFIG, which repeats the whole cluster (O(hosts) per
+        task, so O(hosts^2) per plan: 166 MB at 1024 hosts), is left out when it is the standard one, and
+        `from_json` derives it again. Without it: every field, as the cluster side reads it."""
+        spec_json = json.dumps(self.cluster_spec, separators=(",", ":")) if compact else ""
         return {
             "cluster_name": self.cluster_name, "mode": self.mode, "cluster_spec": self.cluster_spec,
             "hosts": [{**asdict(h), "ssh": h.ssh.model_dump(exclude_none=True)} for h in self.hosts],
-            "tasks": [asdict(t) for t in self.tasks],
+            "tasks": [self._compact_task(t, spec_json) if compact else asdict(t) for t in self.tasks],
             "training": self.training.model_dump(), "uses_user_command": self.uses_user_command,
             "warnings": list(self.warnings),
         }
+
+    def _compact_task(self, t: TaskPlan, spec_json: str) -> dict[str, Any]:
+        d = {f.name: getattr(t, f.name) for f in fields(TaskPlan)}  # shallow: nothing is copied
+        derived = []
+        task_part = {"type": t.job, "index": t.index}
+        if len(t.tf_config) == 2 and t.tf_config.get("task") == task_part and (
+                t.tf_config.get("cluster") is self.cluster_spec or t.tf_config.get("cluster") == self.cluster_spec):
+            del d["tf_config"]
+            derived.append("tf_config")
+        if t.env.get("TF_CONFIG") == tf_config_env(spec_json, t.job, t.index):
+            d["env"] = {k: v for k, v in t.env.items() if k != "TF_CONFIG"}
+            derived.append("TF_CONFIG")
+        if derived:
+            d["derived"] = derived
+        return d
 
     @classmethod
     def from_json(cls, data: object) -> ClusterPlan:
@@ -115,14 +136,14 @@ class ClusterPlan:
         try:
             d = _mapping(data, "plan")
             hosts = tuple(_host(h) for h in _list(d["hosts"], "hosts"))
-            tasks = tuple(_task(t) for t in _list(d["tasks"], "tasks"))
+            spec = {str(k): [str(a) for a in _list(v, k)] for k, v in _mapping(d["cluster_spec"], "cluster_spec").items()}
+            spec_json = json.dumps(spec, separators=(",", ":"))
+            tasks = tuple(_task(t, spec, spec_json) for t in _list(d["tasks"], "tasks"))
             mode = d["mode"]
             if mode not in get_args(Mode):
                 raise PlanDecodeError(f"unknown mode {mode!r}")
             return cls(
-                cluster_name=str(d["cluster_name"]), mode=cast(Mode, mode),
-                cluster_spec={str(k): [str(a) for a in _list(v, k)] for k, v in _mapping(d["cluster_spec"],
-                                                                                          "cluster_spec").items()},
+                cluster_name=str(d["cluster_name"]), mode=cast(Mode, mode), cluster_spec=spec,
                 hosts=hosts, tasks=tasks,
                 training=TrainingSection.model_validate(_mapping(d["training"], "training"), strict=False),
                 uses_user_command=bool(d["uses_user_command"]),
@@ -153,15 +174,26 @@ def _job(value: object) -> Job:
     raise PlanDecodeError(f"unknown job {value!r}")
 
 
-def _task(raw: object) -> TaskPlan:
+def tf_config_env(spec_json: str, job: str, index: int) -> str:
+    """The TF_CONFIG value of a task: json.dumps({"cluster": spec, "task": ...}, separators=(",", ":"))."""
+    return f'{{"cluster":{spec_json},"task":{{"type":{json.dumps(job)},"index":{index}}}}}'
+
+
+def _task(raw: object, spec: dict[str, list[str]], spec_json: str) -> TaskPlan:
     t = _mapping(raw, "task")
     gpu = t["gpu"]
+    job, index = _job(t["job"]), int(t["index"])
+    derived = t.get("derived") or ()  # left out by to_json(compact=True): the standard values
+    env = {str(k): str(v) for k, v in _mapping(t["env"], "env").items()}
+    if "TF_CONFIG" in derived:
+        env = {"TF_CONFIG": tf_config_env(spec_json, job, index), **env}
+    tf_config = ({"cluster": spec, "task": {"type": job, "index": index}} if "tf_config" in derived
+                 else _mapping(t["tf_config"], "tf_config"))
     return TaskPlan(
-        job=_job(t["job"]), index=int(t["index"]), host=str(t["host"]), address=str(t["address"]),
+        job=job, index=index, host=str(t["host"]), address=str(t["address"]),
         port=int(t["port"]), gpu=None if gpu is None else int(gpu), device=str(t["device"]),
-        cuda_visible_devices=str(t["cuda_visible_devices"]), tf_config=_mapping(t["tf_config"], "tf_config"),
-        command=[str(a) for a in _list(t["command"], "command")],
-        env={str(k): str(v) for k, v in _mapping(t["env"], "env").items()},
+        cuda_visible_devices=str(t["cuda_visible_devices"]), tf_config=tf_config,
+        command=[str(a) for a in _list(t["command"], "command")], env=env,
         is_chief=bool(t["is_chief"]), in_cluster=bool(t.get("in_cluster", True)),
     )
 
@@ -178,4 +210,5 @@ def _host(raw: object) -> HostPlan:
         roles=tuple(str(r) for r in _list(h.get("roles", []), "roles")),
         tasks=tuple(str(n) for n in _list(h.get("tasks", []), "tasks")),
         dial_address=str(h.get("dial_address", "")), control_port=int(h.get("control_port", 0)),
+        login_shell=bool(h.get("login_shell", False)),
     )

@@ -281,25 +281,27 @@ def run_check(
     orchestrator_tf: str | None = None,
     on_result: Callable[[HostCheck], None] | None = None,
 ) -> CheckReport:
-    """Check every host in parallel (transport.fan_out). `on_result` sees each row as soon as it is done."""
+    """Check every host in parallel (transport.fan_out; sharded over processes beyond what one handles
+    well). `on_result` sees each row as soon as it is done, in this process."""
     start = time.monotonic()
-    transports: dict[str, Transport] = {}
 
     def one(host: HostPlan) -> HostCheck:
         try:
-            transport = transports[host.name] = transport_factory(host)
+            transport = transport_factory(host)
         except HostError as exc:
             return _failed_row(host, exc)
         try:
-            row = check_host(host, plan, transport, timeout=timeout, import_tf=import_tf)
+            return check_host(host, plan, transport, timeout=timeout, import_tf=import_tf)
         finally:
             transport.close()
+
+    def done(name: str, row: HostCheck | HostError) -> None:
         if on_result is not None:
-            on_result(row)
-        return row
+            on_result(row if isinstance(row, HostCheck) else _failed_row(by_name[name], row))
 
     by_name = {h.name: h for h in plan.hosts}
-    results = fan_out(list(by_name), lambda name: one(by_name[name]), thread_name="check")
+    results = fan_out(list(by_name), lambda name: one(by_name[name]), on_done=done, thread_name="check",
+                      shardable=True)
     rows = [r if isinstance(r, HostCheck) else _failed_row(by_name[name], r) for name, r in results.items()]
     reference = _compare_tf(rows, orchestrator_tf)
     warnings = [port_exposure_warning(plan), *plan.warnings]

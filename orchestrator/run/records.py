@@ -17,6 +17,7 @@ import secrets
 import socket
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
@@ -86,6 +87,12 @@ class RunRecord:
                 return h
         raise KeyError(name)
 
+    @cached_property
+    def plan_json(self) -> dict[str, Any]:
+        """The plan as the record keeps it (compact: TF_CONFIG derived on load), encoded once: a record is
+        saved at every phase of a start and the plan never changes."""
+        return self.plan.to_json(compact=True)
+
     @property
     def shown_status(self) -> str:
         """`status`, except a start whose process died half-way: `interrupted`, not `starting` forever."""
@@ -101,7 +108,7 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "config_path": self.config_path, "cluster": self.cluster, "mode": self.mode,
-            "created": self.created, "plan": self.plan.to_json(), "hosts": [asdict(h) for h in self.hosts],
+            "created": self.created, "plan": self.plan_json, "hosts": [asdict(h) for h in self.hosts],
             "status": self.status, "notes": list(self.notes), "start_pid": self.start_pid,
             "start_machine": self.start_machine,
         }

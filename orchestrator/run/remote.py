@@ -1,4 +1,5 @@
-"""Per-host remote operations of a run (probe, stop, purge, launch), each one round trip, with retries.
+"""Per-host remote operations of a run after its start (probe; stop, verify and purge), each one
+command, with retries on a lost connection. (`start`'s own conversation is orchestrator.run.start_host.)
 
 The work on the host is done by `training.supervisor --probe/--stop`, shipped with the run's code, so
 a probe or a stop is one command whatever the number of tasks.
@@ -10,23 +11,15 @@ import json
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from orchestrator.errors import HostError, Reason
 from orchestrator.plan.model import HostPlan
 from orchestrator.transport.base import CommandResult, Transport, shell_command
 from orchestrator.transport.factory import Opener, transport_for
-from training.layout import RUN_DIR_ENV, RunLayout
-from training.telemetry.state_files import (
-    ProbeReport,
-    StateFileError,
-    StopReport,
-    SupervisorStateFile,
-    TaskStateFile,
-    decode_state_line,
-)
-
-StateFiles = list[TaskStateFile | SupervisorStateFile]
+from training.layout import RunLayout
+from training.telemetry.state_files import ProbeReport, StateFileError, StopReport
 
 T = TypeVar("T")
 # The only reasons worth trying again for: the connection, not the host's answer. Anything else (auth,
@@ -54,6 +47,13 @@ def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: 
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
+
+
+@dataclass(frozen=True)
+class StopVerdict:
+    report: StopReport  # what the stop signalled
+    verified: ProbeReport | None  # what was seen running afterwards (None: the run dir is not there)
+    purged: bool
 
 
 class RemoteRun:
@@ -86,12 +86,14 @@ class RemoteRun:
             self.close()
             raise
 
-    def _supervisor_call(self, flags: list[str], timeout: float) -> object:
-        """Run `training.supervisor <flags>` from the run's code dir; {"absent": true} when the run dir
-        (or its code) is not on this host."""
+    def _supervisor_call(self, flags: list[str], timeout: float,
+                         absent: str = "echo '{\"absent\": true}'") -> object:
+        """Run `training.supervisor <flags>` from the run's code dir (one command, one interpreter: -S,
+        the supervisor is stdlib only); the `absent` script when the run dir (or its code) is not here."""
         code = shlex.quote(self.layout.code)
-        cmd = shell_command([self.host.python, "-m", "training.supervisor", *flags, "--run-dir", self.layout.root])
-        script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else echo '{{\"absent\": true}}'; fi"
+        cmd = shell_command([self.host.python, "-S", "-m", "training.supervisor", *flags, "--run-dir",
+                             self.layout.root])
+        script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else {absent}; fi"
         result = self.run_shell(script, timeout).check("remote", f"training.supervisor {flags[0]}")
         try:
             return json.loads(result.stdout.strip().splitlines()[-1])
@@ -105,58 +107,16 @@ class RemoteRun:
         except StateFileError as exc:
             raise HostError(self.host.name, "remote", f"unreadable probe report: {exc}") from None
 
-    def _states_script(self, pid_var: str) -> str:
-        state = shlex.quote(self.layout.state)
-        return (f"for f in {state}/*.json; do [ -f \"$f\" ] && cat \"$f\"; done; "
-                f"kill -0 {pid_var} 2>/dev/null && echo ALIVE; true")
-
-    @staticmethod
-    def _parse_states(stdout: str) -> tuple[StateFiles, bool]:
-        states: StateFiles = []
-        lines = stdout.splitlines()
-        for line in lines:
-            if line.startswith("{"):
-                try:
-                    states.append(decode_state_line(json.loads(line)))
-                except (ValueError, StateFileError):
-                    continue  # a file caught half-written by an old writer, or not ours
-        return states, "ALIVE" in lines
-
-    def read_states(self, supervisor_pid: int | None, timeout: float) -> tuple[StateFiles, bool]:
-        """The run's state files (each one JSON line) and whether the supervisor pid still lives: a
-        shell one-liner, much cheaper than a Python probe while `start` polls many hosts."""
-        script = self._states_script(str(int(supervisor_pid or 0)))
-        result = self.run_shell(script, timeout)
-        return self._parse_states(result.stdout)
-
-    def stop(self, grace: float, timeout: float) -> StopReport:
-        raw = self._supervisor_call(["--stop", "--grace", str(grace)], timeout + grace)
+    def stop(self, grace: float, timeout: float, *, purge: bool = False) -> StopVerdict:
+        """One command: `training.supervisor --stop --verify` (TERM, grace, KILL, then a fresh look at
+        the host's processes) and, with `purge`, the run dir removed when nothing of the run is left."""
+        flags = ["--stop", "--grace", str(grace), "--verify", *(["--purge"] if purge else [])]
+        remove = f"rm -rf -- {shlex.quote(self.layout.root)} && " if purge else ""
+        raw = self._supervisor_call(flags, timeout + grace, absent=f"{remove}echo '{{\"absent\": true}}'")
         try:
-            return StopReport.decode(raw)
+            report = StopReport.decode(raw)
+            data = raw if isinstance(raw, dict) else {}
+            verified = ProbeReport.decode(data["verified"]) if "verified" in data else None
         except StateFileError as exc:
             raise HostError(self.host.name, "remote", f"unreadable stop report: {exc}") from None
-
-    def purge(self, timeout: float) -> None:
-        self.run_shell(shell_command(["rm", "-rf", "--", self.layout.root]), timeout).check(
-            "purge", f"cannot remove {self.layout.root}")
-
-    def launch_supervisor(self, timeout: float) -> tuple[int | None, StateFiles, bool]:
-        """Start the host's supervisor detached and wait on the host until it has spawned its tasks
-        (`training.supervisor --detach`: its own session, stdio away from the SSH channel, readiness
-        through a pipe, no polling); return (its pid, the state files, alive). One round trip, one
-        interpreter start. Idempotent: a retry after a lost connection reports the supervisor the
-        first attempt started instead of starting a second."""
-        root = self.layout.root
-        # The run marker is set by the shell (`VAR=value exec`): in the environment the supervisor is
-        # exec'd with, so /proc/<pid>/environ carries it without a second interpreter start.
-        # -S: the supervisor is stdlib only; skipping site-packages makes it start faster.
-        launch = shell_command([
-            self.host.python, "-S", "-m", "training.supervisor", "--detach", "--run-dir", root,
-            "--host", self.host.name, "--ready-timeout", f"{max(1.0, min(timeout - 1.0, 20.0)):g}"])
-        script = (f"cd {shlex.quote(self.layout.code)} || exit 1\n"
-                  f"{RUN_DIR_ENV}={shlex.quote(root)} exec {launch}")
-        result = self.run_shell(script, timeout).check("launch", "the supervisor did not start")
-        pid = next((int(line.split()[1]) for line in result.stdout.splitlines()
-                    if line.startswith("PID ") and line.split()[1].isdigit()), None)
-        states, alive = self._parse_states(result.stdout)
-        return pid, states, alive
+        return StopVerdict(report, verified, bool(data.get("purged")) or (report.absent and purge))

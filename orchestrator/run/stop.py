@@ -2,9 +2,10 @@
 
 Every host is visited at once (transport.fan_out); a host that cannot be reached is reported in the
 result (ok=False, error) and the record keeps saying where the run may live, so a later `stop` finds
-it again. The work on each host is one `training.supervisor --stop` (SIGTERM, grace, then SIGKILL of
-every process carrying the run's marker) followed by a fresh probe: the verdict comes from what is
-seen running afterwards, never from the stop's own report.
+it again. The work on each host is ONE command, `training.supervisor --stop --verify [--purge]`
+(SIGTERM, grace, then SIGKILL of every process carrying the run's marker, then a fresh probe of the
+host's processes, then the run dir removed if nothing is left): the verdict comes from what that probe
+sees running afterwards, never from the stop's own report.
 """
 
 from __future__ import annotations
@@ -34,26 +35,24 @@ class HostStop:
 def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float = 10.0, timeout: float = 30.0,
                purge: bool = False, opener: Opener = transport_for) -> dict[str, HostStop]:
     targets = [n for n in names if record.host(n).run_dir]
+    plan_hosts = {h.name: h for h in record.plan.hosts}
+    run_dirs = {h.name: h.run_dir for h in record.hosts}
 
     def one(name: str) -> HostStop:
-        remote = RemoteRun(record.plan.host(name), record.host(name).run_dir, opener)
-        deadline = time.monotonic() + timeout + grace
+        remote = RemoteRun(plan_hosts[name], run_dirs[name], opener)
         try:
-            report = with_retry(name, lambda: remote.stop(grace, timeout), deadline)
-            if report.absent:
-                return HostStop(name, ok=True, absent=True)
-            seen = with_retry(name, lambda: remote.probe(timeout), deadline + timeout)
-            remaining = list(seen.processes)
-            purged = False
-            if purge and not remaining:
-                with_retry(name, lambda: remote.purge(timeout), deadline + timeout)
-                purged = True
-            return HostStop(name, ok=not remaining, killed=list(report.killed), remaining=remaining, purged=purged)
+            verdict = with_retry(name, lambda: remote.stop(grace, timeout, purge=purge),
+                                 time.monotonic() + timeout + grace)
         finally:
             remote.close()
+        if verdict.report.absent or verdict.verified is None:
+            return HostStop(name, ok=True, absent=True, purged=verdict.purged)
+        remaining = list(verdict.verified.processes)
+        return HostStop(name, ok=not remaining, killed=list(verdict.report.killed), remaining=remaining,
+                        purged=verdict.purged)
 
     return {name: res if isinstance(res, HostStop) else HostStop(name, ok=False, error=res.one_line())
-            for name, res in fan_out(targets, one).items()}
+            for name, res in fan_out(targets, one, shardable=True).items()}
 
 
 def stop(record: records.RunRecord, *, grace: float = 10.0, timeout: float = 30.0, purge: bool = False,

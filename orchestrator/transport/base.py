@@ -2,6 +2,9 @@
 
 Implementations: `orchestrator.transport.ssh.SSHTransport` (Paramiko) and
 `orchestrator.transport.local.LocalTransport` (subprocess, for hosts with transport = "local").
+A command either runs to its end (`run`, `run_shell`), streams its stdout (`stream`), or holds a
+conversation (`open_session`: stdin written and stdout read while it runs). Every command runs under
+/bin/sh, or under the user's login shell first when the host says `login_shell` (`login_wrap`).
 Commands are given as argv lists and shell-quoted exactly once, by `shell_command`; both implementations
 get their argv `run` from `ShellTransport` and only say how they run a shell string (`_run_shell`).
 A command that exits non-zero is a result, not an error, unless the caller asks `check=True` (or calls
@@ -72,6 +75,40 @@ def remote_path(path: str) -> str:
     return shlex.quote(path)
 
 
+def login_wrap(command: str) -> str:
+    """`command` (POSIX) run by the user's login shell first (`$SHELL -l`: /etc/profile, ~/.profile or
+    ~/.bash_profile, as for `module load` or conda), then by /bin/sh ([remote] login_shell = true)."""
+    inner = "exec /bin/sh -c " + shlex.quote(command)
+    return 'exec "${SHELL:-/bin/sh}" -l -c ' + shlex.quote(inner)
+
+
+class Session(Protocol):
+    """A remote command the caller talks to while it runs: bytes to its stdin, its stdout line by line.
+    `start` holds one per host for its whole conversation (prepare, ship, the barrier, launch, readiness):
+    one command, so one login shell, whatever the number of exchanges."""
+
+    host: str
+
+    def send(self, data: bytes) -> None:
+        """Write to the command's stdin; HostError("lost") if the connection is gone."""
+        ...
+
+    def read_line(self, timeout: float) -> str | None:
+        """The next stdout line (without its newline); None once stdout has ended; HostError("timeout")
+        when no line came within `timeout` seconds, HostError("lost") when the connection broke."""
+        ...
+
+    def close(self) -> None:
+        """End the conversation; a command still running is killed with its process group."""
+        ...
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+    @property
+    def stderr_tail(self) -> str: ...
+
+
 class LineStream(Protocol):
     """A long-running remote command whose stdout is read line by line (agent, `logs -f`)."""
 
@@ -102,6 +139,10 @@ class Transport(Protocol):
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> LineStream: ...
+
+    def open_session(self, command: str) -> Session:
+        """Start a POSIX shell script (the caller quoted every value in it) and talk to it (see Session)."""
+        ...
 
     def close(self) -> None: ...
 

@@ -17,5 +17,5 @@ Opener = Callable[[HostPlan], Transport]  # how every command gets a (not yet co
 def transport_for(host: HostPlan) -> Transport:
     """A (not yet connected) transport for one host of a plan. SSH connects on first use."""
     if host.transport == "local":
-        return LocalTransport(host.name)
-    return SSHTransport(host.name, resolve_ssh(host.address, host.ssh))
+        return LocalTransport(host.name, login_shell=host.login_shell)
+    return SSHTransport(host.name, resolve_ssh(host.address, host.ssh), login_shell=host.login_shell)

@@ -4,7 +4,9 @@ The one way every command visits many hosts (check, start's phases, status, stop
 thread pool (hosts wait on the network, and Paramiko releases the GIL while they do), one host's fault
 is that host's result and never hides the others', and the calling thread wakes every 0.2 s so that
 Ctrl-C reaches it promptly: `on_interrupt` runs (e.g. set a cancel flag), the workers get
-`interrupt_grace` seconds to notice, and KeyboardInterrupt is raised again.
+`interrupt_grace` seconds to notice, and KeyboardInterrupt is raised again. With `shardable` (the
+per-host work is all in fn's result), hosts beyond what one process handles well are spread over
+worker processes (orchestrator.transport.shards); on_done still runs in this process.
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ def fan_out(
     on_interrupt: Callable[[], None] | None = None,
     interrupt_grace: float = 30.0,
     thread_name: str = "tfcluster",
+    shardable: bool = False,
 ) -> dict[str, T | HostError]:
     """{key: fn(key) or the HostError it raised}, in the order of `keys`. Any other exception is
     that host's HostError(reason="error") too: one broken host must not take the command down."""
     if not keys:
         return {}
+    if shardable:
+        from orchestrator.transport.shards import shard_count, sharded_fan_out
+
+        shards = shard_count(len(keys))
+        if shards > 1:
+            return sharded_fan_out(keys, fn, shards, limit=limit, on_done=on_done, thread_name=thread_name)
 
     def guarded(key: str) -> T | HostError:
         try:

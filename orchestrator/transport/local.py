@@ -1,14 +1,16 @@
 """`LocalTransport`: the Transport protocol on subprocess, for hosts with `transport = "local"`.
 
 Commands go through `/bin/sh -c shell_command(...)` exactly as over SSH, so `~`, `$HOME`, `env` and
-quoting behave the same on a local host and a remote one. A command that exceeds its timeout has its
-whole process group killed and raises HostError(reason="timeout").
+quoting behave the same on a local host and a remote one (with `login_shell`, under `$SHELL -l` first,
+as over SSH). A command that exceeds its timeout has its whole process group killed and raises
+HostError(reason="timeout").
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -18,7 +20,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 from orchestrator.errors import HostError
-from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
+from orchestrator.transport.base import CommandResult, ShellTransport, login_wrap, shell_command
 
 _SH = "/bin/sh"
 
@@ -29,14 +31,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 
 class LocalTransport(ShellTransport):
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, *, login_shell: bool = False) -> None:
         self.host = host
+        self.login_shell = login_shell
+
+    def _argv(self, command: str) -> list[str]:
+        return [_SH, "-c", login_wrap(command) if self.login_shell else command]
 
     def _run_shell(self, command: str, timeout: float | None, stdin: bytes | None) -> CommandResult:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                [_SH, "-c", command], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                self._argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True,  # its own process group: a timeout kills the command and its children
             )
         except OSError as exc:
@@ -74,10 +80,18 @@ class LocalTransport(ShellTransport):
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> LocalLineStream:
         proc = subprocess.Popen(
-            [_SH, "-c", shell_command(argv, env=env, cwd=cwd)], stdin=subprocess.DEVNULL,
+            self._argv(shell_command(argv, env=env, cwd=cwd)), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
         )
         return LocalLineStream(proc)
+
+    def open_session(self, command: str) -> LocalSession:
+        try:
+            proc = subprocess.Popen(self._argv(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            raise HostError(self.host, "unreachable", f"cannot start {_SH}: {exc}") from exc
+        return LocalSession(self.host, proc)
 
     def close(self) -> None:
         pass
@@ -117,3 +131,51 @@ class LocalLineStream:
     @property
     def exit_code(self) -> int | None:
         return self._proc.poll()
+
+
+class LocalSession(LocalLineStream):
+    """A command whose stdin stays open (base.Session), on subprocess pipes."""
+
+    def __init__(self, host: str, proc: subprocess.Popen[bytes]) -> None:
+        super().__init__(proc)
+        self.host = host
+        self._buf = bytearray()
+        self._eof = False
+
+    def send(self, data: bytes) -> None:
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(data)
+            self._proc.stdin.flush()
+        except (BrokenPipeError, ValueError) as exc:
+            raise HostError(self.host, "lost", f"the command closed its input: {exc}") from exc
+
+    def read_line(self, timeout: float) -> str | None:
+        assert self._proc.stdout is not None
+        fd = self._proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            newline = self._buf.find(b"\n")
+            if newline >= 0:
+                line = bytes(self._buf[:newline])
+                del self._buf[: newline + 1]
+                return line.decode("utf-8", "replace")
+            if self._eof:
+                rest, self._buf = bytes(self._buf), bytearray()
+                if not rest:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self._proc.wait(timeout=5)  # its output has ended: its exit code is due
+                return rest.decode("utf-8", "replace") if rest else None
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HostError(self.host, "timeout", f"no answer within {timeout:g}s")
+            if select.select([fd], [], [], left)[0]:
+                chunk = os.read(fd, 65536)
+                self._buf += chunk
+                self._eof = not chunk
+
+    def close(self) -> None:
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+        super().close()

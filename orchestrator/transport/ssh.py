@@ -3,8 +3,9 @@
 Connections go through the host's ProxyJump chain; the client socket acknowledges at once
 (ssh_channel.QuickAckSocket); host keys and identities are checked by orchestrator.transport.ssh_keys;
 every Paramiko or socket failure becomes a HostError in orchestrator.transport.ssh_faults. A command
-runs under /bin/sh whatever the login shell (ssh_channel.sh_wrap) and is killed with its children
-when it outlives its timeout.
+runs under /bin/sh whatever the login shell (ssh_channel.sh_wrap; under `$SHELL -l` first with
+`login_shell`) and is killed with its children when it outlives its timeout. `open_session` keeps a
+command's stdin open for a conversation (ssh_channel.SSHSession: start's one command per host).
 """
 
 from __future__ import annotations
@@ -24,10 +25,11 @@ import paramiko
 
 from orchestrator.config.ssh_config import ResolvedSSH
 from orchestrator.errors import HostError
-from orchestrator.transport.base import CommandResult, ShellTransport, shell_command, short
+from orchestrator.transport.base import CommandResult, Session, ShellTransport, shell_command, short
 from orchestrator.transport.ssh_channel import (
     QuickAckSocket,
     SSHLineStream,
+    SSHSession,
     await_pid,
     drain,
     send_signal,
@@ -46,9 +48,10 @@ if logging.getLogger("paramiko").level == logging.NOTSET:
 class SSHTransport(ShellTransport):
     """One SSH connection to one host (through its ProxyJump chain), opened on first use."""
 
-    def __init__(self, host: str, settings: ResolvedSSH) -> None:
+    def __init__(self, host: str, settings: ResolvedSSH, *, login_shell: bool = False) -> None:
         self.host = host
         self.settings = settings
+        self.login_shell = login_shell  # [remote] login_shell: commands under `$SHELL -l`, then /bin/sh
         self.warnings: list[str] = []  # e.g. host key accepted unverified (policy "no")
         self._clients: list[paramiko.SSHClient] = []  # jump hosts first, the target last
         self._lock = threading.Lock()
@@ -157,7 +160,7 @@ class SSHTransport(ShellTransport):
         chan = self._session()
         out, err = bytearray(), bytearray()
         try:
-            chan.exec_command(sh_wrap(command))
+            chan.exec_command(sh_wrap(command, self.login_shell))
             if stdin:
                 chan.settimeout(timeout)
                 chan.sendall(stdin)
@@ -199,12 +202,22 @@ class SSHTransport(ShellTransport):
         chan = self._session()
         try:
             with mapped(self.host, "lost", "cannot start stream"):
-                chan.exec_command(sh_wrap(shell_command(argv, env=env, cwd=cwd)))
+                chan.exec_command(sh_wrap(shell_command(argv, env=env, cwd=cwd), self.login_shell))
                 chan.shutdown_write()
         except HostError:
             chan.close()
             raise
         return SSHLineStream(self.host, chan, self._kill_session, self.settings.connect_timeout)
+
+    def open_session(self, command: str) -> Session:
+        chan = self._session()
+        try:
+            with mapped(self.host, "lost", "cannot start the command"):
+                chan.exec_command(sh_wrap(command, self.login_shell))
+        except HostError:
+            chan.close()
+            raise
+        return SSHSession(self.host, chan, self._kill_session, self.settings.connect_timeout)
 
     def _kill_session(self, chan: paramiko.Channel, pid: int | None) -> None:
         """Kill a remote command's process group. The "signal" channel request is enough for non-root

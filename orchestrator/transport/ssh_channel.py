@@ -1,6 +1,7 @@
 """The pieces of an SSH session below SSHTransport: the POSIX wrapper every command runs in, the pid
 marker that lets a timed-out command be killed with its children, non-blocking reads, the RFC 4254
-"signal" request, a TCP_QUICKACK socket, and `SSHLineStream` (stdout of a long-running command).
+"signal" request, a TCP_QUICKACK socket, `SSHLineStream` (stdout of a long-running command) and
+`SSHSession` (a command the caller writes to and reads from while it runs).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable, Iterator
 import paramiko
 
 from orchestrator.errors import HostError
+from orchestrator.transport.base import login_wrap
 from orchestrator.transport.ssh_faults import SSH_FAULTS
 
 READ_CHUNK = 65536
@@ -23,13 +25,14 @@ READ_CHUNK = 65536
 PID_MARKER = b"__tfcluster_pid__ "
 
 
-def sh_wrap(command: str) -> str:
+def sh_wrap(command: str, login_shell: bool = False) -> str:
     """Run under /bin/sh whatever the user's login shell is (fish, csh...): quoting rules stay POSIX.
+    With `login_shell`, under `$SHELL -l` first (base.login_wrap), then /bin/sh.
 
     The first stderr line reports the session's pid (sshd makes it a process-group leader), so a
     command that outlives its timeout can be killed with its children. It is stripped from stderr."""
     # The command runs in this same shell (no second `sh -c`): one process less per command.
-    inner = f"echo \"{PID_MARKER.decode()}$$\" >&2\n{command}"
+    inner = f"echo \"{PID_MARKER.decode()}$$\" >&2\n{login_wrap(command) if login_shell else command}"
     return "/bin/sh -c " + shlex.quote(inner)
 
 
@@ -178,3 +181,78 @@ class SSHLineStream:
     @property
     def exit_code(self) -> int | None:
         return self._chan.exit_status if self._chan.exit_status_ready() else None
+
+
+class SSHSession:
+    """A command whose stdin stays open (base.Session): `send` writes to it, `read_line` reads its stdout."""
+
+    def __init__(self, host: str, chan: paramiko.Channel, kill: Callable[[paramiko.Channel, int | None], None],
+                 grace: float) -> None:
+        self.host = host
+        self._chan = chan
+        self._kill = kill
+        self._grace = grace
+        self._out = bytearray()
+        self._err = bytearray()
+        self._pid: int | None = None
+
+    def send(self, data: bytes) -> None:
+        try:
+            self._chan.sendall(data)
+        except SSH_FAULTS as exc:
+            raise HostError(self.host, "lost", f"cannot write to the command: {exc or type(exc).__name__}") from exc
+
+    def _drain(self) -> None:
+        drain(self._chan, self._out, self._err)
+        if self._pid is None:
+            pid, rest = split_pid_marker(self._err)
+            if pid is not None:
+                self._pid, self._err = pid, bytearray(rest)
+        del self._err[:-65536]
+
+    def read_line(self, timeout: float) -> str | None:
+        deadline = time.monotonic() + timeout
+        chan = self._chan
+        try:
+            while True:
+                newline = self._out.find(b"\n")
+                if newline >= 0:
+                    line = bytes(self._out[:newline])
+                    del self._out[: newline + 1]
+                    return line.decode("utf-8", "replace")
+                if chan.eof_received and not chan.recv_ready():
+                    rest, self._out = bytes(self._out), bytearray()
+                    if not rest:
+                        chan.status_event.wait(self._grace)  # its output has ended: its exit status is due
+                        self._drain()
+                    return rest.decode("utf-8", "replace") if rest else None
+                if chan.closed:
+                    raise HostError(self.host, "lost", "the connection closed while the command ran")
+                transport = chan.get_transport()
+                if transport is None or not transport.is_active():
+                    raise HostError(self.host, "lost", "connection lost while the command ran")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise HostError(self.host, "timeout", f"no answer within {timeout:g}s")
+                select.select([chan], [], [], min(left, 1.0))
+                self._drain()
+        except SSH_FAULTS as exc:
+            raise HostError(self.host, "lost", f"{exc or type(exc).__name__} while the command ran") from exc
+
+    def close(self) -> None:
+        if self._chan.exit_status_ready() or self._chan.closed:
+            self._chan.close()
+            return
+        if self._pid is None:
+            self._pid = await_pid(self._chan, self._err, grace=min(self._grace, 1.0))
+        self._kill(self._chan, self._pid)
+
+    @property
+    def exit_code(self) -> int | None:
+        return self._chan.exit_status if self._chan.exit_status_ready() else None
+
+    @property
+    def stderr_tail(self) -> str:
+        with contextlib.suppress(*SSH_FAULTS):
+            self._drain()
+        return self._err.decode("utf-8", "replace")

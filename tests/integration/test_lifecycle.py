@@ -304,30 +304,49 @@ def test_ctrl_c_during_start_stops_what_was_started(machines: Machines, tmp_path
 def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
     machines: Machines, tmp_path: Path, state_dir: Path
 ) -> None:
-    """On m1, the connection drops right after the prepare command and right after the launch command
-    ran on the host (their answers never arrive). Start reconnects and retries both; the retried launch
-    finds the supervisor the first attempt started (its lock on the host) instead of starting another.
+    """On m1, the connection drops right after the host prepared the run and right after it launched the
+    supervisor (the rest of the answer never arrives). Start reconnects and retries both; the retried
+    launch finds the supervisor the first attempt started (its lock on the host) instead of starting another.
 
-    The loss is injected at those two exact moments, which a real network fault cannot be timed to: the
-    connection is really closed (the retry must open a new one) and the commands really ran."""
+    The loss is injected at those two exact moments of the host's start command, which a real network
+    fault cannot be timed to: the connection is really closed (the retry must open a new one) and the
+    steps really ran."""
     from orchestrator.errors import HostError
     from orchestrator.plan.model import HostPlan
-    from orchestrator.transport.base import CommandResult
+    from orchestrator.transport.base import Session
     from orchestrator.transport.factory import transport_for
     from orchestrator.transport.ssh import SSHTransport
 
     dropped: list[str] = []
 
     class DropsOnce(SSHTransport):
-        def run_shell(self, command: str, *, timeout: float | None = None,
-                      stdin: bytes | None = None) -> CommandResult:
-            result = super().run_shell(command, timeout=timeout, stdin=stdin)
-            step = "launch" if "--detach" in command else "prepare" if "mkdir -p" in command else None
-            if self.host == "m1" and step is not None and step not in dropped:
-                dropped.append(step)
-                self.close()
-                raise HostError(self.host, "lost", f"injected: connection lost after the {step} command")
-            return result
+        def open_session(self, command: str) -> Session:
+            inner = super().open_session(command)
+            transport = self
+
+            class Dropping:
+                host = inner.host
+                send, close = inner.send, inner.close
+
+                def read_line(self, timeout: float) -> str | None:
+                    line = inner.read_line(timeout)
+                    step = "prepare" if (line or "").startswith("@prepared") else \
+                        "launch" if (line or "").startswith("PID ") else None
+                    if transport.host == "m1" and step is not None and step not in dropped:
+                        dropped.append(step)
+                        transport.close()
+                        raise HostError(transport.host, "lost", f"injected: connection lost after the {step} step")
+                    return line
+
+                @property
+                def exit_code(self) -> int | None:
+                    return inner.exit_code
+
+                @property
+                def stderr_tail(self) -> str:
+                    return inner.stderr_tail
+
+            return Dropping()
 
     def opener(host: HostPlan) -> SSHTransport:
         real = transport_for(host)

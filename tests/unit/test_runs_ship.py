@@ -1,14 +1,10 @@
-"""The local run record, shipping by content hash (over LocalTransport into a temp dir), task selection
-and the run-state rules of `status`. No network, no TensorFlow."""
+"""The local run record, what is shipped (sync entries, the package without bytecode), task selection and
+the run-state rules of `status`. No network, no TensorFlow. (Shipping itself: test_ship_launcher.py.)"""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +15,7 @@ from orchestrator.monitor.views import TaskView
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
 from orchestrator.run.logs import select_tasks
-from orchestrator.run.ship import ShipFile, ship, sync_files, training_package_files
-from orchestrator.transport.local import LocalTransport
+from orchestrator.run.ship import sync_files, training_package_files
 from tests.plans import tiny_plan
 from training.telemetry.state_files import ProbeReport, TaskStateFile
 
@@ -76,74 +71,6 @@ def test_sync_files_errors_and_paths(tmp_path: Path) -> None:
     (tmp_path / "training" / "a.py").write_text("")
     with pytest.raises(ConfigError, match="overwrite tfcluster's own `training/`"):
         sync_files(["training"], str(tmp_path))
-
-
-def test_ship_uploads_only_what_changed(tmp_path: Path) -> None:
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "train.py").write_text("v1\n")
-    (src / "same.txt").write_text("same\n")
-    (src / "copy.txt").write_text("same\n")  # same bytes: one cache entry
-    workdir = tmp_path / "work"
-    transport = LocalTransport("local")
-
-    def files() -> list[ShipFile]:
-        return sync_files(["train.py", "same.txt", "copy.txt"], str(src))
-
-    assert ship(transport, files(), str(workdir), str(workdir / "runs/r1/code"), timeout=30) == 2
-    assert (workdir / "runs/r1/code/copy.txt").read_text() == "same\n"
-    assert ship(transport, files(), str(workdir), str(workdir / "runs/r2/code"), timeout=30) == 0
-    (src / "train.py").write_text("v2\n")
-    assert ship(transport, files(), str(workdir), str(workdir / "runs/r3/code"), timeout=30) == 1
-    assert (workdir / "runs/r3/code/train.py").read_text() == "v2\n"
-    assert (workdir / "runs/r1/code/train.py").read_text() == "v1\n"  # earlier runs keep their bytes
-    cached = {p for p in os.listdir(workdir / "cache") if not p.startswith(".")} - {"trees"}
-    assert cached == {hashlib.sha256(b).hexdigest() for b in (b"v1\n", b"v2\n", b"same\n")}
-    assert len(os.listdir(workdir / "cache" / "trees")) == 2  # one linked code tree per distinct file set
-    same = workdir / "runs/r2/code/same.txt"
-    assert same.stat().st_ino == (workdir / "runs/r1/code/same.txt").stat().st_ino  # links, not copies
-
-
-def test_ship_compiles_the_training_package_once_for_every_code_tree(tmp_path: Path) -> None:
-    """The host's python byte-compiles `training/` once, in a package tree of its own; every code tree
-    (a new one per edit of the user's files) and every run's code/ link those .pyc files with the
-    sources (same inodes, so same mtimes: valid), and nothing compiles them again."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "train.py").write_text("v1\n")
-    workdir, transport = tmp_path / "work", LocalTransport("local")
-    for run in ("r1", "r2"):
-        if run == "r2":
-            (src / "train.py").write_text("v2\n")  # the user's edit: a new code tree
-        files = training_package_files() + sync_files(["train.py"], str(src))
-        ship(transport, files, str(workdir), str(workdir / f"runs/{run}/code"), timeout=60, python=sys.executable)
-    assert len(os.listdir(workdir / "cache" / "trees")) == 2
-    assert len(os.listdir(workdir / "cache" / "packages")) == 1
-    tag = sys.implementation.cache_tag
-    pyc = [workdir / f"runs/{run}/code/training/supervisor/__pycache__/core.{tag}.pyc" for run in ("r1", "r2")]
-    assert pyc[0].stat().st_ino == pyc[1].stat().st_ino
-    assert (workdir / "runs/r2/code/train.py").read_text() == "v2\n"
-    # Importing from a run's code dir uses that .pyc: it is not rewritten.
-    before = pyc[1].stat().st_mtime_ns
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    subprocess.run([sys.executable, "-S", "-c", "import training.supervisor"], cwd=workdir / "runs/r2/code",
-                   env=env, check=True)
-    assert pyc[1].stat().st_mtime_ns == before and pyc[1].stat().st_ino == pyc[0].stat().st_ino
-
-
-def test_ship_again_into_the_same_code_dir_is_harmless(tmp_path: Path) -> None:
-    """What a retry after a lost connection does: the same ship into the same run dir."""
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "train.py").write_text("v1\n")
-    workdir, transport = tmp_path / "work", LocalTransport("local")
-    files = sync_files(["train.py"], str(src))
-    code = str(workdir / "runs/r1/code")
-    assert ship(transport, files, str(workdir), code, timeout=30, write_file=(str(workdir / "runs/r1/run.json"), b"{}")) == 1
-    assert ship(transport, files, str(workdir), code, timeout=30, have=set(),
-                write_file=(str(workdir / "runs/r1/run.json"), b"{}")) == 1
-    assert (workdir / "runs/r1/code/train.py").read_text() == "v1\n"
-    assert (workdir / "runs/r1/run.json").read_text() == "{}"
 
 
 def test_record_round_trips_compactly(state_dir: Path) -> None:

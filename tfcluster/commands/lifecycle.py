@@ -14,7 +14,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from orchestrator.config.schema import Mode
@@ -27,6 +26,7 @@ from orchestrator.run.stop import stop as stop_run
 from tfcluster import exit_codes
 from tfcluster.common import HostsFile, LatestRunId, load_plan, widen
 from tfcluster.live import open_dashboard, watch_status
+from tfcluster.start_progress import StartProgress
 
 console = Console(highlight=False)
 MIN_WIDTH = 140  # for the tables when stdout is a pipe
@@ -63,19 +63,8 @@ def start(
         raise UsageError("start: --wait and --dash both follow the run; choose one")
     plan = load_plan(hosts_file, mode)
     options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run)
-    ids: dict[str, TaskID] = {}
-    progress = Progress(
-        TextColumn("{task.fields[host]:<12}"), TextColumn("{task.description:<10}"), BarColumn(),
-        MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=False,
-    )
-
-    def report(host: str, phase: str, done: int, total: int) -> None:
-        if host not in ids:
-            ids[host] = progress.add_task(phase, host=host, total=max(total, 1))
-        progress.update(ids[host], description=phase, completed=done, total=max(total, 1))
-
-    with progress:
-        result = launch.start(plan, str(hosts_file), options, progress=report)
+    with StartProgress(err, len(plan.hosts)) as progress:
+        result = launch.start(plan, str(hosts_file), options, progress=progress.report)
     record = result.record
     out = widen(console, MIN_WIDTH)
     table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")

@@ -10,7 +10,7 @@ import sys
 from training.layout import RUN_DIR_ENV
 from training.supervisor.core import DEFAULTS, Supervisor
 from training.supervisor.detach import detach
-from training.supervisor.remote_ops import probe, stop
+from training.supervisor.remote_ops import probe, stop, stop_verified
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--stop", action="store_true")
     parser.add_argument("--detach", action="store_true")
+    parser.add_argument("--verify", action="store_true", help="with --stop: probe again afterwards")
+    parser.add_argument("--purge", action="store_true", help="with --stop --verify: remove the run dir if clean")
     parser.add_argument("--grace", type=float, default=DEFAULTS["grace"])
     parser.add_argument("--ready-timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
@@ -28,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(probe(run_dir)))
         return 0
     if args.stop:
-        print(json.dumps(stop(run_dir, args.grace)))
+        report = stop_verified(run_dir, args.grace, args.purge) if args.verify else stop(run_dir, args.grace)
+        print(json.dumps(report))
         return 0
     if not args.host:
         parser.error("--host is required to supervise")

@@ -44,7 +44,9 @@ PYTHON_ARG = "TFCLUSTER_ARG_PYTHON"  # the user command's {python}: `~/` is this
 class Supervisor:
     def __init__(self, run_dir: str, host: str, ready_fd: int | None = None) -> None:
         os.umask(0o077)
-        self.ready_fd = ready_fd  # --detach: written and closed once every task was spawned
+        self.ready_fd = ready_fd  # --detach: state changes pushed, closed once every task runs (detach.py)
+        if ready_fd is not None:
+            os.set_blocking(ready_fd, False)
         self.layout = RunLayout(run_dir)
         self.host = host
         with open(self.layout.run_file, encoding="utf-8") as f:
@@ -82,12 +84,21 @@ class Supervisor:
 
     # -- records
     def _write_self(self) -> None:
-        write_json_atomic(self.layout.supervisor_state_file(self.host), {
+        data = {
             "kind": "supervisor", "host": self.host, "run_id": self.run.get("run_id"), "pid": os.getpid(),
             "pgid": os.getpgid(0), "state": self.state, "outcome": self.view.outcome, "epoch": self.epoch,
             "started_at": self.started_at, "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks],
             "updated_at": time.time(),
-        })
+        }
+        write_json_atomic(self.layout.supervisor_state_file(self.host), data)
+        self._push(data)
+
+    def _push(self, data: dict[str, Any]) -> None:
+        """--detach: every state change goes to the launcher too, which relays it to `start` (pushed
+        readiness, no polling). Never blocks: a launcher that stopped reading only misses lines."""
+        if self.ready_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(self.ready_fd, (json.dumps(data, separators=(",", ":")) + "\n").encode())
 
     def _record(self, task: Task, state: str) -> None:
         task.state = state
@@ -101,12 +112,14 @@ class Supervisor:
         self._events.write(dumps(make_event(KIND_TASK_STATE, self.host, job=task.job, task=task.index, t=now,
                                             **fields)) + "\n")
         self._events.flush()
-        write_json_atomic(self.layout.task_state_file(task.job, task.index), {
+        data = {
             "kind": "task", "host": self.host, "job": task.job, "task": task.index, **fields,
             "started_at": task.started_at, "exited_at": task.exited_at,
             "next_start": task.next_start if state == "restarting" else None,
             "history": task.history[-20:], "updated_at": now,
-        })
+        }
+        write_json_atomic(self.layout.task_state_file(task.job, task.index), data)
+        self._push(data)
 
     # -- task control
     def _env(self, task: Task, attempt: str) -> dict[str, str]:
@@ -235,7 +248,10 @@ class Supervisor:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
             time.sleep(0.05)
-        signal_pids([p["pid"] for p in run_processes(self.layout.root)], signal.SIGKILL)
+        # What outlived the grace: the tasks' processes (they carry a task marker) and our group, never
+        # the launcher still relaying our states to `start` (it carries the run marker only).
+        signal_pids([p["pid"] for p in run_processes(self.layout.root)
+                     if p["task"] or p["pgid"] == os.getpgid(0)], signal.SIGKILL)
         for task in running:
             assert task.proc is not None
             rc = task.proc.wait()
@@ -246,9 +262,9 @@ class Supervisor:
                 self._final(task, task.exit_code, task.exit_signal)
 
     def _signal_ready(self) -> None:
-        if self.ready_fd is not None:
-            with contextlib.suppress(OSError):  # the launcher may be gone (its SSH channel closed)
-                os.write(self.ready_fd, b"ready\n")
+        """Close the launcher's pipe once every task runs or has ended for good: that is `start`'s
+        readiness (a task waiting to be restarted keeps it open)."""
+        if self.ready_fd is not None and all(t.state == "running" or t.final for t in self.tasks):
             os.close(self.ready_fd)
             self.ready_fd = None
 
@@ -294,7 +310,9 @@ class Supervisor:
             if time.monotonic() >= next_facts:
                 facts.update()
                 next_facts = time.monotonic() + FACTS_EVERY_S
-            if not self._step():
+            running = self._step()
+            self._signal_ready()
+            if not running:
                 break
             if tailers:
                 from training.progress.tailer import poll_tailers

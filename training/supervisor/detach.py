@@ -1,8 +1,16 @@
-"""`--detach`: the launcher `start` runs on every host. It forks the supervisor into its own session
-(stdio on its log, away from the SSH channel), waits on a pipe until every task was spawned, prints
-`PID <pid>`, the state files and `ALIVE`, and exits: one process and one round trip per host, no
-polling. A per-host flock makes it idempotent: a launch retried after a lost connection reports the
-supervisor the first attempt started instead of starting a second.
+"""`--detach`: the launcher `start` runs on every host (exec'd by training/launcher.py, in the same SSH
+command that prepared the run). It forks the supervisor into its own session (stdio on its log, away
+from the SSH channel) and prints, as they happen:
+
+    PID <pid>            at once, so `stop` knows whom to look for even if the rest never arrives
+    {task or supervisor state JSON}   each state change the supervisor pushes through a pipe, until
+                         every task runs or has ended for good (the supervisor then closes the pipe)
+    {state files}...     a final snapshot of state/*.json
+    ALIVE                when the supervisor still runs
+
+then exits: readiness is pushed by the supervisor over the command's own output, never polled. A
+per-host flock makes it idempotent: a launch retried after a lost connection reports the supervisor the
+first attempt started instead of starting a second (and, for that one, waits on its state files).
 """
 
 from __future__ import annotations
@@ -42,11 +50,42 @@ def _redirect_stdio(log_path: str) -> None:
     os.close(log)
 
 
-def _wait_ready(fd: int, timeout: float) -> None:
-    """Until the supervisor wrote "ready" or closed its end (it exited first), at most `timeout` s."""
+def _emit(lines: list[str]) -> None:
+    """To `start`; if it went away (its connection closed) the supervisor lives on regardless."""
+    with contextlib.suppress(OSError):
+        sys.stdout.write("".join(line + "\n" for line in lines))
+        sys.stdout.flush()
+
+
+def _relay(fd: int, timeout: float) -> None:
+    """Relay the state lines the supervisor pushes until it closes the pipe (every task runs or ended
+    for good) or exits, at most `timeout` s."""
     import select
 
-    select.select([fd], [], [], max(0.0, timeout))
+    deadline = time.monotonic() + timeout
+    pending = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return
+        *complete, pending = (pending + chunk).split(b"\n")
+        _emit([line.decode("utf-8", "replace") for line in complete if line.startswith(b"{")])
+
+
+def _tasks_up(layout: RunLayout, host: str, timeout: float) -> None:
+    """For a supervisor another launcher started: wait on its state files until every task runs or
+    ended for good (the pushed states went to that launcher)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        sup = read_json(layout.supervisor_state_file(host)) or {}
+        names = sup.get("tasks") or []
+        states = [read_json(os.path.join(layout.state, f"{name}.json")) or {} for name in names]
+        if all(st.get("state") == "running" or st.get("final") for st in states):
+            return
+        time.sleep(0.1)
 
 
 def _existing_supervisor(layout: RunLayout, host: str, timeout: float) -> int | None:
@@ -74,7 +113,11 @@ def detach(run_dir: str, host: str, ready_timeout: float) -> int:
         os.makedirs(d, exist_ok=True)
     lock = _lock(layout, host)
     if lock is None:  # this run's supervisor already runs here (a retried launch): report that one
+        started = time.monotonic()
         pid = _existing_supervisor(layout, host, ready_timeout)
+        if pid is not None:
+            _emit([f"PID {pid}"])
+            _tasks_up(layout, host, ready_timeout - (time.monotonic() - started))
     else:
         read_end, write_end = os.pipe()
         sys.stdout.flush()
@@ -95,9 +138,10 @@ def detach(run_dir: str, host: str, ready_timeout: float) -> int:
                 os._exit(code)  # never return into the launcher's code (or run its exit handlers)
         os.close(write_end)
         os.close(lock)
-        _wait_ready(read_end, ready_timeout)
+        _emit([f"PID {pid}"])
+        _relay(read_end, ready_timeout)
         os.close(read_end)
-    lines = [f"PID {pid}"] if pid is not None else []
+    lines = []
     if os.path.isdir(layout.state):
         for name in sorted(os.listdir(layout.state)):
             if name.endswith(".json"):
@@ -105,5 +149,5 @@ def detach(run_dir: str, host: str, ready_timeout: float) -> int:
                     lines.append(f.read().strip())
     if pid is not None and _alive(pid):
         lines.append("ALIVE")
-    print("\n".join(lines), flush=True)
+    _emit(lines)
     return 0 if pid is not None else 1

@@ -2,7 +2,9 @@
 
 `probe` reports the state files the supervisor keeps and the run's live processes (decoded on the
 orchestrator's side by training/telemetry/state_files.py); `stop` TERMs the supervisor, waits `grace`,
-then KILLs every process carrying the run's marker until none is left.
+then KILLs every process carrying the run's marker until none is left; `stop_verified` adds a fresh
+probe taken after that (the verdict `tfcluster stop` reports) and, when nothing of the run is left and
+it was asked to, removes the run dir: a whole `stop --purge` in one command.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import time
 from typing import TYPE_CHECKING
@@ -105,3 +108,15 @@ def stop(run_dir: str, grace: float) -> dict[str, Any]:
         time.sleep(0.05)
     return {"run_dir": run_dir, "terminated": sup_pids, "killed": sorted(set(killed)),
             "remaining": run_processes(run_dir)}
+
+
+def stop_verified(run_dir: str, grace: float, purge: bool) -> dict[str, Any]:
+    """`stop`, then `probe` from scratch; the run dir removed (`purge`) only if no process is left."""
+    report = stop(run_dir, grace)
+    seen = probe(run_dir)
+    report["verified"] = seen
+    report["purged"] = False
+    if purge and not seen["processes"]:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        report["purged"] = not os.path.exists(run_dir)
+    return report

@@ -97,5 +97,13 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
             pid = json.load(f).get("pid")
     except (OSError, ValueError):
         return out
-    out["supervisor"] = {"pid": pid, "alive": isinstance(pid, int) and _pid_of_run(pid, layout.root, proc)}
+    alive = isinstance(pid, int) and _pid_of_run(pid, layout.root, proc)
+    out["supervisor"] = {"pid": pid, "alive": alive}
+    if not alive and out["tasks"]:
+        # Its last facts are stale: count each task's processes now (what still runs is never "lost").
+        from training.supervisor.procfs import run_processes
+
+        live = [p["task"].split("#", 1)[0] for p in run_processes(layout.root) if p["task"]]
+        for name, facts in out["tasks"].items():
+            facts["procs"] = live.count(name)
     return out

@@ -1,0 +1,322 @@
+"""One host's start: a conversation with training/launcher.py over ONE command (Transport.open_session).
+
+Phase 1, `prepare()`: open the command, send the header and run.json; a host without this exact code
+tree answers `@have <hashes>` and gets the manifest and the missing files as one tar; the host says
+`@prepared <run dir>`, and its command then waits at the barrier with its stdin open.
+Phase 2, `launch()`: `go <seconds>`; the host execs the supervisor's launcher (training/supervisor/
+detach.py), which says `PID <pid>`, relays each state change the supervisor pushes until every task
+runs, then the final state files and `ALIVE`. Readiness is pushed over this same command: no polling.
+`release()`: no `go` (another host failed, or Ctrl-C): the host's command ends and nothing starts there.
+
+So a host costs one SSH command (one login shell, one `python -S` up to the launch) per start, however
+many exchanges. A lost connection or a timeout closes the command and its connection and the step is
+tried again (run.remote.with_retry) within the start's deadline: every step is idempotent on the host,
+and a launch retried after its `go` finds the supervisor the first attempt started (its lock).
+`StartShard` runs a phase on many hosts at once (transport.fan_out): in this process, or in each of the
+worker processes of run.start_shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import HostError
+from orchestrator.plan.model import HostPlan
+from orchestrator.run.remote import RemoteRun, with_retry
+from orchestrator.run.ship import ShipFile, bundle, manifest, missing
+from orchestrator.transport.base import Session, remote_path
+from orchestrator.transport.factory import Opener
+from orchestrator.transport.fan_out import fan_out
+from training import launcher
+from training.layout import RUN_DIR_ENV
+from training.telemetry.state_files import (
+    StateFileError,
+    SupervisorStateFile,
+    TaskStateFile,
+    decode_state_line,
+)
+
+ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
+LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
+WORKDIR_FAILED = 70  # the start command's exit code when it cannot create or enter the workdir
+READ_SLICE_S = 0.25  # how often a waiting host looks at the cancel flag
+PREPARE_LIMIT, LAUNCH_LIMIT = 64, 256  # threads per process: handshakes are CPU, launches mostly waiting
+
+
+@dataclass
+class HostOutcome:
+    host: str
+    ok: bool = False
+    error: HostError | None = None
+    uploaded: int = 0
+    shipped: int = 0
+    supervisor_pid: int | None = None
+    seconds: float = 0.0
+    run_dir: str = ""  # absolute, as the host resolved it
+
+
+@dataclass
+class StartContext:
+    """What every host's start shares (built once; worker processes inherit it)."""
+
+    run_id: str
+    run_file: Callable[[str], bytes]  # a host's run.json (run.run_file.RunFiles.for_host)
+    files: list[ShipFile]
+    tree: str
+    package: str | None
+    op_timeout: float
+    timeout: float
+    deadline: float  # time.monotonic()
+    allow_partial: bool
+    progress: ProgressFn
+    cancel: threading.Event = field(default_factory=threading.Event)
+    _bundles: dict[tuple[str, ...], bytes] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bundle(self, files: list[ShipFile]) -> bytes:
+        """The tar of these files, built once for every host that misses the same ones."""
+        key = tuple(sorted(f.sha256 for f in files))
+        with self._lock:
+            if key not in self._bundles:
+                self._bundles[key] = bundle(files)
+            return self._bundles[key]
+
+
+def frame(name: str, data: bytes) -> bytes:
+    return f"{name} {len(data)}\n".encode() + data
+
+
+def start_command(host: HostPlan, run_id: str) -> str:
+    """Enter (or create) the workdir, set the run marker for everything this command starts, and run the
+    launcher under the host's python with -S (it is stdlib only)."""
+    wd = remote_path(host.workdir)
+    return (f"cd {wd} 2>/dev/null || {{ mkdir -p {wd} && cd {wd}; }} || exit {WORKDIR_FAILED}\n"
+            f'{RUN_DIR_ENV}="$PWD"/runs/{shlex.quote(run_id)} '
+            f"exec {remote_path(host.python)} -S -c {shlex.quote(LAUNCHER_SOURCE)}")
+
+
+class HostStart:
+    def __init__(self, host: HostPlan, ctx: StartContext, opener: Opener) -> None:
+        self.host = host
+        self.ctx = ctx
+        self.remote = RemoteRun(host, "", opener)
+        self.session: Session | None = None
+        self.outcome = HostOutcome(host.name, shipped=len(ctx.files))
+        self.said: list[str] = []  # the host's `@error` lines
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        self.ctx.progress(self.host.name, phase, done, total)
+
+    # --- phase 1 -----------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        started = time.monotonic()
+        self.progress("connect", 0, 1)
+        with_retry(self.host.name, self._prepare_once, self.ctx.deadline)
+        self.outcome.seconds += time.monotonic() - started
+
+    def _prepare_once(self) -> None:
+        self._check_cancel()
+        self.close()
+        deadline = min(self.ctx.deadline, time.monotonic() + self.ctx.op_timeout)
+        try:
+            session = self.session = self.remote.transport.open_session(start_command(self.host, self.ctx.run_id))
+            self.progress("prepare", 0, 1)
+            head = {"host": self.host.name, "tree": self.ctx.tree, "package": self.ctx.package,
+                    "python": self.host.python}
+            session.send(frame("head", json.dumps(head).encode()) + frame("run", self.ctx.run_file(self.host.name)))
+            while True:
+                line = self._read(session, deadline, "prepare")
+                if line is None:
+                    raise self._ended(session)
+                if line.startswith("@have"):
+                    self._ship(session, set(line.split()[1:]))
+                elif line.startswith("@prepared "):
+                    self.outcome.run_dir = line[len("@prepared "):]
+                    return
+                elif line.startswith("@error "):
+                    self.said.append(line[len("@error "):])
+        except HostError:
+            self.close()
+            raise
+
+    def _ship(self, session: Session, have: set[str]) -> None:
+        need = missing(self.ctx.files, have)
+        self.progress("ship", 0, len(need))
+        session.send(frame("manifest", manifest(self.ctx.files)) + frame("bundle", self.ctx.bundle(need)))
+        self.outcome.uploaded = len(need)
+        self.progress("ship", len(need), len(need))
+
+    def _ended(self, session: Session) -> HostError:
+        """The command ended before saying what it must: why, from its exit code and its own words."""
+        code = session.exit_code
+        tail = (session.stderr_tail.strip() or "")[-300:]
+        if self.said:
+            return HostError(self.host.name, "prepare", "; ".join(self.said))
+        if code == WORKDIR_FAILED:
+            return HostError(self.host.name, "prepare", f"cannot create the run dir in {self.host.workdir}: {tail}")
+        if code == 127:
+            return HostError(self.host.name, "prepare", f"cannot run {self.host.python}: {tail}")
+        return HostError(self.host.name, "prepare", f"the start command ended (exit {code})" + (f": {tail}" if tail else ""))
+
+    # --- phase 2 -----------------------------------------------------------------------------------
+    def launch(self) -> None:
+        started = time.monotonic()
+        with_retry(self.host.name, self._launch_once, self.ctx.deadline)
+        self.outcome.ok = True
+        self.outcome.seconds += time.monotonic() - started
+        names = len(self.host.tasks)
+        self.progress("running", names, names)
+
+    def _launch_once(self) -> None:
+        self._check_cancel()
+        if self.session is None:  # the connection was lost at the barrier, or a launch is retried
+            self._prepare_once()
+        session = self.session
+        assert session is not None
+        left = self.ctx.deadline - time.monotonic()
+        try:
+            session.send(f"go {max(1.0, left - 1.0):.1f}\n".encode())
+            self.progress("launch", 0, 1)
+            self._await_ready(session)
+        except HostError:
+            self.close()
+            raise
+
+    def _await_ready(self, session: Session) -> None:
+        states: dict[str, TaskStateFile] = {}
+        alive = False
+        names = set(self.host.tasks)
+        while True:
+            line = self._read(session, self.ctx.deadline, "launch")
+            if line is None:
+                break
+            if line.startswith("PID ") and line[4:].strip().isdigit():
+                self.outcome.supervisor_pid = int(line[4:])
+            elif line.startswith("{"):
+                state = self._decode(line)
+                if isinstance(state, TaskStateFile):
+                    states[state.name] = state
+                    self.progress("wait", self._ready(names, states), len(names))
+            elif line == "ALIVE":
+                alive = True
+            elif line.startswith("@error "):
+                self.said.append(line[len("@error "):])
+        if self._ready(names, states) == len(names):
+            return
+        if self.outcome.supervisor_pid is None:
+            why = "; ".join(self.said) or session.stderr_tail.strip()[-300:]
+            raise HostError(self.host.name, "launch", "the supervisor did not start" + (f": {why}" if why else ""))
+        if not alive:
+            raise HostError(self.host.name, "supervisor", "the supervisor exited before its tasks ran "
+                            f"(see {self.outcome.run_dir}/logs/supervisor-{self.host.name}.log)")
+        raise HostError(self.host.name, "timeout", f"tasks not running within {self.ctx.timeout:g}s")
+
+    @staticmethod
+    def _decode(line: str) -> TaskStateFile | SupervisorStateFile | None:
+        try:
+            return decode_state_line(json.loads(line))
+        except (ValueError, StateFileError):
+            return None  # not ours, or damaged: the final snapshot says it again
+
+    def _ready(self, names: set[str], states: dict[str, TaskStateFile]) -> int:
+        """How many of the host's tasks run (or already ended with exit 0); one that failed for good
+        fails the host."""
+        ready = 0
+        for name in names:
+            t = states.get(name)
+            if t is None:
+                continue
+            if t.final and t.exit_code != 0:
+                how = f"exit code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
+                raise HostError(self.host.name, "task-failed", f"{name} exited with {how} (see `tfcluster logs "
+                                f"{self.ctx.run_id} {name.replace('-', ':')}`)")
+            if t.state == "running" or (t.final and t.exit_code == 0):
+                ready += 1
+        return ready
+
+    # --- both --------------------------------------------------------------------------------------
+    def _read(self, session: Session, deadline: float, step: str) -> str | None:
+        """The next line, looking at the cancel flag between short waits."""
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise HostError(self.host.name, "timeout", f"no answer from the host within "
+                                f"{self.ctx.op_timeout if step == 'prepare' else self.ctx.timeout:g}s ({step})")
+            self._check_cancel()
+            try:
+                return session.read_line(min(READ_SLICE_S, left))
+            except HostError as exc:
+                if exc.reason != "timeout":
+                    raise
+
+    def _check_cancel(self) -> None:
+        if self.ctx.cancel.is_set():
+            self.close()
+            raise HostError(self.host.name, "cancelled", "start was cancelled")
+        if time.monotonic() > self.ctx.deadline:
+            raise HostError(self.host.name, "timeout", f"not ready within {self.ctx.timeout:g}s")
+
+    def release(self) -> None:
+        """No `go` for this host: its command ends (stdin closed) with nothing started."""
+        if self.session is not None:
+            with contextlib.suppress(HostError):
+                self.session.send(b"abort\n")
+        self.close()
+
+    def close(self) -> None:
+        """End the host's command (killed if it still runs) and its connection."""
+        session, self.session = self.session, None
+        if session is not None:
+            with contextlib.suppress(HostError):
+                session.close()
+        self.remote.close()
+
+
+class StartShard:
+    """The hosts one process starts, a phase at a time on all of them at once."""
+
+    def __init__(self, ctx: StartContext, hosts: list[HostPlan], opener: Opener,
+                 on_outcome: Callable[[HostOutcome], None] | None = None) -> None:
+        self.ctx = ctx
+        self.starts = {h.name: HostStart(h, ctx, opener) for h in hosts}
+        self.outcomes = {name: s.outcome for name, s in self.starts.items()}
+        self.on_outcome = on_outcome  # each host's outcome when its phase ends (shard workers send it up)
+
+    def _phase(self, names: list[str], step: Callable[[HostStart], None], limit: int) -> None:
+        def done(name: str, result: HostError | None) -> None:
+            out = self.outcomes[name]
+            if isinstance(result, HostError):
+                out.error = HostError(name, result.reason, result.detail) if result.host != name else result
+                out.ok = False
+                self.ctx.progress(name, "cancelled" if out.error.reason == "cancelled" else "failed", 0, 1)
+                if not self.ctx.allow_partial:
+                    self.ctx.cancel.set()  # this start fails anyway: the other hosts stop waiting
+            if self.on_outcome is not None:
+                self.on_outcome(out)
+
+        fan_out(names, lambda name: step(self.starts[name]), limit=limit, on_done=done,
+                on_interrupt=self.ctx.cancel.set, interrupt_grace=self.ctx.op_timeout, thread_name="tfcluster-start")
+
+    def prepare(self) -> None:
+        self._phase(list(self.starts), HostStart.prepare, PREPARE_LIMIT)
+
+    def launch(self, names: list[str]) -> None:
+        """Launch these hosts (all prepared); release the others."""
+        go = set(names)
+        self.release([n for n in self.starts if n not in go])
+        self._phase([n for n in self.starts if n in go], HostStart.launch, LAUNCH_LIMIT)
+
+    def release(self, names: list[str] | None = None) -> None:
+        for name in self.starts if names is None else names:
+            self.starts[name].release()
+
+    def close(self) -> None:
+        for start in self.starts.values():
+            start.close()

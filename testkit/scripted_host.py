@@ -1,0 +1,319 @@
+"""One scripted machine: what a real host keeps between tfcluster's commands, in memory, with no process.
+
+A fake for what cannot be real in a unit test (hundreds of hosts, a fault at an exact step): it keeps a
+host's state (its code cache, run dirs, the supervisor of each run and its tasks' states) and answers
+the operations tfcluster performs on a host the way the real host programs do (training/supervisor's
+`--detach`, `--probe`, `--stop`, the agent's stream, `tail`, `kill`, check's probe), with the same
+JSON shapes, so the orchestrator's own decoders read them. `testkit.scripted_transport` recognises the
+commands and calls these operations; this module knows nothing of command strings.
+
+Knobs a test turns on a host: `down` (connections refused), `fail(step, kind, ...)` (a fault at one
+step: connection lost before or after the step ran, timeout, non-zero exit), `task_exit` (a task that
+exits with this code as soon as it is spawned), `stubborn` (a stop that leaves a process behind),
+`kill_supervisor()` / `finish_tasks()` (what happens to a run while nobody watches).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Step = Literal["connect", "prepare", "ship", "launch", "probe", "stop", "purge", "agent", "tail", "kill", "check"]
+FaultKind = Literal["lost", "timeout", "exit", "refused"]
+_pids = itertools.count(4000)
+
+
+@dataclass
+class Fault:
+    step: Step
+    kind: FaultKind
+    times: int = 1  # fires this many times, then the step works again
+    after: bool = False  # lost/timeout: the step ran on the host, only its answer is lost
+    exit_code: int = 1
+    stderr: str = "scripted failure"
+
+
+@dataclass
+class ScriptedTask:
+    job: str
+    index: int
+    state: str = "starting"
+    pid: int | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+    signal: int | None = None
+    final: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.job}-{self.index}"
+
+    @property
+    def alive(self) -> bool:
+        return self.state == "running"
+
+
+@dataclass
+class ScriptedRun:
+    """One run dir on the host."""
+
+    root: str
+    run_id: str | None = None  # from run.json, once written
+    own_tasks: list[tuple[str, int]] = field(default_factory=list)  # (job, index) of this host's tasks
+    code: bool = False
+    supervisor_pid: int | None = None
+    supervisor_state: str | None = None
+    supervisor_alive: bool = False
+    tasks: dict[str, ScriptedTask] = field(default_factory=dict)
+    logs: dict[str, list[str]] = field(default_factory=dict)  # task name -> lines of its log
+    leftover: int | None = None  # a process that survives stop (host.stubborn)
+
+
+class ScriptedHost:
+    def __init__(self, name: str, home: str = "/home/tester", journal: str | None = None) -> None:
+        self.name = name
+        self.home = home
+        self.journal = journal  # a file every step is appended to (visible across worker processes)
+        self.lock = threading.RLock()
+        self.cache: set[str] = set()  # content hashes in <workdir>/cache
+        self.trees: set[str] = set()  # code tree ids in <workdir>/cache/trees
+        self.runs: dict[str, ScriptedRun] = {}  # by run dir
+        self.down = False
+        self.faults: list[Fault] = []
+        self.task_exit: dict[str, int] = {}  # task name -> exit code right after it is spawned
+        self.stubborn = False
+        self.steps: list[Step] = []  # every step that ran on the host, in order
+        self.connects = 0
+        self.commands = 0  # remote commands run (each one login shell on a real host)
+        self.supervisors_started = 0
+        self.tf_version = "2.21.0"
+        self.known_tasks: list[tuple[str, int]] | None = None  # set: run.json is not parsed (see write_run_file)
+        self.busy_ports: set[int] = set()
+
+    # --- knobs -------------------------------------------------------------------------------------
+    def fail(self, step: Step, kind: FaultKind, *, times: int = 1, after: bool = False, exit_code: int = 1,
+             stderr: str = "scripted failure") -> None:
+        self.faults.append(Fault(step, kind, times, after, exit_code, stderr))
+
+    def take_fault(self, step: Step, *, before: bool = True) -> Fault | None:
+        """The next armed fault of this step that fires now: before the step runs (or instead of it:
+        `exit`), or after it ran (`after=True`). Used up once it fires."""
+        with self.lock:
+            for fault in self.faults:
+                fires_before = fault.kind in ("exit", "refused") or not fault.after
+                if fault.step == step and fault.times > 0 and fires_before == before:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    def record(self, step: Step) -> None:
+        with self.lock:
+            self.steps.append(step)
+            if self.journal is not None:
+                with open(self.journal, "a", encoding="utf-8") as f:
+                    f.write(f"{self.name} {step}\n")
+
+    def kill_supervisor(self, root: str | None = None) -> None:
+        """SIGKILL of the supervisor and its process group: the state files still say running."""
+        with self.lock:
+            for run in self._runs(root):
+                run.supervisor_alive = False  # its group (every task) dies with it; the files stay
+
+    def finish_tasks(self, root: str | None = None, exit_code: int = 0) -> None:
+        """Every task of the run exits with `exit_code` for good; the supervisor ends after them."""
+        with self.lock:
+            for run in self._runs(root):
+                for task in run.tasks.values():
+                    self._exit(task, exit_code)
+                run.supervisor_state = "finished" if exit_code == 0 else "failed"
+                run.supervisor_alive = False
+
+    def _runs(self, root: str | None) -> list[ScriptedRun]:
+        return [r for r in self.runs.values() if root is None or r.root == root]
+
+    # --- paths -------------------------------------------------------------------------------------
+    def path(self, raw: str) -> str:
+        """A remote path as the host's shell would see it (`~` is the home)."""
+        if raw in ("~", '"$HOME"', "$HOME"):
+            return self.home
+        for prefix in ("~/", '"$HOME"/', "$HOME/"):
+            if raw.startswith(prefix):
+                return f"{self.home}/{raw[len(prefix):]}"
+        return raw
+
+    # --- start -------------------------------------------------------------------------------------
+    def make_run_dir(self, root: str) -> ScriptedRun:
+        with self.lock:
+            return self.runs.setdefault(root, ScriptedRun(root))
+
+    def place_code(self, root: str, tree: str) -> bool:
+        """Link the code tree into the run's code/ if the host has it; False if it does not."""
+        with self.lock:
+            if tree not in self.trees:
+                return False
+            self.make_run_dir(root).code = True
+            return True
+
+    def receive_files(self, hashes: list[str]) -> None:
+        with self.lock:
+            self.cache.update(hashes)
+
+    def build_tree(self, tree: str, needed: list[str]) -> None:
+        with self.lock:
+            missing = [h for h in needed if h not in self.cache]
+            if missing:
+                raise ValueError(f"cannot build tree {tree}: {len(missing)} file(s) not in the cache")
+            self.trees.add(tree)
+
+    def write_run_file(self, root: str, data: bytes) -> None:
+        with self.lock:
+            run = self.make_run_dir(root)
+            if self.known_tasks is not None:  # the simulation: the host need not read a 1 MB file to know them
+                run.run_id, run.own_tasks = root.rsplit("/", 1)[-1], list(self.known_tasks)
+                return
+            written = json.loads(data)
+            run.run_id = written.get("run_id")
+            run.own_tasks = [(t["job"], int(t["index"])) for t in written["plan"]["tasks"] if t["host"] == self.name]
+
+    def launch(self, root: str) -> ScriptedRun:
+        """`supervisor --detach`: start the run's supervisor unless one runs (its lock), spawn the tasks."""
+        with self.lock:
+            run = self.runs.get(root)
+            if run is None or not run.code or run.run_id is None:
+                raise FileNotFoundError(f"{root}: no code or run.json")
+            if run.supervisor_alive:
+                return run  # a retried launch reports the running supervisor
+            self.supervisors_started += 1
+            run.supervisor_pid = next(_pids)
+            run.supervisor_alive = True
+            run.supervisor_state = "running"
+            for job, index in run.own_tasks:
+                task = run.tasks.setdefault(f"{job}-{index}", ScriptedTask(job, index))
+                self._spawn(task)
+                code = self.task_exit.get(task.name)
+                if code is not None:
+                    self._exit(task, code)
+            return run
+
+    def _spawn(self, task: ScriptedTask) -> None:
+        task.pid = next(_pids)
+        task.state = "running"
+        task.exit_code = task.signal = None
+        task.final = False
+
+    def _exit(self, task: ScriptedTask, code: int | None, signal: int | None = None) -> None:
+        task.state, task.exit_code, task.signal, task.final = "exited", code, signal, True
+
+    # --- what the supervisor reports -------------------------------------------------------------------
+    def task_state(self, task: ScriptedTask) -> dict[str, Any]:
+        return {"kind": "task", "host": self.name, "job": task.job, "task": task.index, "state": task.state,
+                "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code, "signal": task.signal,
+                "final": task.final, "updated_at": time.time()}
+
+    def supervisor_state(self, run: ScriptedRun) -> dict[str, Any] | None:
+        if run.supervisor_pid is None:
+            return None
+        return {"kind": "supervisor", "host": self.name, "pid": run.supervisor_pid, "state": run.supervisor_state,
+                "run_id": run.run_id, "alive": run.supervisor_alive,
+                "updated_at": time.time()}
+
+    def state_lines(self, run: ScriptedRun) -> list[str]:
+        sup = self.supervisor_state(run)
+        states = ([sup] if sup else []) + [self.task_state(t) for t in run.tasks.values()]
+        return [json.dumps(s) for s in states]
+
+    def processes(self, run: ScriptedRun) -> list[dict[str, Any]]:
+        out = []
+        if run.supervisor_alive and run.supervisor_pid is not None:
+            out.append({"pid": run.supervisor_pid, "pgid": run.supervisor_pid, "task": "", "args": "supervisor"})
+        for t in run.tasks.values():
+            if t.alive and t.pid is not None and run.supervisor_alive:
+                out.append({"pid": t.pid, "pgid": run.supervisor_pid, "task": f"{t.name}#{t.restarts}",
+                            "args": f"task {t.name}"})
+        if run.leftover is not None:
+            out.append({"pid": run.leftover, "pgid": run.leftover, "task": "", "args": "stubborn leftover"})
+        return out
+
+    def prepare(self, workdir: str, run_id: str, tree: str, run_json: bytes) -> tuple[str, bool]:
+        """The launcher's first step: (run dir, whether the code is in place: the host had the tree)."""
+        root = f"{self.path(workdir)}/runs/{run_id}"
+        self.make_run_dir(root)
+        placed = self.place_code(root, tree)
+        self.write_run_file(root, run_json)
+        return root, placed
+
+    def probe(self, root: str) -> dict[str, Any]:
+        with self.lock:
+            run = self.runs.get(root)
+            if run is None or not run.code:
+                return {"absent": True}
+            sup = self.supervisor_state(run)
+            return {"run_dir": root, "exists": True, "supervisors": [sup] if sup else [],
+                    "tasks": [self.task_state(t) for t in run.tasks.values()],
+                    "processes": self.processes(run), "now": time.time()}
+
+    def stop(self, root: str) -> dict[str, Any]:
+        """TERM the supervisor, KILL what is left; a stubborn host keeps one process alive."""
+        with self.lock:
+            run = self.runs.get(root)
+            if run is None or not run.code:
+                return {"absent": True}
+            killed = [p["pid"] for p in self.processes(run)]
+            terminated = [run.supervisor_pid] if run.supervisor_alive and run.supervisor_pid else []
+            for task in run.tasks.values():
+                if task.alive:
+                    self._exit(task, None, 15)
+            if run.supervisor_pid is not None:
+                run.supervisor_state = "stopped" if run.supervisor_alive else run.supervisor_state
+            run.supervisor_alive = False
+            if self.stubborn and run.leftover is None:
+                run.leftover = next(_pids)
+            return {"run_dir": root, "terminated": terminated, "killed": killed,
+                    "remaining": self.processes(run)}
+
+    def purge(self, root: str) -> None:
+        with self.lock:
+            self.runs.pop(root, None)
+
+    def stop_verified(self, root: str, purge: bool) -> dict[str, Any]:
+        """`supervisor --stop --verify [--purge]`: the stop, a fresh probe, the run dir gone if clean."""
+        with self.lock:
+            report = self.stop(root)
+            if report.get("absent"):
+                if purge:
+                    self.purge(root)
+                return report
+            report["verified"] = seen = self.probe(root)
+            report["purged"] = purge and not seen["processes"]
+            if report["purged"]:
+                self.purge(root)
+            return report
+
+    def signal_pid(self, pid: int, sig: str) -> bool:
+        """`kill -s SIG pid`: a task killed by TERM or KILL is restarted by its supervisor (on-failure)."""
+        with self.lock:
+            for run in self.runs.values():
+                for task in run.tasks.values():
+                    if task.pid == pid and task.alive and run.supervisor_alive:
+                        if sig in ("TERM", "KILL"):
+                            task.restarts += 1
+                            self._spawn(task)
+                        return True
+            return False
+
+    def log_lines(self, path: str) -> list[str] | None:
+        with self.lock:
+            for run in self.runs.values():
+                for task in run.tasks.values():
+                    if path == f"{run.root}/logs/{task.name}.log":
+                        return run.logs.get(task.name, [f"hello from {task.job}:{task.index}"])
+            return None
+
+    def check_report(self, ports: list[int], workdir: str) -> dict[str, Any]:
+        return {"python_version": "3.11.7", "tf_found": bool(self.tf_version), "tf_version": self.tf_version,
+                "gpus": 0, "ports": {str(p): ("in use" if p in self.busy_ports else None) for p in ports},
+                "disk_free_bytes": 50 << 30, "workdir": workdir, "workdir_writable": True}
