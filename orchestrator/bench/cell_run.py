@@ -9,7 +9,8 @@ the caller ends the bench.
 
 Timeline: the cell starts; once every task that reports progress has made its first step, `warmup_s` is
 discarded; the measured window follows (`seconds`, or until the run finishes its `steps`), with the kill
-of the `kill` variant `at_s` into it.
+of the `kill` variant `at_s` into it; a kill cell then waits (outside the window) until the killed task
+steps again, to say how long the cluster took to recover.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ INTERVAL_S = 1.0  # the agents' sampling interval
 POLL_S = 0.25
 STATUS_EVERY_S = 2.0
 STOP_GRACE_S = 2.0
+RECOVERY_WAIT_S = 90.0  # a killed task's restart: the supervisor's backoff, then TensorFlow's start-up
 
 
 class CellFailed(TfclusterError):
@@ -191,6 +193,24 @@ def _measure_seconds(spec: BenchSpec, cell: Cell, live: _Live, trainers: list[st
         phase("measure", time.time() - start, spec.seconds)
         _poll(live, trainers, killed)
     live.window = Window(start, time.time())
+    if kill is not None and live.killed_at is not None:
+        _await_recovery(live, trainers, kill.task.name, phase)
+
+
+def _await_recovery(live: _Live, trainers: list[str], task: str, phase: PhaseFn) -> None:
+    """After the measured window of a kill cell: until the killed task steps again from a new process
+    (its supervisor restarts it; in multi-worker-mirrored its whole group), at most RECOVERY_WAIT_S."""
+    assert live.state is not None
+    assert live.killed_at is not None
+    steps_before = max((p.local_step for p in live.state.samples().of_task(task) if p.t <= live.killed_at),
+                       default=0)
+    until = time.time() + RECOVERY_WAIT_S
+    while time.time() < until:
+        tv = live.state.tasks[task]
+        if tv.t_progress is not None and tv.t_progress > live.killed_at and (tv.local_step or 0) < steps_before:
+            return
+        phase("recovery", RECOVERY_WAIT_S - (until - time.time()), RECOVERY_WAIT_S)
+        _poll(live, trainers, task)
 
 
 def _measure_steps(spec: BenchSpec, live: _Live, trainers: list[str], start: float, phase: PhaseFn) -> None:
