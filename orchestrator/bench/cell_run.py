@@ -71,8 +71,10 @@ def run_cell(spec: BenchSpec, cell: Cell, plan: ClusterPlan, capacity_Bps: float
     try:
         _run(spec, cell, plan, live, result, phase)
         result.status = "ok"
-    except (KeyboardInterrupt, launch.StartInterrupted):
+    except KeyboardInterrupt:
         result.status, result.error, interrupted = "interrupted", "interrupted by the user (Ctrl-C)", True
+    except launch.StartInterrupted as exc:  # start rolled back what it had started, and says so
+        result.status, result.error, interrupted = "interrupted", exc.one_line(), True
     except TfclusterError as exc:
         result.error = exc.one_line()
     except Exception as exc:  # one broken cell must not end the bench
@@ -150,7 +152,7 @@ def _poll(live: _Live, trainers: list[str], killed: str | None = None) -> None:
     for tv in st.tasks.values():
         if tv.name == killed:
             continue
-        if tv.proc_state == "exited" and tv.exit_code not in (0, None) and tv.restarts_left == 0:
+        if tv.proc_state == "exited" and tv.exit_code not in (0, None):  # "exited" is for good
             tail = _log_tail(live.collector, tv.job, tv.task)
             raise CellFailed(f"{tv.name} on {tv.host} exited with code {tv.exit_code}{tail}")
 
