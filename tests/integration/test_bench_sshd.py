@@ -19,7 +19,14 @@ import pytest
 
 from testkit.sshd import Machines
 from tests import requires
-from tests.integration.lifecycle_helpers import cli, cli_process, isolated_state_dir, records, run_processes, wait_for
+from tests.integration.lifecycle_helpers import (
+    cli,
+    cli_process,
+    isolated_state_dir,
+    records,
+    run_processes,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()
