@@ -11,6 +11,12 @@ and table `tfcluster bench --report` draws:
 3. ps_ceiling: between-graph, `wide` with `params` parameters (16 MB on the PS at 4e6), 1 and 2 workers,
    `--measure-nic` (the link ps:0 ↔ worker:0 measured before the cells of each round, TCP and TF gRPC).
 
+The quiet-machine check comes before each round; during it, other work may still start (the machine is
+shared). Each cell's agents sample the machine's CPU and each task's: what the machine spent beyond
+the run's tasks is other work (`other_cores`). A round whose cells saw more than OTHER_LIMIT cores of
+other work is measured again (at most ATTEMPTS times; the attempts it replaced are listed, and a round
+left contaminated says so).
+
 Targets (issue 16), each the median over rounds of the per-round (paired) figure, with `meets_target`:
 - with a 4x straggler, between-graph keeps its fast worker at >= 90 % of its unstraggled rate and in-graph
   drops every tower to <= 35 %;
@@ -37,44 +43,82 @@ from typing import Any
 
 from benchmarks.common import RESULTS, ROOT, publish, require_quiet
 from orchestrator.bench import report as bench_report
+from orchestrator.bench.spec import ALL_MODES
 from orchestrator.bench.summary import rows, straggler_effects
 from testkit import sshd
 
 OUT = RESULTS / "modes"
+OTHER_LIMIT = 0.5  # cores of other work during a cell (a quarter of this 2-core machine)
+ATTEMPTS = 3
 TRAINING = {"model": "mlp", "batch_size": 32, "progress_interval": 1.0}
 
 
-def experiments(seconds: float, params: int) -> dict[str, list[str]]:
+def experiments(seconds: float, params: int) -> dict[str, dict[str, list[str]]]:
+    """Each experiment as units of one `tfcluster bench` each (one per mode: a unit measured while other
+    work ran is measured again on its own)."""
     common = ["--seconds", f"{seconds:g}", "--warmup", "3"]
+    straggler = ["--straggler", "worker:1=4"]
     return {
-        "comparison": ["--modes", "all", "--workers", "1,2", "--straggler", "worker:1=4", *common],
-        "straggler_paced": ["--modes", "between-graph,in-graph", "--workers", "2", "--straggler", "worker:1=4",
-                            "--pace", "5", *common],
-        "ps_ceiling": ["--modes", "between-graph", "--workers", "1,2", "--model", "wide", "--model-arg",
-                       f"params={params}", "--measure-nic", *common],
+        "comparison": {mode: ["--modes", mode, "--workers", "1,2", *straggler, *common] for mode in ALL_MODES},
+        "straggler_paced": {mode: ["--modes", mode, "--workers", "2", *straggler, "--pace", "5", *common]
+                            for mode in ("between-graph", "in-graph")},
+        "ps_ceiling": {"between-graph": ["--modes", "between-graph", "--workers", "1,2", "--model", "wide",
+                                         "--model-arg", f"params={params}", "--measure-nic", *common]},
     }
 
 
 def run_cli(hosts: Path, state: Path, out: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """`tfcluster bench` as a user runs it. Interrupted, it gets SIGTERM (its Ctrl-C path: it stops the
+    running cell's cluster) and is waited for, never SIGKILLed with a cluster up."""
     env = {**os.environ, "TFCLUSTER_STATE_DIR": str(state), "PYTHONPATH": str(ROOT), "COLUMNS": "220",
            "MPLBACKEND": "Agg"}
-    return subprocess.run([sys.executable, "-m", "tfcluster", "bench", str(hosts), *args, "--out", str(out)],
-                          check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=3600)
+    argv = [sys.executable, "-m", "tfcluster", "bench", str(hosts), *args, "--out", str(out)]
+    with subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=3600)
+        except BaseException:
+            proc.terminate()
+            proc.communicate(timeout=120)
+            raise
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
-def merge(paths: list[Path]) -> bench_report.BenchReport:
-    """The rounds' reports as one: round r's cells become repeat r; the link is each round's."""
-    reports = [bench_report.load(p) for p in paths]
-    merged = dataclasses.replace(reports[0], cells=[])
-    capacities = [r.capacity_Bps for r in reports if r.capacity_Bps]
-    merged.link = {**reports[0].link, "capacity_Bps": statistics.median(capacities) if capacities else 0.0,
-                   "per_round": [r.link for r in reports]}
-    for i, r in enumerate(reports):
-        merged.cells += [dataclasses.replace(c, cell=dataclasses.replace(c.cell, repeat=i)) for c in r.cells]
-    merged.machine = {"cpus": reports[0].machine.get("cpus"),
-                      "load_before": [r.machine.get("load_before") for r in reports],
-                      "load_after": [r.machine.get("load_after") for r in reports]}
-    merged.interrupted = any(r.interrupted for r in reports)
+def other_cores(cell: bench_report.CellResult) -> float | None:
+    """Cores the machine spent beyond the run's tasks during the cell's window: the agents' machine CPU %
+    (every loopback host is this machine: one host's samples) minus the tasks' own CPU."""
+    if cell.window is None or cell.figures is None or not cell.samples.hosts:
+        return None
+    first_host = cell.samples.hosts[0].host
+    busy = [h.cpu_pct for h in cell.samples.hosts if h.host == first_host and h.cpu_pct is not None
+            and cell.window[0] <= h.t <= cell.window[1]]
+    if not busy:
+        return None
+    machine = statistics.fmean(busy) / 100 * (os.cpu_count() or 1)
+    return max(0.0, machine - sum(cell.figures.cpu_pct.values()) / 100)
+
+
+def worst_other(path: Path) -> float | None:
+    values = [v for c in bench_report.load(path).cells if (v := other_cores(c)) is not None]
+    return max(values) if values else None
+
+
+def merge(rounds: list[list[Path]]) -> bench_report.BenchReport:
+    """The rounds' reports as one: round r's cells (from each of its units) become repeat r; the link is
+    each round's (the unit that measured one)."""
+    per_round = [[bench_report.load(p) for p in paths] for paths in rounds]
+    first = per_round[0][0]
+    merged = dataclasses.replace(first, cells=[])
+    links = [next((u.link for u in units if u.link.get("measurements")), units[0].link) for units in per_round]
+    capacities = [float(link["capacity_Bps"]) for link in links if link.get("capacity_Bps")]
+    merged.link = {**links[0], "capacity_Bps": statistics.median(capacities) if capacities else 0.0,
+                   "per_round": links}
+    for i, units in enumerate(per_round):
+        for u in units:
+            merged.cells += [dataclasses.replace(c, cell=dataclasses.replace(c.cell, repeat=i)) for c in u.cells]
+    merged.machine = {"cpus": first.machine.get("cpus"),
+                      "load_before": [u.machine.get("load_before") for units in per_round for u in units],
+                      "load_after": [u.machine.get("load_after") for units in per_round for u in units]}
+    merged.interrupted = any(u.interrupted for units in per_round for u in units)
     return merged
 
 
@@ -132,9 +176,30 @@ def _tcp_capacity(report: bench_report.BenchReport, round_index: int) -> float |
                  if m["method"] == "tcp"), None)
 
 
+def measure_unit(hosts: Path, work: Path, label: str, args: list[str]) -> tuple[Path, dict[str, Any]]:
+    """One unit after a quiet-machine check, measured again while other work took more than OTHER_LIMIT
+    cores during its cells (at most ATTEMPTS times; the cleanest attempt is kept)."""
+    attempts: list[tuple[float, Path, dict[str, Any]]] = []
+    for attempt in range(ATTEMPTS):
+        check = require_quiet(f"bench_modes {label}")
+        out = work / f"{label.replace(' ', '-')}-{attempt}"
+        result = run_cli(hosts, work / "state", out, args)
+        if result.returncode not in (0, 1):  # 1: some cell failed, recorded in the report
+            raise RuntimeError(f"tfcluster bench ({label}) exited {result.returncode}:\n{result.stderr[-2000:]}")
+        other = worst_other(out / "bench.json")
+        print(f"{label} attempt {attempt + 1}: exit {result.returncode}, other work up to "
+              f"{'?' if other is None else round(other, 2)} cores", flush=True)
+        attempts.append((0.0 if other is None else other, out / "bench.json", check))
+        if other is not None and other <= OTHER_LIMIT:
+            break
+    other, best, check = min(attempts, key=lambda a: a[0])
+    return best, {**check, "other_cores_max": round(other, 2), "attempts": len(attempts),
+                  "contaminated": other > OTHER_LIMIT}
+
+
 def run(rounds: int, seconds: float, params: int) -> dict[str, Any]:
     plan = experiments(seconds, params)
-    round_files: dict[str, list[Path]] = {name: [] for name in plan}
+    round_files: dict[str, list[list[Path]]] = {name: [[] for _ in range(rounds)] for name in plan}
     loads: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-modes-") as tmp:
         work = Path(tmp)
@@ -142,15 +207,11 @@ def run(rounds: int, seconds: float, params: int) -> dict[str, Any]:
         try:
             hosts = machines.hosts_toml(work / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training=TRAINING)
             for r in range(rounds):
-                for name, args in plan.items():
-                    check = require_quiet(f"bench_modes round {r + 1} {name}")
-                    out = work / f"{name}-{r}"
-                    result = run_cli(hosts, work / "state", out, args)
-                    print(f"round {r + 1}/{rounds} {name}: exit {result.returncode}", flush=True)
-                    if result.returncode not in (0, 1):  # 1: some cell failed, recorded in the report
-                        raise RuntimeError(f"tfcluster bench {name} exited {result.returncode}:\n{result.stderr[-2000:]}")
-                    round_files[name].append(out / "bench.json")
-                    loads.append({"round": r + 1, "experiment": name, **check})
+                for name, units in plan.items():
+                    for unit, args in units.items():
+                        path, check = measure_unit(hosts, work, f"round {r + 1} {name} {unit}", args)
+                        round_files[name][r].append(path)
+                        loads.append({"round": r + 1, "experiment": f"{name} {unit}", **check})
             summary: dict[str, Any] = {}
             for name, paths in round_files.items():
                 merged = merge(paths)
@@ -169,7 +230,7 @@ def run(rounds: int, seconds: float, params: int) -> dict[str, Any]:
             machines.close()
     return {"benchmark": "modes", "rounds": rounds, "seconds_per_cell": seconds, "wide_params": params,
             "cluster": "3 loopback machines over real sshd: m0 ps, m1 worker, m2 worker; mlp batch 32 (wide: batch 32)",
-            "experiments": {name: " ".join(args) for name, args in plan.items()},
+            "experiments": {name: {unit: " ".join(args) for unit, args in units.items()} for name, units in plan.items()},
             "round_load_checks": loads, "results": summary}
 
 
@@ -246,9 +307,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     lines += [f"| {e} | {t} | {m} | {_fmt(ok)} | {note} |" for e, t, m, ok, note in target_rows(result)]
-    for name, cmd in result["experiments"].items():
+    for name, units in result["experiments"].items():
         res = result["results"].get(name, {})
-        lines += ["", f"## {name}", "", f"`tfcluster bench hosts.toml {cmd}` (one round each), merged: "
+        cmds = "; ".join(f"`tfcluster bench hosts.toml {cmd}`" for cmd in units.values())
+        lines += ["", f"## {name}", "", f"{cmds} (each once per round), merged: "
                   f"[bench.json](modes/{name}/bench.json), figures: "
                   + ", ".join(f"[{f}](modes/{name}/{f}.png)" for f in ("throughput", "workers", "loss", "ps", "scaling")),
                   "", "```text", res.get("table", "").rstrip(), "```"]
@@ -258,8 +320,15 @@ def to_markdown(result: dict[str, Any]) -> str:
             links = [", ".join(f"{m['method']} {m['both_ways_Bps'] / 1e6:,.0f} MB/s" for m in link.get("measurements", []))
                      for link in res["link_per_round"]]
             lines += ["", "Link ps:0 ↔ worker:0 per round (both ways at once): " + "; ".join(links) + "."]
-    loads = ", ".join(f"r{x['round']} {x['experiment']} {x['load_before'][0]}" for x in result["round_load_checks"])
-    lines += ["", f"1-minute load before each round (after waiting for a quiet moment): {loads}.", ""]
+    lines += ["", "## The machine during each round", "",
+              "| round | experiment | 1-min load before | other work during its cells (max, cores) | attempts |",
+              "|---|---|---|---|---|"]
+    lines += [f"| {x['round']} | {x['experiment']} | {x['load_before'][0]} | {x['other_cores_max']}"
+              f"{' (**contaminated**: above ' + str(OTHER_LIMIT) + ')' if x['contaminated'] else ''} | {x['attempts']} |"
+              for x in result["round_load_checks"]]
+    lines += ["", "Other work = the machine's CPU (the agents' samples) minus the run's tasks' CPU, in the measured "
+              f"window; a round above {OTHER_LIMIT} cores was measured again (at most {ATTEMPTS} attempts, the "
+              "cleanest kept).", ""]
     return "\n".join(lines)
 
 
