@@ -4,7 +4,9 @@
     python -m benchmarks check dash   # only bench_check and bench_dash
 
 Each module writes its own benchmarks/results/<name>.json and .md. A module's `main()` gets no
-command-line arguments (its defaults); it may return an exit code or raise SystemExit.
+command-line arguments (its defaults); it may return an exit code or raise SystemExit. Before each one
+the machine must be quiet (benchmarks/common.py require_quiet: the 1-minute load at most the core count,
+waited for up to $TFCLUSTER_BENCH_MAX_WAIT_S seconds); otherwise it is REFUSED and counted as failed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 import traceback
 from pathlib import Path
 
+from benchmarks import common
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -24,6 +28,7 @@ def discover() -> list[str]:
 
 def run_one(name: str) -> int:
     module = importlib.import_module(f"benchmarks.bench_{name}")
+    common.require_quiet(f"bench_{name}")
     saved_argv = sys.argv
     sys.argv = [f"benchmarks.bench_{name}"]  # argparse in main() sees no arguments: its defaults
     try:
@@ -48,6 +53,9 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         try:
             code = run_one(name)
+        except common.MachineBusy as exc:
+            print(exc, file=sys.stderr, flush=True)
+            code = 75  # EX_TEMPFAIL: try again on a quieter machine
         except Exception:
             traceback.print_exc()
             code = 1

@@ -12,6 +12,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from orchestrator.bench.scaling import advise, nic_capacity_Bps
+from orchestrator.bench.spec import DEFAULT_NIC_GBPS
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
 from tfcluster.common import HostsFile, load_plan, widen
@@ -30,16 +32,27 @@ def plan(
         float,
         typer.Option(min=0.001, help="Assumed training steps per second per worker, for the PS load estimate."),
     ] = 10.0,
+    nic_gbps: Annotated[
+        float, typer.Option(min=0.001, help="The PS hosts' NIC in Gb/s each way, for the PS-bandwidth ceiling.")
+    ] = DEFAULT_NIC_GBPS,
 ) -> None:
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
     cluster = load_plan(hosts_file)
     estimate = estimate_ps_load(cluster, steps_per_sec)
+    advice = advise(cluster, nic_capacity_Bps(nic_gbps), steps_per_sec)
     if as_json:
         data = cluster.to_json()
         data["ps_load_estimate"] = estimate.to_json() if estimate else None
+        data["ps_ceiling"] = {**advice.to_json(), "nic_gbps": nic_gbps} if advice else None
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    print_plan(widen(Console(highlight=False), MIN_WIDTH), cluster, estimate)
+    console = widen(Console(highlight=False), MIN_WIDTH)
+    print_plan(console, cluster, estimate)
+    if advice is not None:
+        for line in advice.lines():
+            console.print(Text(line), soft_wrap=True)
+        console.print(Text(f"  (link: a {nic_gbps:g} Gb/s NIC each way; --nic-gbps, or measure it: tfcluster bench "
+                           "--measure-nic)", style="dim"), soft_wrap=True)
 
 
 def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate | None) -> None:

@@ -1,0 +1,162 @@
+"""The cells of a bench, and the cluster each one runs: mode x workers x variant, repeated, interleaved.
+
+A cell's cluster is the user's hosts.toml, changed only where the bench says so, then planned by the real
+planner (orchestrator.plan.from_file.plan_config), so every rule of a normal `start` holds:
+- workers: the first N worker tasks hosts.toml lists (hosts in file order, a host's `gpus`/`workers` in
+  order); a host left without a task is dropped (nothing starts there);
+- mode: `[cluster] mode`; multi-worker-mirrored has no parameter server, so `ps` roles are dropped;
+- training: the model, its arguments and batch size the bench was given; `steps` (a huge number when the
+  cell is timed in seconds: the bench stops it); `slowdown` from the variant and `--pace`.
+Variants: `baseline` always; `straggler` (with --straggler) and `kill` (with --kill) when the cell has
+that task. Order: repeat by repeat, so a change in the machine's load hits every mode alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from orchestrator.bench.spec import BenchSpec, TaskRef
+from orchestrator.config.schema import Config, HostConfig, Mode
+from orchestrator.errors import UsageError
+from orchestrator.plan.build import TRAINING_CHIEF_MODES
+from orchestrator.plan.from_file import plan_config
+from orchestrator.plan.model import ClusterPlan
+
+Variant = Literal["baseline", "straggler", "kill"]
+ENDLESS_STEPS = 1_000_000_000  # a cell timed in seconds runs until the bench stops it
+
+
+@dataclass(frozen=True)
+class Cell:
+    mode: Mode
+    workers: int
+    variant: Variant
+    repeat: int  # 0-based
+
+    @property
+    def key(self) -> str:
+        return f"{self.mode}/w{self.workers}/{self.variant}#{self.repeat + 1}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mode": self.mode, "workers": self.workers, "variant": self.variant, "repeat": self.repeat}
+
+
+def listed_workers(config: Config) -> int:
+    """Worker tasks hosts.toml gives: one per listed GPU, else `workers` (default 1) per worker host."""
+    return sum(_worker_slots(h) for h in config.hosts if "worker" in h.roles)
+
+
+def _worker_slots(host: HostConfig) -> int:
+    return len(host.gpus) if host.gpus else (host.workers or 1)
+
+
+def default_worker_counts(available: int) -> tuple[int, ...]:
+    """1, 2, 4, ... below the listed count, and the listed count itself."""
+    counts, n = [], 1
+    while n < available:
+        counts.append(n)
+        n *= 2
+    return (*counts, available)
+
+
+def worker_counts(spec: BenchSpec, config: Config) -> tuple[int, ...]:
+    available = listed_workers(config)
+    if spec.workers is None:
+        return default_worker_counts(available)
+    too_many = [n for n in spec.workers if n > available]
+    if too_many:
+        raise UsageError(f"--workers {','.join(map(str, spec.workers))}: {spec.hosts_file} lists {available} "
+                         f"worker task(s), so at most {available}")
+    return spec.workers
+
+
+def has_task(config: Config, mode: Mode, workers: int, task: TaskRef) -> bool:
+    if task.job == "worker":
+        return task.index < workers
+    return mode in TRAINING_CHIEF_MODES and any("chief" in h.roles for h in config.hosts) and task.index == 0
+
+
+def cells(spec: BenchSpec, config: Config) -> list[Cell]:
+    counts = worker_counts(spec, config)
+    out: list[Cell] = []
+    for repeat in range(spec.repeat):
+        for mode in spec.modes:
+            for n in counts:
+                out.append(Cell(mode, n, "baseline", repeat))
+                if spec.straggler is not None and has_task(config, mode, n, spec.straggler.task):
+                    out.append(Cell(mode, n, "straggler", repeat))
+                if spec.kill is not None and has_task(config, mode, n, spec.kill.task):
+                    out.append(Cell(mode, n, "kill", repeat))
+    return out
+
+
+def with_workers(config: Config, n: int) -> Config:
+    """The first `n` worker tasks of hosts.toml; hosts left with no role are dropped."""
+    hosts: list[HostConfig] = []
+    left = n
+    for h in config.hosts:
+        if "worker" not in h.roles:
+            hosts.append(h)
+            continue
+        keep = min(_worker_slots(h), left)
+        left -= keep
+        if keep == 0:
+            roles = [r for r in h.roles if r != "worker"]
+            if roles:
+                hosts.append(h.model_copy(update={"roles": roles, "workers": None, "gpus": None}))
+            continue
+        if h.gpus:
+            hosts.append(h.model_copy(update={"gpus": h.gpus[:keep]}))
+        else:
+            hosts.append(h.model_copy(update={"workers": keep if h.workers is not None else None}))
+    return config.model_copy(update={"hosts": hosts})
+
+
+def without_ps(config: Config) -> Config:
+    hosts = []
+    for h in config.hosts:
+        roles = [r for r in h.roles if r != "ps"]
+        if roles:
+            hosts.append(h.model_copy(update={"roles": roles}))
+    return config.model_copy(update={"hosts": hosts})
+
+
+def slowdown_for(spec: BenchSpec, plan_trainers: list[str], variant: Variant) -> dict[str, float]:
+    """Every trainer at `pace`; the straggler (in its variant) at pace x factor. Keys like `worker:1`."""
+    slow = {label: spec.pace for label in plan_trainers}
+    if variant == "straggler" and spec.straggler is not None:
+        slow[spec.straggler.task.label] = spec.pace * spec.straggler.factor
+    return {k: v for k, v in slow.items() if v > 1.0}
+
+
+def trainer_labels(config: Config, mode: Mode) -> list[str]:
+    """The tasks `slowdown` can slow in this mode: workers, and the chief where it trains."""
+    plan = plan_config(config)
+    return [t.label for t in plan.tasks if t.job == "worker" or (t.job == "chief" and mode in TRAINING_CHIEF_MODES)]
+
+
+def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
+    config = with_workers(base, cell.workers)
+    config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"mode": cell.mode})})
+    if cell.mode == "multi-worker-mirrored":
+        config = without_ps(config)
+    training: dict[str, Any] = {"steps": spec.steps if spec.steps is not None else ENDLESS_STEPS}
+    if spec.model is not None and spec.model != config.training.model:
+        training["model"] = spec.model
+        training["model_args"] = {}
+    if spec.model_args:
+        training["model_args"] = {**training.get("model_args", config.training.model_args), **spec.model_args}
+    if spec.batch_size is not None:
+        training["batch_size"] = spec.batch_size
+    # A checkpoint costs a pause the bench would measure as training speed: only by time, rarely.
+    training["checkpoint_every_steps"] = None
+    training["checkpoint_every_secs"] = 3600.0
+    config = config.model_copy(update={"training": config.training.model_copy(update=training)})
+    slowdown = slowdown_for(spec, trainer_labels(config, cell.mode), cell.variant)
+    return config.model_copy(update={"training": config.training.model_copy(update={"slowdown": slowdown})})
+
+
+def cell_plan(spec: BenchSpec, base: Config, cell: Cell) -> ClusterPlan:
+    """The cell's plan, through the real planner (ConfigError names the key it objects to)."""
+    return plan_config(cell_config(spec, base, cell), spec.hosts_file)
