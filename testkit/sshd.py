@@ -1,6 +1,6 @@
 """Real OpenSSH `sshd` processes on loopback addresses, one per simulated machine, for integration tests.
 
-API (use it from any integration test; the fixture lives in tests/integration/conftest.py):
+API (use it from any integration test; the fixture lives in tests/conftest.py):
 
     def test_something(sshd_machines, tmp_path):
         m = sshd_machines(3)            # 3 fresh machines: 127.0.0.2, 127.0.0.3, 127.0.0.4 (started now)
@@ -191,7 +191,7 @@ class Machines:
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
         proc = subprocess.Popen(
-            [SSHD, "-D", "-f", str(self._sshd_config(i)), "-E", str(self.log_file(i))],
+            self.sshd_command(i),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             start_new_session=True,  # a Ctrl-C in the terminal reaches pytest, whose teardown kills us
         )
@@ -210,6 +210,10 @@ class Machines:
                 time.sleep(0.02)
         self.stop(i)
         raise RuntimeError(f"sshd for {self.addresses[i]}:{self.port} did not start in {START_TIMEOUT_S}s")
+
+    def sshd_command(self, i: int) -> list[str]:
+        """How machine i's sshd is run (a subclass may wrap it, e.g. in `ip netns exec`)."""
+        return [SSHD, "-D", "-f", str(self._sshd_config(i)), "-E", str(self.log_file(i))]
 
     def start_all(self) -> None:
         for i in range(len(self.addresses)):

@@ -1,4 +1,5 @@
-"""Integration fixtures: real sshd machines on loopback addresses (see testkit/sshd.py)."""
+"""Shared fixtures: real sshd machines on loopback addresses (see testkit/sshd.py), for tests/integration and
+tests/faults."""
 
 from __future__ import annotations
 
