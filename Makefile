@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROVISION := sh scripts/provision
 
-.PHONY: venv provision test unit integration lint demo bench clean
+.PHONY: venv provision test unit integration faults lint demo bench clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ unit: venv
 
 integration: provision venv
 	$(PY) -m pytest -q tests/integration
+
+# The fault suite alone, with its figures written to benchmarks/results/faults.md and .json.
+faults: provision venv
+	$(PY) -m benchmarks.bench_faults
 
 lint: venv
 	$(VENV)/bin/ruff check .

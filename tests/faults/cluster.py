@@ -1,0 +1,148 @@
+"""One real run the fault tests share: `tfcluster start` over real sshd, between-graph, real TensorFlow.
+
+`FaultRun` wraps the CLI calls and the independent views a fault test needs: the run's status (the
+CLI's JSON), each trainer's progress events (tests/faults/measure.py), the run's processes found by
+their environment marker (tests/integration/lifecycle_helpers.run_processes), pids, logs.
+
+Every fault of one run is a stage of one test module (pytest runs them in file order): starting a
+TensorFlow cluster costs ~20 s of a 2-core machine, so faults whose effects are separable share it.
+The trainers are paced (`slowdown`: each sleeps a few times its own step time) so that a run lasts
+through its stages without burning both cores.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from orchestrator.run import records as runs
+from testkit.sshd import Machines
+from tests.faults import measure
+from tests.integration.lifecycle_helpers import (
+    cli,
+    isolated_state_dir,
+    run_processes,
+    started_run_id,
+    status_json,
+    wait_for,
+)
+
+BETWEEN_GRAPH = [["ps"], ["worker"], ["worker"]]  # m0: ps:0, m1: worker:0 (the chief), m2: worker:1
+PACED = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,
+         "slowdown": {"worker:0": 4.0, "worker:1": 4.0}}
+
+
+@dataclass
+class FaultRun:
+    machines: Machines
+    state: Path
+    run_id: str
+    hosts_toml: Path
+    steps: int
+    label: str
+    started_at: float = field(default_factory=time.time)
+
+    # --- the CLI --------------------------------------------------------------------------------
+    def status(self) -> tuple[int, dict[str, Any]]:
+        return status_json(self.state, self.run_id)
+
+    def task(self, name: str, st: dict[str, Any] | None = None) -> dict[str, Any]:
+        st = st if st is not None else self.status()[1]
+        return next(t for t in st["tasks"] if t["name"] == name)
+
+    def host(self, name: str, st: dict[str, Any]) -> dict[str, Any]:
+        return next(h for h in st["hosts"] if h["host"] == name)
+
+    def logs(self, lines: int = 25) -> str:
+        return cli(self.state, "logs", self.run_id, "-n", str(lines)).stdout
+
+    def restarts(self) -> dict[str, int]:
+        return {t["name"]: t["restarts"] for t in self.status()[1]["tasks"]}
+
+    @contextmanager
+    def measuring(self, fault: str) -> Iterator[dict[str, Any]]:
+        """measure.measuring under this run's label."""
+        with measure.measuring(fault, self.label) as figures:
+            yield figures
+
+    # --- independent views ----------------------------------------------------------------------
+    def run_dir(self, host: str) -> str:
+        run_dir = runs.load(self.run_id).host(host).run_dir
+        assert run_dir, f"{host} has no run dir"
+        return run_dir
+
+    def points(self) -> list[measure.Point]:
+        return measure.progress_points([self.run_dir(h) for h in ("m1", "m2")])
+
+    def log_text(self, host: str, name: str) -> str:
+        path = Path(self.run_dir(host), "logs", f"{name}.log")
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def processes(self) -> list[psutil.Process]:
+        return run_processes(self.run_id)
+
+    def task_pids(self, task_id_prefix: str) -> list[int]:
+        """Live processes whose TFCLUSTER_TASK_ID starts with e.g. "worker-1#" (any attempt)."""
+        out = []
+        for p in self.processes():
+            try:
+                if p.environ().get("TFCLUSTER_TASK_ID", "").startswith(task_id_prefix):
+                    out.append(p.pid)
+            except psutil.Error:
+                continue
+        return out
+
+    # --- waiting --------------------------------------------------------------------------------
+    def wait_trains(self, task: str, after: float, timeout: float = 150.0, above_local: int = 0) -> measure.Point:
+        """The first progress event of `task` after `after` from a process that stepped."""
+        point: measure.Point = wait_for(lambda: measure.first_step_after(self.points(), after, task, above_local),
+                                        timeout, f"{task} of {self.run_id} to step after t={after:.1f}", interval=0.5)
+        return point
+
+    def wait_moves(self, task: str, after: float, timeout: float = 150.0) -> measure.Point:
+        """The first event of `task` after `after` showing a new step (measure.first_move_after)."""
+        point: measure.Point = wait_for(lambda: measure.first_move_after(self.points(), after, task), timeout,
+                                        f"{task} of {self.run_id} to take a step after t={after:.1f}", interval=0.5)
+        return point
+
+    def wait_all_train(self, timeout: float = 180.0) -> None:
+        for task in ("worker:0", "worker:1"):
+            self.wait_trains(task, 0.0, timeout)
+
+    def global_step(self) -> int:
+        return max((p.global_step for p in self.points()), default=0)
+
+    def assert_time_left(self, margin: int) -> int:
+        """The run must still be far from its last step for the next fault to land mid-run."""
+        step = self.global_step()
+        assert step < self.steps - margin, (f"global step {step} of {self.steps}: the run ends before the next "
+                                            "fault can be measured (raise STEPS)")
+        return step
+
+
+@contextmanager
+def started_run(machines: Machines, tmp: Path, *, label: str, steps: int, training: dict[str, Any] | None = None,
+                roles: list[list[str]] | None = None, mode: str = "between-graph") -> Iterator[FaultRun]:
+    """Start one run in its own state dir; at the end every run recorded there is stopped (while it has
+    processes) and anything of it still alive is killed."""
+    with pytest.MonkeyPatch.context() as mp, isolated_state_dir(tmp, mp, stop="if-running") as state:
+        hosts = machines.hosts_toml(tmp / "hosts.toml", roles=roles or BETWEEN_GRAPH, mode=mode,
+                                    training={**PACED, "steps": steps, **(training or {})})
+        res = cli(state, "start", str(hosts), "--timeout", "150")
+        assert res.returncode == 0, res.stdout + res.stderr
+        yield FaultRun(machines, state, started_run_id(res.stdout), hosts, steps, label)
+
+
+def kill(pid: int, sig: int) -> float:
+    """Send `sig` to `pid` and return the time it was sent."""
+    at = time.time()
+    os.kill(pid, sig)
+    return at

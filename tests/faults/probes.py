@@ -1,0 +1,125 @@
+"""What the between-graph fault stages look at or do besides the run's own CLI: a small filesystem for the
+chief's checkpoints and filling it, the dashboard's agents on the hosts, the latest checkpoint as
+TensorFlow loads it, and ps:0's life as its supervisor recorded it (events/supervisor-m0.jsonl).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from orchestrator.run import records as runs
+from tests.faults.cluster import FaultRun
+from tests.integration.lifecycle_helpers import cli
+
+AS_ROOT = os.geteuid() == 0
+
+
+@contextlib.contextmanager
+def checkpoint_disk(path: Path) -> Iterator[Path]:
+    """A small filesystem of its own for the chief's checkpoints (tmpfs, as root), else a plain dir."""
+    path.mkdir(parents=True)
+    if AS_ROOT:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m,mode=0700", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        if AS_ROOT:
+            subprocess.run(["umount", "-l", str(path)], check=False)
+        else:
+            path.chmod(0o700)
+
+
+def status_of(run: FaultRun, run_id: str) -> tuple[int, dict[str, Any]]:
+    res = cli(run.state, "status", run_id, "--json", timeout=60)
+    assert res.stdout.strip(), res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def dash_once(run: FaultRun) -> tuple[int, dict[str, Any]]:
+    res = cli(run.state, "dash", run.run_id, "--once", "--json", "--interval", "0.5", timeout=90)
+    assert res.stdout.strip(), res.stderr
+    return res.returncode, json.loads(res.stdout)
+
+
+def agents_of(run: FaultRun) -> list[psutil.Process]:
+    dirs = {runs.load(run.run_id).host(h).run_dir for h in ("m0", "m1", "m2")}
+    found = []
+    for p in psutil.process_iter():
+        try:
+            cmd = p.cmdline()
+        except psutil.Error:
+            continue
+        if "training.agent" in cmd and any(d in cmd for d in dirs):
+            found.append(p)
+    return found
+
+
+def latest_checkpoint_step(ckpt: str) -> int | None:
+    """The global step in the latest checkpoint, read by TensorFlow (a torn checkpoint fails here)."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(ckpt)
+    return None if latest is None else int(tf.train.load_checkpoint(latest).get_tensor("global_step"))
+
+
+def checkpoint_dir(run: FaultRun) -> str:
+    return str(runs.load(run.run_id).plan.training.checkpoint_dir)
+
+
+def fill(directory: str) -> Path:
+    """Write a file until the filesystem is full (tmpfs), or make the directory read-only (no root)."""
+    filler = Path(directory, "filler")
+    if not AS_ROOT:
+        Path(directory).chmod(0o500)
+        return filler
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)  # unbuffered: ENOSPC surfaces at each write
+    try:
+        for size in (1 << 16, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    os.write(fd, b"\0" * size)
+    finally:
+        os.close(fd)
+    return filler
+    with filler.open("wb") as f:
+        block = b"\0" * (1 << 16)
+        with contextlib.suppress(OSError):
+            while True:
+                f.write(block)
+                f.flush()
+        with contextlib.suppress(OSError):  # the last bytes
+            while True:
+                f.write(b"\0" * 512)
+                f.flush()
+    return filler
+
+
+def ps_running_again(run: FaultRun, after: float) -> float | None:
+    """When ps:0's supervisor recorded it running again (a new process) after `after`."""
+    path = Path(run.run_dir("m0"), "events", "supervisor-m0.jsonl")
+    for line in path.read_text().splitlines():
+        with contextlib.suppress(ValueError):
+            e = json.loads(line)
+            if e.get("job") == "ps" and e.get("state") == "running" and e.get("t", 0) > after:
+                return float(e["t"])
+    return None
+
+
+def ps_kill_times(run: FaultRun) -> list[float]:
+    """When ps:0 was seen exited by a signal, from its supervisor's own event log."""
+    path = Path(run.run_dir("m0"), "events", "supervisor-m0.jsonl")
+    out = []
+    for line in path.read_text().splitlines():
+        e = json.loads(line)
+        if e.get("job") == "ps" and e.get("state") == "exited" and e.get("signal") == signal.SIGKILL:
+            out.append(float(e["t"]))
+    return out

@@ -1,0 +1,107 @@
+"""Faults of whole hosts in one live between-graph run (ps:0 on m0, worker:0 = the chief on m1, worker:1
+on m2; real sshd on 3 loopback machines, real TensorFlow), in file order: m2's supervisor SIGKILLed
+(and then its orphaned worker), then machine m1 killed whole (its supervisor and its tasks at once);
+then `tfcluster stop` must leave nothing on any host.
+
+A host whose supervisor is gone has nobody to restart or report its tasks: `status` must say `lost` for
+a task whose supervisor and processes are gone and exit 3 (tfcluster/exit_codes.py), never `running`.
+The run cannot finish without its chief, so it ends by `stop` here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+
+from testkit.sshd import Machines
+from tests import requires
+from tests.faults import measure
+from tests.faults.cluster import FaultRun, kill, started_run
+from tests.integration.lifecycle_helpers import cli, wait_for
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+requires.tensorflow()
+
+RUN = "host faults"
+
+
+@pytest.fixture(scope="module")
+def run(sshd_machines: Callable[[int], Machines], tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
+    machines: Machines = sshd_machines(3)
+    with started_run(machines, tmp_path_factory.mktemp("faults-hosts"), label=RUN, steps=10**7) as fr:
+        fr.wait_all_train()
+        yield fr
+
+
+def lost(run: FaultRun, task: str) -> dict[str, Any] | None:
+    code, st = run.status()
+    return {"code": code, "st": st} if run.task(task, st)["state"] == "lost" else None
+
+
+def test_supervisor_sigkill_then_its_task_is_lost(run: FaultRun) -> None:
+    """SIGKILL of m2's supervisor alone: its worker is not in its way (it trains on, orphaned) and
+    `status` says the supervisor is gone; once that worker dies too, nobody restarts it: `status` says
+    `lost` for it and exits 3. The chief trains on meanwhile."""
+    with run.measuring("SIGKILL supervisor of m2, then its orphaned worker:1") as m:
+        st = run.status()[1]
+        sup_pid = run.host("m2", st)["supervisor_pid"]
+        worker_pid = run.task("worker:1", st)["pid"]
+        at = kill(sup_pid, signal.SIGKILL)
+        wait_for(lambda: not run.host("m2", run.status()[1])["supervisor_alive"], 60, "status to see m2's supervisor gone")
+        m["supervisor_gone_seen_s"] = round(time.time() - at, 1)
+        m["tasks_outlive_supervisor"] = psutil.pid_exists(worker_pid)
+        if m["tasks_outlive_supervisor"]:
+            run.wait_trains("worker:1", time.time())  # still training, orphaned
+            worker_at = kill(worker_pid, signal.SIGKILL)
+        else:
+            worker_at = at
+        seen = wait_for(lambda: lost(run, "worker:1"), 60, "status to say worker:1 lost", interval=0.5)
+        m["lost_seen_s"] = round(time.time() - worker_at, 1)
+        m["status_exit"] = seen["code"]
+        assert seen["code"] == 3, seen["st"]
+        assert not run.task_pids("worker-1#"), "worker:1 was started again with no supervisor"
+        run.wait_trains("worker:0", worker_at)  # the chief goes on
+        m["steps_lost"] = measure.steps_lost(run.points(), at)
+        assert m["steps_lost"] <= measure.JITTER
+
+
+def test_whole_machine_killed_its_tasks_are_lost(run: FaultRun) -> None:
+    """Machine m1 dies: its supervisor and every process of the run on it SIGKILLed at once (sshd stays
+    up: the machine is back, empty). `status` says `lost` for its task, and exits 3."""
+    with run.measuring("whole machine m1 killed (supervisor + tasks)") as m:
+        m1_dir = run.run_dir("m1")
+        victims = []
+        for p in run.processes():
+            with contextlib.suppress(psutil.Error):
+                if p.environ().get("TFCLUSTER_RUN_DIR") == m1_dir:
+                    victims.append(p)
+        assert len(victims) >= 2, victims  # the supervisor and the chief at least
+        at = time.time()
+        for p in victims:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        seen = wait_for(lambda: lost(run, "worker:0"), 60, "status to say worker:0 lost", interval=0.5)
+        m["lost_seen_s"] = round(time.time() - at, 1)
+        m["status_exit"] = seen["code"]
+        m["processes_killed"] = len(victims)
+        assert seen["code"] == 3, seen["st"]
+        assert run.task("ps:0", seen["st"])["state"] == "running", seen["st"]
+
+
+def test_stop_leaves_nothing(run: FaultRun) -> None:
+    """`tfcluster stop` on the run with two hosts' tasks lost: what still runs (the PS) is stopped and
+    nothing of the run is left on any host."""
+    with run.measuring("stop after lost hosts") as m:
+        at = time.monotonic()
+        res = cli(run.state, "stop", run.run_id, "--grace", "2")
+        m["stop_exit"] = res.returncode
+        m["stop_s"] = round(time.monotonic() - at, 1)
+        assert res.returncode == 0, res.stdout + res.stderr
+        m["processes_left"] = len(run.processes())
+        assert m["processes_left"] == 0, run.processes()

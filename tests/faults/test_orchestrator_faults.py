@@ -1,0 +1,132 @@
+"""`tfcluster start` SIGKILLed half-way (real sshd on 3 loopback machines, between-graph, real TensorFlow
+tasks once launched), at two moments:
+
+- during prepare (its run record just written, nothing launched): the hosts' launchers wait at the
+  barrier with their stdin open; the orchestrator's death closes it and they exit: nothing runs;
+- during launch (the first supervisor of the run is alive): the hosts that got `go` run on; the run is
+  one `status` and `stop` can handle, and `stop` leaves nothing.
+
+Either way `ls` says `interrupted` (not `starting` forever), and no process of the run is left.
+(The dashboard SIGKILLed is a stage of test_between_graph_faults.py: it needs a live run.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from testkit.sshd import Machines
+from tests import requires
+from tests.faults import measure
+from tests.faults.cluster import BETWEEN_GRAPH, PACED
+from tests.integration.lifecycle_helpers import (
+    REPO,
+    cli,
+    cli_env,
+    isolated_state_dir,
+    run_processes,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.faults]
+requires.tensorflow()
+
+
+@pytest.fixture(scope="module")
+def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
+    return sshd_machines(3)
+
+
+@pytest.fixture
+def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state_dir:
+        yield state_dir
+
+
+def record_of(state: Path, run_id: str) -> dict[str, Any] | None:
+    path = state / "runs" / f"{run_id}.json"
+    try:
+        return json.loads(path.read_text()) if path.exists() else None
+    except ValueError:
+        return None  # being written
+
+
+def shown_status(state: Path, run_id: str) -> str:
+    res = cli(state, "ls")
+    assert res.returncode == 0, res.stdout + res.stderr
+    row = next((line for line in res.stdout.splitlines() if run_id in line), "")
+    assert row, res.stdout
+    return row.split("│")[-2].strip() if "│" in row else row.split()[-1]
+
+
+def supervisors(run_id: str) -> list[psutil.Process]:
+    """The run's supervisors (launched on `go`); the launchers before them carry the run's marker too."""
+    found = []
+    for p in run_processes(run_id):
+        with contextlib.suppress(psutil.Error):
+            if "training.supervisor" in p.cmdline():
+                found.append(p)
+    return found
+
+
+@pytest.mark.parametrize("moment", ["prepare", "launch"])
+def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_path: Path, state: Path,
+                                                     moment: str) -> None:
+    """See the module docstring: `ls` says interrupted; nothing runs (killed in prepare) or the run is
+    stopped by `stop` with nothing left (killed in launch); `status` answers (JSON, no traceback)."""
+    run_id = f"killed-in-{moment}"
+    with measure.measuring(f"SIGKILL tfcluster start during {moment}", "start killed") as m:
+        hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=BETWEEN_GRAPH, training={**PACED, "steps": 10**6})
+        start = subprocess.Popen([sys.executable, "-m", "tfcluster", "start", str(hosts), "--run", run_id],
+                                 env=cli_env(state), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+        try:
+            if moment == "prepare":
+                wait_for(lambda: record_of(state, run_id), 60, "start to write its run record", interval=0.02)
+            else:
+                wait_for(lambda: supervisors(run_id), 90, "a first supervisor of the run", interval=0.05)
+            at = time.time()
+            os.kill(start.pid, signal.SIGKILL)
+            start.wait(10)
+        finally:
+            if start.poll() is None:
+                start.kill()
+                start.wait(10)
+            assert start.stderr is not None
+            start.stderr.close()
+        rec = record_of(state, run_id)
+        assert rec is not None and rec["status"] == "starting", rec  # the record as the killed start left it
+        m["killed_after"] = moment
+        m["hosts_marked_started"] = sum(1 for h in rec["hosts"] if h.get("started"))
+        assert shown_status(state, run_id) == "interrupted"
+        if moment == "prepare":
+            # Nothing was launched: the launchers at the barrier see their stdin close and exit.
+            assert m["hosts_marked_started"] == 0
+            wait_for(lambda: not run_processes(run_id), 30, "the barrier's launchers to exit")
+            m["processes_left_before_stop"] = 0
+            m["recover_s"] = round(time.time() - at, 1)
+        else:
+            assert m["hosts_marked_started"] == 3, rec
+            m["processes_left_before_stop"] = len(run_processes(run_id))
+        res = cli(state, "status", run_id, "--json", timeout=60)
+        m["status_exit"] = res.returncode
+        assert res.stdout.strip() and "Traceback" not in res.stderr, res.stderr
+        json.loads(res.stdout)
+        res = cli(state, "stop", run_id, "--grace", "2")
+        m["stop_exit"] = res.returncode
+        assert res.returncode == 0, res.stdout + res.stderr
+        if moment == "launch":
+            m["recover_s"] = round(time.time() - at, 1)  # killed start -> stopped, verified
+        m["processes_left"] = len(run_processes(run_id))
+        assert m["processes_left"] == 0, run_processes(run_id)
