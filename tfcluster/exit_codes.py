@@ -1,6 +1,7 @@
 """What tfcluster's exit code tells a script (the README's "Exit codes" table says the same):
 
-0  everything asked for holds (the run started / is running or finished / every host is ready)
+0  everything asked for holds (the run started / is running or finished / every host is ready); a
+   stalled task (alive, not stepping: SIGSTOPped, waiting) is alive: 0, and `dash --once --json` names it
 1  a task or the run failed, a host is not ready, or a stop left something running
 2  bad input: hosts.toml, a command-line option, an unknown run (one line on stderr)
 3  a host could not be reached, or a task was lost (its supervisor and its processes are gone):

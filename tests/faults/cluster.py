@@ -49,6 +49,7 @@ class FaultRun:
     steps: int
     label: str
     started_at: float = field(default_factory=time.time)
+    marks: dict[str, float] = field(default_factory=dict)  # when a stage's fault happened, for later stages
 
     # --- the CLI --------------------------------------------------------------------------------
     def status(self) -> tuple[int, dict[str, Any]]:

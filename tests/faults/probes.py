@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,17 +89,6 @@ def fill(directory: str) -> Path:
     finally:
         os.close(fd)
     return filler
-    with filler.open("wb") as f:
-        block = b"\0" * (1 << 16)
-        with contextlib.suppress(OSError):
-            while True:
-                f.write(block)
-                f.flush()
-        with contextlib.suppress(OSError):  # the last bytes
-            while True:
-                f.write(b"\0" * 512)
-                f.flush()
-    return filler
 
 
 def ps_running_again(run: FaultRun, after: float) -> float | None:
@@ -112,14 +100,3 @@ def ps_running_again(run: FaultRun, after: float) -> float | None:
             if e.get("job") == "ps" and e.get("state") == "running" and e.get("t", 0) > after:
                 return float(e["t"])
     return None
-
-
-def ps_kill_times(run: FaultRun) -> list[float]:
-    """When ps:0 was seen exited by a signal, from its supervisor's own event log."""
-    path = Path(run.run_dir("m0"), "events", "supervisor-m0.jsonl")
-    out = []
-    for line in path.read_text().splitlines():
-        e = json.loads(line)
-        if e.get("job") == "ps" and e.get("state") == "exited" and e.get("signal") == signal.SIGKILL:
-            out.append(float(e["t"]))
-    return out

@@ -42,7 +42,6 @@ from tests.faults.probes import (
     dash_once,
     fill,
     latest_checkpoint_step,
-    ps_kill_times,
     ps_running_again,
     status_of,
 )
@@ -52,7 +51,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()
 
 RUN = "between-graph"
-STEPS = 5000  # paced trainers: ~35-100 global steps/s here; the stages take ~1.5-2 min
+STEPS = 4500  # paced trainers: ~35-100 global steps/s here; the stages take ~1.5-2 min
 CHECKPOINT_EVERY = 300
 
 
@@ -72,7 +71,7 @@ def test_worker_sigkill_is_restarted_and_loses_nothing(run: FaultRun) -> None:
     """SIGKILL of worker:1 (not the chief): its supervisor starts it again, it rejoins at the PS's global
     step (no step lost, the chief never stopped), and no other task restarts."""
     with run.measuring("SIGKILL worker:1") as m:
-        run.assert_time_left(3500)
+        run.assert_time_left(3000)
         before = run.restarts()
         at = kill(run.task("worker:1")["pid"], signal.SIGKILL)
         back = run.wait_trains("worker:1", at)
@@ -89,7 +88,7 @@ def test_second_run_on_the_same_ports_does_not_touch_the_first(run: FaultRun, tm
     or it fails by itself, saying why (the port, or its task's bind failure); the first run loses nothing (no restart, its PS the same
     process, its global step moving on)."""
     with run.measuring("second run, same hosts and ports") as m:
-        run.assert_time_left(3000)
+        run.assert_time_left(2600)
         before = run.status()[1]
         ps_pid = run.task("ps:0", before)["pid"]
         at = time.time()
@@ -129,7 +128,7 @@ def test_worker_sigstop_is_stalled_then_resumes(run: FaultRun) -> None:
     stalled task is alive, exit_codes.py), nothing restarts it; SIGCONT and it steps again, from where
     it was (same process), and the chief never stopped."""
     with run.measuring("SIGSTOP worker:1, then SIGCONT") as m:
-        run.assert_time_left(2500)
+        run.assert_time_left(2300)
         pid = run.task("worker:1")["pid"]
         before = run.restarts()
         at = kill(pid, signal.SIGSTOP)
@@ -159,7 +158,7 @@ def test_sshd_stopped_and_started_again(run: FaultRun) -> None:
     `unreachable` and exits 3; afterwards it recovers (exit 0). The detached supervisor and worker:1
     never noticed: worker:1 stepped throughout and was not restarted."""
     with run.measuring("sshd of m2 stopped, then started") as m:
-        run.assert_time_left(2200)
+        run.assert_time_left(2000)
         before = run.restarts()
         at = time.time()
         run.machines.stop(2)
@@ -188,7 +187,7 @@ def test_dashboard_sigkill_leaves_the_run_untouched(run: FaultRun) -> None:
     """The live dashboard (in a terminal) SIGKILLed while its agents stream: the agents it started on the
     hosts end by themselves (their SSH sessions closed), and the run goes on untouched."""
     with run.measuring("SIGKILL tfcluster dash") as m:
-        run.assert_time_left(2000)
+        run.assert_time_left(1800)
         before = run.restarts()
         master, slave = pty.openpty()
         env = {**cli_env(run.state), "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "48"}
@@ -218,7 +217,7 @@ def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
     """SIGKILL of the chief (worker:0): the new chief finds the PS still holding its variables and joins
     them as they are: the global step never goes back (issue 14 #2); worker:1 never stopped."""
     with run.measuring("SIGKILL chief (worker:0)") as m:
-        run.assert_time_left(1800)
+        run.assert_time_left(1500)
         at = kill(run.task("worker:0")["pid"], signal.SIGKILL)
         back = run.wait_trains("worker:0", at)
         points = run.points()
@@ -229,12 +228,12 @@ def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
 
 
 def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run: FaultRun) -> None:
-    """The chief's checkpoint filesystem fills up: the chief fails with a clear error (its log and
-    `status` say no space is left), the last checkpoint still loads, and once space is freed the chief's
+    """The chief's checkpoint filesystem fills up: the chief fails with a clear error (its log says no
+    space is left on the device; `status` counts its restart), the last checkpoint still loads, and once space is freed the chief's
     restart trains on from the PS's global step (nothing lost)."""
     how = "tmpfs filled" if AS_ROOT else "read-only dir (no root for a tmpfs)"
     with run.measuring(f"chief's checkpoint disk full ({how})") as m:
-        run.assert_time_left(1500)
+        run.assert_time_left(1200)
         ckpt = checkpoint_dir(run)
         wait_for(lambda: latest_checkpoint_step(ckpt), 60, "a first checkpoint")
         before_restarts = run.restarts()["worker:0"]
@@ -245,7 +244,8 @@ def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run
                 t = run.task("worker:0")
                 return t if t["restarts"] > before_restarts else None
 
-            wait_for(failed, 120, "the chief to fail on the full disk", interval=1.0)
+            task = wait_for(failed, 120, "the chief to fail on the full disk", interval=1.0)
+            m["status_said"] = f"{task['state']}, restarts {task['restarts']}, error {task['error']}"
             m["error_seen_s"] = round(time.time() - at, 1)
             log = run.log_text("m1", "worker-0")
             error = "No space left on device" if AS_ROOT else "Permission denied"
@@ -270,11 +270,11 @@ def test_ps_sigkill_rolls_back_at_most_to_the_last_checkpoint(run: FaultRun) -> 
     into it and both workers resume from there: the global step goes back, but never below the last
     checkpoint written before the fault."""
     with run.measuring("SIGKILL ps:0") as m:
-        run.assert_time_left(800)
+        run.assert_time_left(300)
         ckpt = checkpoint_dir(run)
         saved = latest_checkpoint_step(ckpt)
         assert saved is not None
-        at = kill(run.task("ps:0")["pid"], signal.SIGKILL)
+        at = run.marks["ps:0 SIGKILL"] = kill(run.task("ps:0")["pid"], signal.SIGKILL)
         ps_back = wait_for(lambda: ps_running_again(run, at), 120, "ps:0 started again by its supervisor")
         # Recovered: both workers stepped again in the new PS's lifetime.
         back = [run.wait_moves(task, ps_back) for task in ("worker:0", "worker:1")]
@@ -303,9 +303,9 @@ def test_run_finishes_with_nothing_left(run: FaultRun) -> None:
         m["processes_left"] = len(run.processes())
         m["run_s"] = round(time.time() - run.started_at, 1)
         m["global_step"] = run.global_step()
-        ps_fault = ps_kill_times(run)
+        ps_fault = run.marks.get("ps:0 SIGKILL")
         went_back = measure.drops(run.points())
         m["went_back"] = sorted({(task, high, min(low for _t, k, h, low in went_back if (k, h) == (task, high)))
                                  for _t, task, high, _low in went_back})
-        assert ps_fault and all(t > ps_fault[0] for t, *_ in went_back), (ps_fault, went_back)
+        assert ps_fault is not None and all(t > ps_fault for t, *_ in went_back), (ps_fault, went_back)
 

@@ -102,6 +102,8 @@ def test_stop_leaves_nothing(run: FaultRun) -> None:
         res = cli(run.state, "stop", run.run_id, "--grace", "2")
         m["stop_exit"] = res.returncode
         m["stop_s"] = round(time.monotonic() - at, 1)
+        m["stop_said"] = [" ".join(line.replace("│", " ").split()) for line in res.stdout.splitlines()
+                          if line.startswith("│")]
         assert res.returncode == 0, res.stdout + res.stderr
         m["processes_left"] = len(run.processes())
         assert m["processes_left"] == 0, run.processes()
