@@ -13,6 +13,7 @@ through its stages without burning both cores.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ import pytest
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests.faults import measure
+from tests.faults.netns import NetworkCut
 from tests.integration.lifecycle_helpers import (
     cli,
     isolated_state_dir,
@@ -49,7 +51,8 @@ class FaultRun:
     steps: int
     label: str
     started_at: float = field(default_factory=time.time)
-    marks: dict[str, float] = field(default_factory=dict)  # when a stage's fault happened, for later stages
+    marks: dict[str, float] = field(default_factory=dict)
+    net: NetworkCut | None = None  # m2 behind a veth pair the test can cut (root only)  # when a stage's fault happened, for later stages
 
     # --- the CLI --------------------------------------------------------------------------------
     def status(self) -> tuple[int, dict[str, Any]]:
@@ -139,7 +142,20 @@ def started_run(machines: Machines, tmp: Path, *, label: str, steps: int, traini
                                     training={**PACED, "steps": steps, **(training or {})})
         res = cli(state, "start", str(hosts), "--timeout", "150")
         assert res.returncode == 0, res.stdout + res.stderr
-        yield FaultRun(machines, state, started_run_id(res.stdout), hosts, steps, label)
+        run = FaultRun(machines, state, started_run_id(res.stdout), hosts, steps, label)
+        try:
+            yield run
+        finally:
+            keep_evidence(run, tmp / "kept")
+
+
+def keep_evidence(run: FaultRun, into: Path) -> None:
+    """Each host's logs and events copied next to the test's files (a machine's own dir goes with it)."""
+    for host in runs.load(run.run_id).hosts:
+        for part in ("logs", "events"):
+            source = Path(host.run_dir or "-", part)
+            if source.is_dir():
+                shutil.copytree(source, into / host.name / part, dirs_exist_ok=True)
 
 
 def kill(pid: int, sig: int) -> float:
