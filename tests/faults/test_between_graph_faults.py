@@ -1,8 +1,8 @@
 """Faults inside one live between-graph run (ps:0 on m0, worker:0 = the chief on m1, worker:1 on m2; real
 sshd on 3 loopback machines, real TensorFlow, the built-in `mlp`), one stage per test, in file order:
 a worker SIGKILLed, a second run on the same ports, a worker SIGSTOPped past the liveness window, m2's
-sshd stopped and started, m2's network cut and restored (root only: a network namespace), the dashboard
-SIGKILLed, the chief SIGKILLed, the chief's checkpoint disk
+sshd stopped and started, the dashboard SIGKILLed, m2's network cut and restored (root only: a network
+namespace), the chief SIGKILLed, the chief's checkpoint disk
 full, the PS SIGKILLed; then the run must finish by itself with nothing left running.
 
 What holds across the whole run (checked by the last test): the global step never goes back except
@@ -53,7 +53,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()
 
 RUN = "between-graph"
-STEPS = 6000  # paced trainers: ~35-100 global steps/s here; the stages take ~2-3 min
+STEPS = 5000  # paced trainers: 15-100 global steps/s here (load!); the PS fault lands at 3000-4400
 CHECKPOINT_EVERY = 300
 
 
@@ -76,7 +76,7 @@ def test_worker_sigkill_is_restarted_and_loses_nothing(run: FaultRun) -> None:
     """SIGKILL of worker:1 (not the chief): its supervisor starts it again, it rejoins at the PS's global
     step (no step lost, the chief never stopped), and no other task restarts."""
     with run.measuring("SIGKILL worker:1") as m:
-        run.assert_time_left(4200)
+        run.assert_time_left(1000)
         before = run.restarts()
         at = kill(run.task("worker:1")["pid"], signal.SIGKILL)
         back = run.wait_trains("worker:1", at)
@@ -93,7 +93,7 @@ def test_second_run_on_the_same_ports_does_not_touch_the_first(run: FaultRun, tm
     or it fails by itself, saying why (the port, or its task's bind failure); the first run loses nothing (no restart, its PS the same
     process, its global step moving on)."""
     with run.measuring("second run, same hosts and ports") as m:
-        run.assert_time_left(3800)
+        run.assert_time_left(1000)
         before = run.status()[1]
         ps_pid = run.task("ps:0", before)["pid"]
         at = time.time()
@@ -134,7 +134,7 @@ def test_worker_sigstop_is_stalled_then_resumes(run: FaultRun) -> None:
     on (20 steps more) from where it was (same process), and the chief never stopped. recover_s: SIGCONT
     to its 20th step."""
     with run.measuring("SIGSTOP worker:1, then SIGCONT") as m:
-        run.assert_time_left(3400)
+        run.assert_time_left(1000)
         pid = run.task("worker:1")["pid"]
         before = run.restarts()
         at = kill(pid, signal.SIGSTOP)
@@ -168,7 +168,7 @@ def test_sshd_stopped_and_started_again(run: FaultRun) -> None:
     `unreachable` and exits 3; afterwards it recovers (exit 0). The detached supervisor and worker:1
     never noticed: worker:1 stepped throughout and was not restarted."""
     with run.measuring("sshd of m2 stopped, then started") as m:
-        run.assert_time_left(3000)
+        run.assert_time_left(1000)
         before = run.restarts()
         at = time.time()
         run.machines.stop(2)
@@ -193,6 +193,38 @@ def test_sshd_stopped_and_started_again(run: FaultRun) -> None:
         assert run.restarts() == before
 
 
+def test_dashboard_sigkill_leaves_the_run_untouched(run: FaultRun) -> None:
+    """The live dashboard (in a terminal) SIGKILLed while its agents stream: the agents it started on the
+    hosts end by themselves (their SSH sessions closed), and the run goes on untouched."""
+    with run.measuring("SIGKILL tfcluster dash") as m:
+        run.assert_time_left(1000)
+        before = run.restarts()
+        master, slave = pty.openpty()
+        env = {**cli_env(run.state), "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "48"}
+        launched = time.monotonic()
+        dash = subprocess.Popen([sys.executable, "-m", "tfcluster", "dash", run.run_id], stdin=slave, stdout=slave,
+                                stderr=slave, env=env, cwd=REPO, start_new_session=True)
+        os.close(slave)
+        try:
+            agents = wait_for(lambda: len(agents_of(run)) == 3 and agents_of(run), 90, "the dashboard's 3 agents")
+            m["agents_up_s"] = round(time.monotonic() - launched, 1)
+            at = kill(dash.pid, signal.SIGKILL)
+            dash.wait(10)
+            gone = psutil.wait_procs(agents, timeout=60)[1]
+            m["agents_left"] = len(gone)
+            m["agents_gone_s"] = round(time.time() - at, 1)
+            assert not gone, gone
+        finally:
+            if dash.poll() is None:
+                dash.kill()
+                dash.wait(10)
+            os.close(master)
+        run.wait_trains("worker:1", time.time())
+        m["steps_lost"] = measure.steps_lost(run.points(), at)
+        assert m["steps_lost"] <= measure.JITTER
+        assert run.restarts() == before
+
+
 def test_network_cut_of_one_host_then_restored(run: FaultRun) -> None:
     """m2's network cut as a pulled cable does (its veth link down: no reset, packets just stop), then
     restored: while cut, `status` says m2's task is `unreachable` and exits 3 and the chief trains on;
@@ -203,7 +235,7 @@ def test_network_cut_of_one_host_then_restored(run: FaultRun) -> None:
         pytest.skip(f"no network namespace: {netns.unavailable()}")
     net = run.net
     with run.measuring("network of m2 cut (veth down), then restored") as m:
-        run.assert_time_left(2700)
+        run.assert_time_left(1000)
         at = time.time()
         net.cut()
         try:
@@ -230,41 +262,11 @@ def test_network_cut_of_one_host_then_restored(run: FaultRun) -> None:
         assert m["steps_lost"] <= measure.JITTER
 
 
-def test_dashboard_sigkill_leaves_the_run_untouched(run: FaultRun) -> None:
-    """The live dashboard (in a terminal) SIGKILLed while its agents stream: the agents it started on the
-    hosts end by themselves (their SSH sessions closed), and the run goes on untouched."""
-    with run.measuring("SIGKILL tfcluster dash") as m:
-        run.assert_time_left(2300)
-        before = run.restarts()
-        master, slave = pty.openpty()
-        env = {**cli_env(run.state), "TERM": "xterm-256color", "COLUMNS": "160", "LINES": "48"}
-        dash = subprocess.Popen([sys.executable, "-m", "tfcluster", "dash", run.run_id], stdin=slave, stdout=slave,
-                                stderr=slave, env=env, cwd=REPO, start_new_session=True)
-        os.close(slave)
-        try:
-            agents = wait_for(lambda: len(agents_of(run)) == 3 and agents_of(run), 60, "the dashboard's 3 agents")
-            at = kill(dash.pid, signal.SIGKILL)
-            dash.wait(10)
-            gone = psutil.wait_procs(agents, timeout=60)[1]
-            m["agents_left"] = len(gone)
-            m["agents_gone_s"] = round(time.time() - at, 1)
-            assert not gone, gone
-        finally:
-            if dash.poll() is None:
-                dash.kill()
-                dash.wait(10)
-            os.close(master)
-        run.wait_trains("worker:1", time.time())
-        m["steps_lost"] = measure.steps_lost(run.points(), at)
-        assert m["steps_lost"] <= measure.JITTER
-        assert run.restarts() == before
-
-
 def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
     """SIGKILL of the chief (worker:0): the new chief finds the PS still holding its variables and joins
     them as they are: the global step never goes back (issue 14 #2); worker:1 never stopped."""
     with run.measuring("SIGKILL chief (worker:0)") as m:
-        run.assert_time_left(2000)
+        run.assert_time_left(1000)
         at = kill(run.task("worker:0")["pid"], signal.SIGKILL)
         back = run.wait_trains("worker:0", at)
         points = run.points()
@@ -280,7 +282,7 @@ def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run
     restart trains on from the PS's global step (nothing lost)."""
     how = "tmpfs filled" if AS_ROOT else "read-only dir (no root for a tmpfs)"
     with run.measuring(f"chief's checkpoint disk full ({how})") as m:
-        run.assert_time_left(1700)
+        run.assert_time_left(1000)
         ckpt = checkpoint_dir(run)
         wait_for(lambda: latest_checkpoint_step(ckpt), 60, "a first checkpoint")
         before_restarts = run.restarts()["worker:0"]
