@@ -7,7 +7,8 @@ their environment marker (tests/integration/lifecycle_helpers.run_processes), pi
 Every fault of one run is a stage of one test module (pytest runs them in file order): starting a
 TensorFlow cluster costs ~20 s of a 2-core machine, so faults whose effects are separable share it.
 The trainers are paced (`slowdown`: each sleeps a few times its own step time) so that a run lasts
-through its stages without burning both cores.
+through its stages without burning both cores. When the run ends, each host's logs and events are
+copied next to the test's files (`kept/<host>/`): a machine's own directory goes when it is closed.
 """
 
 from __future__ import annotations
