@@ -53,7 +53,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()
 
 RUN = "between-graph"
-STEPS = 6000  # paced trainers: 15-100 global steps/s here (load!); the PS fault lands at 3000-4400
+STEPS = 5500  # paced trainers: 15-100 global steps/s here (load!); the PS fault lands at 3000-4900
 CHECKPOINT_EVERY = 300
 
 
@@ -297,11 +297,12 @@ def test_network_cut_of_one_host_then_restored(run: FaultRun) -> None:
             assert code == 3, st
             assert run.task("worker:1", st)["state"] == "unreachable", st
             assert run.task("worker:0", st)["state"] == "running", st
-            # The cut lasts until the chief took 300 global steps more (a condition, not a fixed wait),
-            # long past TCP's first retransmissions.
+            # The cut lasts until the chief took 100 global steps more (a condition, not a fixed wait):
+            # past TCP's first retransmissions. (A 26 s cut left worker:1 stuck ~85 s after the restore,
+            # TensorFlow's gRPC channels backing off their reconnects: benchmarks/results/faults.md.)
             cut_step = measure.step_before(run.points(), at)
-            wait_for(lambda: any(p.task == "worker:0" and p.t > at and p.global_step >= cut_step + 300
-                                 for p in run.points()), 90, "the chief to take 300 steps during the cut")
+            wait_for(lambda: any(p.task == "worker:0" and p.t > at and p.global_step >= cut_step + 100
+                                 for p in run.points()), 90, "the chief to take 100 steps during the cut")
         finally:
             back_at = time.time()
             net.restore()
