@@ -299,7 +299,7 @@ def test_network_cut_of_one_host_then_restored(run: FaultRun) -> None:
             assert run.task("worker:0", st)["state"] == "running", st
             # The cut lasts until the chief took 100 global steps more (a condition, not a fixed wait):
             # past TCP's first retransmissions. (A 26 s cut left worker:1 stuck ~85 s after the restore,
-            # TensorFlow's gRPC channels backing off their reconnects: benchmarks/results/faults.md.)
+            # probably TensorFlow's gRPC channels backing off their reconnects: results commit 2694197.)
             cut_step = measure.step_before(run.points(), at)
             wait_for(lambda: any(p.task == "worker:0" and p.t > at and p.global_step >= cut_step + 100
                                  for p in run.points()), 90, "the chief to take 100 steps during the cut")
