@@ -77,6 +77,7 @@ class NetnsMachines(Machines):
     """Machines on given addresses; those listed in `netns` run their sshd inside that namespace."""
 
     def __init__(self, root: Path, addresses: list[str], netns: dict[int, str]) -> None:
+        # Built on loopback addresses (which only pick the sshd port), then moved to the given ones.
         super().__init__(len(addresses), root, sshd._user_key(), first_address=250 - len(addresses), owns_root=True)
         self.addresses = list(addresses)
         self.netns = netns
