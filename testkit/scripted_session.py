@@ -1,7 +1,8 @@
 """The start conversation of a scripted host (testkit/scripted_transport.py): what training/launcher.py
 and the supervisor's `--detach` launcher say over the one command a host's start is, in memory.
 
-Frames in (`head`, `run`, and after `@have`: `manifest`, `bundle`), then `go <s>` or `abort`; lines out
+Frames in (`head`, `run`, and after `@have`: `manifest`, `bundle`), then maybe `run`/`env` frames and
+`go <s>` or `abort`; lines out
 (`@have`, `@prepared <run dir>`, `PID <pid>`, state JSON lines, `ALIVE`), each ready one round trip plus
 the step's remote cost after what it answers. Faults (ScriptedHost.fail) at "prepare", "ship" and
 "launch": `exit` ends the command with that code and stderr instead of the step, `lost` breaks the
@@ -105,6 +106,15 @@ class ScriptedSession:
             if newline < 0:
                 return False
             word = bytes(self._in[:newline]).decode().split(" ")[0]
+            if word in ("run", "env"):  # frames before `go` (re-planned run.json, forwarded variables)
+                got = self._frame()
+                if got is None:
+                    return False
+                if word == "run":
+                    self._h.write_run_file(self._root, got[1])
+                else:
+                    self._h.forwarded_env = json.loads(got[1])
+                return True
             del self._in[: newline + 1]
             self._launch() if word == "go" else self._end(ABORTED)
             return True
@@ -161,8 +171,24 @@ class ScriptedSession:
         if fault is not None:
             self._fault(fault, step)
             return
+        if "ports" in self._head:  # the port check (training/port_probe.py), against the host's busy_ports
+            self._emit("@ports " + json.dumps(self._ports()), step)
         self._emit(f"@prepared {self._root}", step)
         self._stage = "barrier"
+
+    def _ports(self) -> dict[str, list[object]]:
+        busy = self._h.busy_ports
+        wanted = self._head["ports"]
+        assert isinstance(wanted, list)
+        taken: list[object] = [[label, port, "scripted: in use"] for label, _address, port in wanted if port in busy]
+        start, count = int(str(self._head.get("free_from", 0))), int(str(self._head.get("free_count", 0)))
+        free: list[object] = []
+        port = start
+        while len(free) < count:
+            if port not in busy:
+                free.append(port)
+            port += 1
+        return {"taken": taken, "free": free}
 
     def _launch(self) -> None:
         h = self._h

@@ -53,6 +53,10 @@ def start(
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Keep the hosts that started when others fail.")
     ] = False,
+    auto_ports: Annotated[
+        bool, typer.Option("--auto-ports", help="When a planned port is in use on a host (another run?), pick free "
+                           "ones instead of refusing (exit 2).")
+    ] = False,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds until every task must be running.")] = 120.0,
     dash: Annotated[bool, typer.Option("--dash", help="Open the live dashboard once the run is up.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Then follow the run until it ends; exit 0 only if it "
@@ -62,7 +66,7 @@ def start(
     if wait and dash:
         raise UsageError("start: --wait and --dash both follow the run; choose one")
     plan = load_plan(hosts_file, mode)
-    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run)
+    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run, auto_ports=auto_ports)
     with StartProgress(err, len(plan.hosts)) as progress:
         result = launch.start(plan, str(hosts_file), options, progress=progress.report)
     record = result.record
