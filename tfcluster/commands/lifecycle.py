@@ -137,7 +137,7 @@ def stop(
         if r is None:
             table.add_row(h.name, "nothing started", "-", "-")
         elif r.error:
-            table.add_row(h.name, f"[red]unreachable[/]: {escape(r.error)}", "-", "?")
+            table.add_row(h.name, f"[red]not stopped[/]: {escape(r.error)}", "-", "?")  # the error says why
         else:
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
