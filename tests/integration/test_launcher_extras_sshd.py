@@ -117,12 +117,19 @@ def test_a_second_start_on_taken_ports_is_refused_and_auto_ports_runs_beside_the
     assert [(t["restarts"], t["pid"]) for t in st["tasks"]] == [(0, t["pid"]) for t in st_before["tasks"]]
     assert all(not t["final"] and t["state"] in ("running", "stalled") for t in st["tasks"]), st["tasks"]
 
+    check = cli(state_dir, "check", str(hosts), "--json")  # check's probe tries the same ports, the same way
+    assert check.returncode != 0
+    control = {h["name"]: h["control_port"] for h in _record(state_dir, run_a)["plan"]["hosts"]}
+    rows = {row["host"]: row for row in json.loads(check.stdout)["hosts"]}
+    assert all(rows[name]["ports"][str(port)] is not None for name, port in control.items()), rows
+    assert any(f"port {control['m0']} (this host's supervisor) is not free" in p for p in rows["m0"]["problems"])
+
     third = cli(state_dir, "start", "--auto-ports", str(hosts))
     assert third.returncode == 0, third.stderr
     run_c = started_run_id(third.stdout)
     assert not _ports(_record(state_dir, run_a)) & _ports(_record(state_dir, run_c))
     _, st_c = status_json(state_dir, run_c)
-    assert all(t["state"] == "running" for t in st_c["tasks"]), st_c["tasks"]
+    assert all(not t["final"] and t["state"] in ("running", "stalled") for t in st_c["tasks"]), st_c["tasks"]
 
     release.touch()  # both runs' workers finish; the success policy then ends each run's ps
     for run_id in (run_a, run_c):

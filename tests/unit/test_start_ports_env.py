@@ -178,3 +178,24 @@ def test_forward_env_goes_with_go_and_into_no_local_file(tmp_path: Path, state_d
     monkeypatch.delenv("UNIT_FORWARDED_TOKEN")
     with pytest.raises(ConfigError, match=r"training.forward_env: UNIT_FORWARDED_TOKEN is not set in your environment"):
         _start(cluster, plan, tmp_path)
+
+
+def test_auto_ports_in_a_sharded_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hosts spread over worker processes (transport.shards): the taken ports and free offers travel up
+    with each host's outcome, the parent re-plans, and the new run files go down with `go`."""
+    from orchestrator.transport import shards
+
+    monkeypatch.setenv(shards.HOSTS_PER_PROCESS_ENV, "2")
+    monkeypatch.setattr(shards, "usable_cores", lambda: 2)
+    plan = tiny_plan([("ps",), *[("worker",)] * 5], transport="ssh", training={"command": "sleep 60"})
+    cluster = ScriptedCluster()
+    busy = {plan.task("worker", 2).port}
+    for i in range(6):
+        cluster.host(f"m{i}").busy_ports |= busy
+    with pytest.raises(PortsTaken, match=rf"port {next(iter(busy))} \(worker:2\)"):
+        _start(cluster, plan, tmp_path)
+    result = _start(cluster, plan, tmp_path, auto_ports=True)
+    assert all(o.ok for o in result.outcomes.values())
+    new = runs.load(result.record.run_id).plan
+    ports = [t.port for t in new.tasks] + [h.control_port for h in new.hosts]
+    assert len(set(ports)) == len(ports) and not busy & set(ports)
