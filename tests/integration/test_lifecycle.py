@@ -98,6 +98,9 @@ def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path:
     again = launch.start(plan, str(hosts), launch.StartOptions(timeout=60))
     assert all(o.ok and o.uploaded == 0 and o.shipped > 10 for o in again.outcomes.values())
     (tmp_path / "task.py").write_text(TASK_PY + "# changed\n")  # (release exists: these runs end at once)
+    # Its supervisors hold their control ports until they exit: a start on the same ports before that is
+    # refused (orchestrator/run/port_check.py).
+    wait_for(lambda: not run_processes(again.record.run_id), 60, "the second run to end")
     third = launch.start(plan, str(hosts), launch.StartOptions(timeout=60))
     assert all(o.uploaded == 1 for o in third.outcomes.values())
     for rec in (again.record, third.record):

@@ -137,7 +137,9 @@ def stop(
         if r is None:
             table.add_row(h.name, "nothing started", "-", "-")
         elif r.error:
-            table.add_row(h.name, f"[red]not stopped[/]: {escape(r.error)}", "-", "?")  # the error says why
+            # "unreachable" only when the connection failed; a command that failed there is not that
+            what = "unreachable" if r.reason in ("refused", "timeout", "unreachable", "lost") else "not stopped"
+            table.add_row(h.name, f"[red]{what}[/]: {escape(r.error)}", "-", "?")
         else:
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
