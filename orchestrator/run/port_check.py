@@ -59,12 +59,18 @@ def refusal(taken: Mapping[str, list[tuple[str, int, str]]]) -> PortsTaken:
 
 
 def replan(plan: ClusterPlan, offers: Mapping[str, list[int]]) -> ClusterPlan:
-    """The plan with every port taken from its host's offer, unique across the cluster."""
+    """The plan with every port taken from its host's offer, unique across the cluster; a host without an
+    offer (it failed to prepare, and the start goes on without it) keeps its ports."""
     used: set[int] = set()
     task_ports: dict[str, int] = {}
     control_ports: dict[str, int] = {}
+    kept = [h for h in plan.hosts if h.name not in offers]  # not prepared (--allow-partial): not launched
+    used.update(t.port for h in kept for t in plan.tasks_on(h.name))
+    used.update(h.control_port for h in kept)
     for h in plan.hosts:
-        free = iter(p for p in offers.get(h.name, []) if p not in used)
+        if h.name not in offers:
+            continue
+        free = iter(p for p in offers[h.name] if p not in used)
         names = [t.name for t in plan.tasks_on(h.name)] + (["@control"] if h.control_port else [])
         for name in names:
             port = next(free, None)

@@ -147,6 +147,9 @@ def test_replan_derives_every_copy_of_a_port_again() -> None:
     assert ports_to_try(new)["m1"] == [["worker:0", "", 40002], ["supervisor", "127.0.0.3", 40003]]
     with pytest.raises(PortsTaken, match="host m1: not enough free ports"):
         replan(plan, {"m0": offer, "m1": [], "m2": offer})
+    partial = replan(plan, {"m0": [plan.host("m1").control_port, *offer], "m2": offer})  # m1 not prepared
+    assert partial.task("worker", 0).port == plan.task("worker", 0).port  # m1 keeps its ports, and no other host takes them
+    assert plan.host("m1").control_port not in {partial.host("m0").control_port, partial.task("ps", 0).port}
 
 
 def test_the_launcher_barrier_takes_a_new_run_file_and_forwarded_variables(
