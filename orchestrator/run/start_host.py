@@ -2,8 +2,10 @@
 
 Phase 1, `prepare()`: open the command, send the header and run.json; a host without this exact code
 tree answers `@have <hashes>` and gets the manifest and the missing files as one tar; the host says
-`@prepared <run dir>`, and its command then waits at the barrier with its stdin open.
-Phase 2, `launch()`: `go <seconds>`; the host execs the supervisor's launcher (training/supervisor/
+`@prepared <run dir>` (after `@ports ...`: which of the plan's ports are taken there, and free ones for
+`--auto-ports`: orchestrator.run.port_check), and its command then waits at the barrier with its stdin open.
+Phase 2, `launch()`: `go <seconds>` (after a `run` frame when the ports were re-planned, and an `env` frame
+with the `forward_env` values, which no file ever holds); the host execs the supervisor's launcher (training/supervisor/
 detach.py), which says `PID <pid>`, relays each state change the supervisor pushes until every task
 runs, then the final state files and `ALIVE`. Readiness is pushed over this same command: no polling.
 `release()`: no `go` (another host failed, or Ctrl-C): the host's command ends and nothing starts there.
