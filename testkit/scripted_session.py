@@ -184,7 +184,7 @@ class ScriptedSession:
         start, count = int(str(self._head.get("free_from", 0))), int(str(self._head.get("free_count", 0)))
         free: list[object] = []
         port = start
-        while len(free) < count:
+        while len(free) < count and port <= 65535:
             if port not in busy:
                 free.append(port)
             port += 1

@@ -26,7 +26,7 @@ from typing import Any
 from orchestrator.errors import ConfigError, HostError, TfclusterError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
-from orchestrator.run.port_check import offer_count, plan_base, ports_to_try, refusal, replan
+from orchestrator.run.port_check import PortsTaken, offer_count, plan_base, ports_to_try, refusal, replan
 from orchestrator.run.run_file import RunFiles
 from orchestrator.run.ship import package_id, sync_files, training_package_files, tree_id
 from orchestrator.run.start_host import HostOutcome, ProgressFn, StartContext, StartShard
@@ -188,14 +188,16 @@ def _ports_free_or_replanned(record: records.RunRecord, runner: StartShard | Sha
     taken = {n: runner.outcomes[n].taken for n in prepared if runner.outcomes[n].taken}
     if not taken:
         return
-    if not auto:
+    try:
+        if not auto:
+            raise refusal(taken)
+        record.replace_plan(replan(record.plan, {n: runner.outcomes[n].free for n in prepared}))
+    except PortsTaken as refused:
         runner.release()
-        refused = refusal(taken)
         record.status = "failed-to-start"
         record.notes.append(str(refused))
         records.save(record)
-        raise refused
-    record.replace_plan(replan(record.plan, {n: runner.outcomes[n].free for n in prepared}))
+        raise
     record.notes.append("ports re-planned (--auto-ports): some planned ports were in use")
     records.save(record)
     runner.replan(RunFiles(run_data, record.plan, record.plan_json).for_host)

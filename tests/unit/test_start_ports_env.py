@@ -124,6 +124,17 @@ def test_auto_ports_replans_every_port_and_each_host_gets_its_new_run_file(tmp_p
         assert {x["name"]: x["control_port"] for x in written["plan"]["hosts"]}[h.name] == h.control_port
 
 
+def test_auto_ports_without_enough_free_ports_starts_nothing(tmp_path: Path) -> None:
+    cluster = ScriptedCluster()
+    plan = _plan()
+    cluster.host("m1").busy_ports |= set(range(plan.task("ps", 0).port, 65536))  # nothing free from there up
+    with pytest.raises(PortsTaken, match=r"^host m1: not enough free ports from \d+ up for --auto-ports"):
+        _start(cluster, plan, tmp_path, auto_ports=True)
+    assert all(h.supervisors_started == 0 for h in cluster.hosts.values())
+    [record] = runs.list_runs()[0]
+    assert record.status == "failed-to-start"
+
+
 def test_auto_ports_keeps_the_plan_when_its_ports_are_free(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
     plan = _plan()
