@@ -13,7 +13,7 @@ host's whole start is one SSH command, one login shell and one interpreter start
    `@prepared`: `@ports {"taken": [[label, port, why], ...], "free": [...]}`, where `free` (asked for with
    `free_from`/`free_count`, for `start --auto-ports`) are free ports from `free_from` up.
 2. the barrier: wait for `go <seconds>`; anything else, or the end of stdin (the orchestrator stopped
-   or died), exits with nothing started. Before `go` the orchestrator may send frames: `run` (run.json
+   or died), exits with nothing started (`abort purge`: and the run dir removed, if this command made it). Before `go` the orchestrator may send frames: `run` (run.json
    again: the ports were re-planned) and `env` (JSON {name: value}: `[training] forward_env`, set in this
    process's environment only, never written to a file; the supervisor and so every task, restarts
    included, inherit it).
@@ -225,10 +225,13 @@ def main() -> int:
     try:
         if not os.path.isabs(run_dir):
             raise Refused(f"{RUN_DIR_ENV} is not an absolute path: {run_dir!r}")
+        made = not os.path.isdir(run_dir)
         head = prepare(stdin, run_dir)
         say(f"@prepared {run_dir}")
         word, _, seconds = barrier(stdin, run_dir).partition(" ")
         if word != "go":
+            if word == "abort" and seconds == "purge" and made:  # a refused start leaves nothing here
+                shutil.rmtree(run_dir, ignore_errors=True)
             return ABORTED  # another host failed, or the user pressed Ctrl-C: nothing starts here
         launch(head, run_dir, seconds or "20")
     except Refused as exc:

@@ -193,7 +193,7 @@ def _ports_free_or_replanned(record: records.RunRecord, runner: StartShard | Sha
             raise refusal(taken)
         record.replace_plan(replan(record.plan, {n: runner.outcomes[n].free for n in prepared}))
     except PortsTaken as refused:
-        runner.release()
+        runner.release(purge=True)  # every host removes the run dir it made: nothing of the run is left
         record.status = "failed-to-start"
         record.notes.append(str(refused))
         records.save(record)

@@ -289,11 +289,15 @@ class HostStart:
         if time.monotonic() > self.ctx.deadline:
             raise HostError(self.host.name, "timeout", f"not ready within {self.ctx.timeout:g}s")
 
-    def release(self) -> None:
-        """No `go` for this host: its command ends (stdin closed) with nothing started."""
+    def release(self, purge: bool = False) -> None:
+        """No `go` for this host: its command ends (stdin closed) with nothing started; with `purge` it
+        also removes the run dir it made (a refused start leaves nothing), and is given a moment to."""
         if self.session is not None:
             with contextlib.suppress(HostError):
-                self.session.send(b"abort\n")
+                self.session.send(b"abort purge\n" if purge else b"abort\n")
+                deadline = time.monotonic() + min(10.0, self.ctx.op_timeout)
+                while purge and self.session.read_line(max(0.05, deadline - time.monotonic())) is not None:
+                    pass  # until the command has ended (a timeout ends the wait: HostError)
         self.close()
 
     def close(self) -> None:
@@ -344,9 +348,9 @@ class StartShard:
         self.release([n for n in self.starts if n not in go])
         self._phase([n for n in self.starts if n in go], HostStart.launch, LAUNCH_LIMIT)
 
-    def release(self, names: list[str] | None = None) -> None:
+    def release(self, names: list[str] | None = None, purge: bool = False) -> None:
         for name in self.starts if names is None else names:
-            self.starts[name].release()
+            self.starts[name].release(purge)
 
     def close(self) -> None:
         for start in self.starts.values():

@@ -39,8 +39,8 @@ def _worker(ctx: StartContext, hosts: list[HostPlan], opener: Opener, link: Shar
             if order[2] is not None:  # --auto-ports re-planned: the new run files
                 shard.replan(order[2])
             shard.launch(list(order[1]))
-        else:  # ("release",), or the parent is gone: nothing more starts
-            shard.release()
+        else:  # ("release", purge), or the parent is gone: nothing more starts
+            shard.release(purge=isinstance(order, tuple) and len(order) > 1 and bool(order[1]))
         link.send(("launched",))
     finally:
         shard.close()
@@ -106,8 +106,8 @@ class ShardedStart:
     def replan(self, run_file: Callable[[str], bytes]) -> None:
         self.run_file = run_file
 
-    def release(self, names: list[str] | None = None) -> None:
-        self.shards.broadcast(("release",))
+    def release(self, names: list[str] | None = None, purge: bool = False) -> None:
+        self.shards.broadcast(("release", purge))
         self._pump("launched", deadline=time.monotonic() + self.ctx.op_timeout)
 
     def close(self) -> None:

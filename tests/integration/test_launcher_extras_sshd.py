@@ -111,7 +111,8 @@ def test_a_second_start_on_taken_ports_is_refused_and_auto_ports_runs_beside_the
     assert errors[0].startswith(f"error: host m0: port {ps_port} (ps:0) is in use by another process"), errors
     [refused] = [r for r in records(state_dir) if r["run_id"] != run_a]
     assert refused["status"] == "failed-to-start" and not any(h["started"] for h in refused["hosts"])
-    assert run_processes(refused["run_id"]) == []  # nothing of it ran anywhere
+    assert run_processes(refused["run_id"]) == []  # nothing of it ran anywhere, nor is its run dir left
+    assert all(h["run_dir"] and not Path(h["run_dir"]).exists() for h in refused["hosts"]), refused["hosts"]
     code, st = status_json(state_dir, run_a)  # the first run is untouched: the same processes, alive
     assert code == 0 and st["state"] == "running", st
     assert [(t["restarts"], t["pid"]) for t in st["tasks"]] == [(0, t["pid"]) for t in st_before["tasks"]]

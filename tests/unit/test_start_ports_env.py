@@ -73,8 +73,10 @@ def test_the_launcher_reports_taken_ports_and_offers_free_ones(tmp_path: Path) -
         start = HostStart(host, ctx, transport_for)
         try:
             start.prepare()
+            assert (tmp_path / "work" / "runs" / "r1" / "run.json").is_file()
         finally:
-            start.release()
+            start.release(purge=True)  # a refused start: the host removes the run dir it made
+    assert not (tmp_path / "work" / "runs" / "r1").exists() and (tmp_path / "work" / "cache").is_dir()
     assert [(label, port) for label, port, _why in start.outcome.taken] == [("ps:0", busy_tf),
                                                                            ("supervisor", busy_control)]
     free = start.outcome.free
