@@ -243,6 +243,19 @@ def test_measured_ps_traffic_rates_and_peers() -> None:
     assert ps.measured_in == pytest.approx(1000.0)
 
 
+def test_measured_allreduce_traffic_per_worker() -> None:
+    """multi-worker-mirrored: each worker's kernel-measured traffic, beside (never inside) the PS table."""
+    st = ClusterState(now=T0)
+    for i in range(3):
+        feed(st, hb("a", T0 + i))
+        feed(st, make_event("host_sample", "a", t=T0 + i, cpu_pct=1.0, mem_pct=1.0, allreduce_tcp={
+            "worker-0": {"port": 2300, "bytes_in": 3000 * i, "bytes_out": 2000 * i}}))
+    w = st.allreduce["worker-0"]
+    assert (w.measured_in, w.measured_out) == (pytest.approx(3000.0), pytest.approx(2000.0))
+    assert not st.ps
+    assert st.to_json()["allreduce"][0]["measured_in_Bps"] == pytest.approx(3000.0)
+
+
 def test_accounted_ps_traffic_sums_fresh_workers() -> None:
     st = ClusterState(now=T0)
     for w in (0, 1):
