@@ -144,7 +144,9 @@ def test_between_graph_worker_killed_is_restarted_and_the_run_finishes(
     machines: Machines, tmp_path: Path, state_dir: Path
 ) -> None:
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
-                                training={**TINY, "steps": 1500, "success": "all-workers"})
+                                training={**TINY, "steps": 1500, "success": "all-workers",
+                                          # each step 5x slower (sleeping): training outlasts a few status calls
+                                          "slowdown": {"worker:0": 5.0, "worker:1": 5.0}})
     run_id = _start(state_dir, hosts)
     _all_running(state_dir, run_id, 3)
 
