@@ -18,13 +18,24 @@ import shlex
 import tarfile
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from orchestrator.errors import HostError
-from testkit.scripted_host import Fault
+from testkit.scripted_host import Fault, ScriptedHost
 
-if TYPE_CHECKING:
-    from testkit.scripted_transport import ScriptedTransport
+
+class _Latency(Protocol):
+    def delay(self, step: str, rtts: int = 1) -> float: ...
+
+
+class SessionOwner(Protocol):
+    """What a session needs of its transport (testkit/scripted_transport.py's ScriptedTransport), named
+    here so that the transport imports the session and never the other way round."""
+
+    host: str
+    scripted: ScriptedHost
+    cluster: _Latency
+    connected: bool
 
 LAUNCHER_MARK = "The per-host start program"  # the first words of training/launcher.py, sent as source
 _START = re.compile(r"^cd (\S+) 2>/dev/null .*?/runs/(\S+) exec (\S+) -S -c ", re.S)
@@ -36,7 +47,7 @@ def is_start_command(command: str) -> bool:
 
 
 class ScriptedSession:
-    def __init__(self, transport: ScriptedTransport, command: str) -> None:
+    def __init__(self, transport: SessionOwner, command: str) -> None:
         match = _START.search(command)
         assert match is not None, command[:200]
         self._t = transport
