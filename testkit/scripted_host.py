@@ -92,7 +92,9 @@ class ScriptedHost:
         self.supervisors_started = 0
         self.tf_version = "2.21.0"
         self.known_tasks: list[tuple[str, int]] | None = None  # set: run.json is not parsed (see write_run_file)
-        self.busy_ports: set[int] = set()
+        self.busy_ports: set[int] = set()  # in use on the host: check's and start's port tests say so
+        self.run_json: dict[str, bytes] = {}  # run dir -> its run.json as last written (prepare, or at `go`)
+        self.forwarded_env: dict[str, str] = {}  # the start's `env` frame: in the launcher's memory, no file
 
     # --- knobs -------------------------------------------------------------------------------------
     def fail(self, step: Step, kind: FaultKind, *, times: int = 1, after: bool = False, exit_code: int = 1,
@@ -172,6 +174,7 @@ class ScriptedHost:
     def write_run_file(self, root: str, data: bytes) -> None:
         with self.lock:
             run = self.make_run_dir(root)
+            self.run_json[root] = data
             if self.known_tasks is not None:  # the simulation: the host need not read a 1 MB file to know them
                 run.run_id, run.own_tasks = root.rsplit("/", 1)[-1], list(self.known_tasks)
                 return

@@ -1,7 +1,8 @@
 """The start conversation of a scripted host (testkit/scripted_transport.py): what training/launcher.py
 and the supervisor's `--detach` launcher say over the one command a host's start is, in memory.
 
-Frames in (`head`, `run`, and after `@have`: `manifest`, `bundle`), then `go <s>` or `abort`; lines out
+Frames in (`head`, `run`, and after `@have`: `manifest`, `bundle`), then maybe `run`/`env` frames and
+`go <s>` or `abort`; lines out
 (`@have`, `@prepared <run dir>`, `PID <pid>`, state JSON lines, `ALIVE`), each ready one round trip plus
 the step's remote cost after what it answers. Faults (ScriptedHost.fail) at "prepare", "ship" and
 "launch": `exit` ends the command with that code and stderr instead of the step, `lost` breaks the
@@ -17,13 +18,24 @@ import shlex
 import tarfile
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from orchestrator.errors import HostError
-from testkit.scripted_host import Fault
+from testkit.scripted_host import Fault, ScriptedHost
 
-if TYPE_CHECKING:
-    from testkit.scripted_transport import ScriptedTransport
+
+class _Latency(Protocol):
+    def delay(self, step: str, rtts: int = 1) -> float: ...
+
+
+class SessionOwner(Protocol):
+    """What a session needs of its transport (testkit/scripted_transport.py's ScriptedTransport), named
+    here so that the transport imports the session and never the other way round."""
+
+    host: str
+    scripted: ScriptedHost
+    cluster: _Latency
+    connected: bool
 
 LAUNCHER_MARK = "The per-host start program"  # the first words of training/launcher.py, sent as source
 _START = re.compile(r"^cd (\S+) 2>/dev/null .*?/runs/(\S+) exec (\S+) -S -c ", re.S)
@@ -35,7 +47,7 @@ def is_start_command(command: str) -> bool:
 
 
 class ScriptedSession:
-    def __init__(self, transport: ScriptedTransport, command: str) -> None:
+    def __init__(self, transport: SessionOwner, command: str) -> None:
         match = _START.search(command)
         assert match is not None, command[:200]
         self._t = transport
@@ -105,6 +117,15 @@ class ScriptedSession:
             if newline < 0:
                 return False
             word = bytes(self._in[:newline]).decode().split(" ")[0]
+            if word in ("run", "env"):  # frames before `go` (re-planned run.json, forwarded variables)
+                got = self._frame()
+                if got is None:
+                    return False
+                if word == "run":
+                    self._h.write_run_file(self._root, got[1])
+                else:
+                    self._h.forwarded_env = json.loads(got[1])
+                return True
             del self._in[: newline + 1]
             self._launch() if word == "go" else self._end(ABORTED)
             return True
@@ -161,8 +182,24 @@ class ScriptedSession:
         if fault is not None:
             self._fault(fault, step)
             return
+        if "ports" in self._head:  # the port check (training/port_probe.py), against the host's busy_ports
+            self._emit("@ports " + json.dumps(self._ports()), step)
         self._emit(f"@prepared {self._root}", step)
         self._stage = "barrier"
+
+    def _ports(self) -> dict[str, list[object]]:
+        busy = self._h.busy_ports
+        wanted = self._head["ports"]
+        assert isinstance(wanted, list)
+        taken: list[object] = [[label, port, "scripted: in use"] for label, _address, port in wanted if port in busy]
+        start, count = int(str(self._head.get("free_from", 0))), int(str(self._head.get("free_count", 0)))
+        free: list[object] = []
+        port = start
+        while len(free) < count and port <= 65535:
+            if port not in busy:
+                free.append(port)
+            port += 1
+        return {"taken": taken, "free": free}
 
     def _launch(self) -> None:
         h = self._h

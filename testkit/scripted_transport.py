@@ -222,7 +222,7 @@ class ScriptedTransport(ShellTransport):
         args = json.loads(argv[-1])
         self.cluster.wait("check", 0)
         yield f"{time.time():.6f}"
-        yield json.dumps(self.scripted.check_report(args["ports"], args["workdir"]))
+        yield json.dumps(self.scripted.check_report([int(port) for port, _address in args["ports"]], args["workdir"]))
 
     def _agent(self, stream: ScriptedStream, argv: list[str]) -> Iterator[str]:
         h = self.scripted

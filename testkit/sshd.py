@@ -121,8 +121,9 @@ class Machines:
     """A set of loopback machines, each a real sshd process. Build with `start_machines(n)`."""
 
     def __init__(self, n: int, root: Path, user_key: Path, first_address: int = 2, owns_root: bool = False,
-                 home: str | None = None) -> None:
+                 home: str | None = None, sftp: bool = True) -> None:
         self.root = root
+        self.sftp = sftp  # False: sshd without an SFTP subsystem (some hardened servers); exec only
         self.home = home  # None: the login shell skips ~/.bashrc (SHLVL=1); else HOME for every session
         self._owns_root = owns_root
         self.addresses = [f"127.0.0.{first_address + i}" for i in range(n)]
@@ -174,7 +175,7 @@ class Machines:
             "MaxSessions 64",
             "LoginGraceTime 30",
             "LogLevel VERBOSE",
-            "Subsystem sftp internal-sftp",
+            *(["Subsystem sftp internal-sftp"] if self.sftp else []),
             # bash sources ~/.bashrc for commands run by sshd when it is a top-level shell (SHLVL < 2).
             # The developer's interactive rc (pyenv init, ...) is not part of a simulated machine and
             # costs each session a second on a loaded box; SHLVL=1 makes bash skip it. With `home`,
@@ -355,9 +356,9 @@ def _user_key() -> Path:
 _next_address = 2
 
 
-def start_machines(n: int, root: Path | None = None, *, home: str | None = None) -> Machines:
+def start_machines(n: int, root: Path | None = None, *, home: str | None = None, sftp: bool = True) -> Machines:
     """Start n fresh machines on loopback addresses no other live set in this process uses (`home`: see
-    the module docstring)."""
+    the module docstring; `sftp=False`: their sshd has no SFTP subsystem)."""
     global _next_address
     missing = sshd_available()
     if missing:
@@ -368,7 +369,7 @@ def start_machines(n: int, root: Path | None = None, *, home: str | None = None)
     _next_address += n
     owns_root = root is None
     root = root or Path(tempfile.mkdtemp(prefix="tfcluster-sshd-"))
-    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root, home=home)
+    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root, home=home, sftp=sftp)
     _LIVE.append(machines)
     try:
         machines.start_all()

@@ -3,7 +3,8 @@
 0  everything asked for holds (the run started / is running or finished / every host is ready); a
    stalled task (alive, not stepping: SIGSTOPped, waiting) is alive: 0, and `dash --once --json` names it
 1  a task or the run failed, a host is not ready, or a stop left something running
-2  bad input: hosts.toml, a command-line option, an unknown run (one line on stderr)
+2  bad input: hosts.toml, a command-line option, an unknown run, or a port of the plan in use on a host
+   at `start` (one line on stderr; nothing was started)
 3  a host could not be reached, or a task was lost (its supervisor and its processes are gone):
    the truth about the run cannot be told there
 130 interrupted (Ctrl-C, SIGTERM, SIGHUP)

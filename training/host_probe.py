@@ -12,10 +12,11 @@ The TensorFlow version is read from its package's .dist-info directory, not by i
 
 import json
 import os
-import socket
 import sys
 import time
 from typing import Any  # noqa: F401 - named in type comments
+
+from training.port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
 
 
 def tf_report(distributions, import_tf):
@@ -74,30 +75,6 @@ def gpu_report():
     return sum(1 for line in out.stdout.decode(errors="replace").splitlines() if line.startswith("GPU ")), None
 
 
-def port_problem(port):
-    # type: (int) -> str | None
-    """None when `port` can be bound on every interface, as TensorFlow binds it; else why not.
-    SO_REUSEADDR: TIME_WAIT leftovers are no conflict, a listener is."""
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (getattr(socket, "AF_INET6", None), "::")):
-        if family is None:
-            continue
-        try:
-            s = socket.socket(family, socket.SOCK_STREAM)
-        except OSError:
-            continue
-        try:
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family != socket.AF_INET:
-                s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            s.bind((addr, port))
-        except OSError as e:
-            if family == socket.AF_INET or e.errno == 98:
-                return "%s:%d: %s" % (addr, port, e.strerror)
-        finally:
-            s.close()
-    return None
-
-
 def workdir_report(workdir):
     # type: (str) -> dict[str, object]
     """The absolute workdir, whether it exists, whether it (or its nearest parent) is writable, free bytes."""
@@ -127,7 +104,8 @@ def report(args):
     if tf_error:
         r["tf_error"] = tf_error
     r["gpus"], r["gpu_error"] = gpu_report()
-    r["ports"] = {str(port): port_problem(port) for port in args["ports"]}
+    # [[port, address or ""], ...]: a TF port on every interface, a supervisor's on its own address
+    r["ports"] = {str(port): port_problem(port, address) for port, address in args["ports"]}
     r.update(workdir_report(args["workdir"]))
     r["t_end"] = time.time()
     return r

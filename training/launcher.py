@@ -8,15 +8,22 @@ host's whole start is one SSH command, one login shell and one interpreter start
    their hashes, build the tree from hard links into the cache (tfcluster's own `training/` in a tree
    of its own, `cache/packages/<id>`, byte-compiled once by this interpreter) and link that. Write
    `run.json`, then say `@prepared <run dir>`.
+   When the head lists ports (`ports`: [[label, address or "", port], ...]), each is tried with a bind
+   (training/port_probe.py, inlined in this source when sent) and the answer is one line before
+   `@prepared`: `@ports {"taken": [[label, port, why], ...], "free": [...]}`, where `free` (asked for with
+   `free_from`/`free_count`, for `start --auto-ports`) are free ports from `free_from` up.
 2. the barrier: wait for `go <seconds>`; anything else, or the end of stdin (the orchestrator stopped
-   or died), exits with nothing started.
+   or died), exits with nothing started (`abort purge`: and the run dir removed, if this command made it). Before `go` the orchestrator may send frames: `run` (run.json
+   again: the ports were re-planned) and `env` (JSON {name: value}: `[training] forward_env`, set in this
+   process's environment only, never written to a file; the supervisor and so every task, restarts
+   included, inherit it).
 3. launch: exec `python -S -m training.supervisor --detach` in `code/` (the run marker is already in
    this process's environment, set by the shell that started it). It forks the supervisor and relays
    the task states the supervisor pushes until every task runs (training/supervisor/detach.py).
 
 Frames on stdin are a line `<name> <length>` then that many bytes: `head` (JSON: host, tree, package,
-python), `run` (run.json's bytes), and after `@have`: `manifest` (JSON {"files": [[path, sha256, mode],
-...]}) and `bundle` (the tar). Errors are one line `@error <what>` and exit code 1.
+python, and optionally ports), `run` (run.json's bytes), and after `@have`: `manifest` (JSON {"files":
+[[path, sha256, mode], ...]}) and `bundle` (the tar). Errors are one line `@error <what>` and exit code 1.
 Stdlib only, Python 3.7+: whatever interpreter runs the tasks runs this.
 """
 
@@ -28,6 +35,8 @@ import re
 import shutil
 import sys
 from typing import TYPE_CHECKING
+
+from training.port_probe import free_ports, taken_ports  # inlined when sent
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
@@ -171,7 +180,29 @@ def prepare(stdin: BinaryIO, run_dir: str) -> dict[str, Any]:
         receive(stdin, cache, head["tree"], head.get("package"))
     link_tree(tree, os.path.join(run_dir, "code"))
     write_atomic(os.path.join(run_dir, "run.json"), run_json)
+    if "ports" in head:
+        report = {"taken": taken_ports(head["ports"]),
+                  "free": free_ports(int(head.get("free_from", 0)), int(head.get("free_count", 0)))}
+        say("@ports " + json.dumps(report, separators=(",", ":")))
     return head  # type: ignore[no-any-return]
+
+
+def barrier(stdin: BinaryIO, run_dir: str) -> str:
+    """Wait for the word that ends the barrier (`go <seconds>`, or anything else: abort), taking the
+    frames that may come first: `run` (re-planned run.json) and `env` (forwarded variables, into this
+    process's environment only). Returns the line."""
+    while True:
+        line = stdin.readline().decode("ascii", "replace").strip()
+        name, _, size = line.partition(" ")
+        if name not in ("run", "env") or not size.isdigit():
+            return line
+        data = stdin.read(int(size))
+        if len(data) != int(size):
+            return ""
+        if name == "run":
+            write_atomic(os.path.join(run_dir, "run.json"), data)
+        else:
+            os.environ.update({str(k): str(v) for k, v in json.loads(data).items()})
 
 
 def launch(head: dict[str, Any], run_dir: str, ready_timeout: str) -> None:
@@ -194,10 +225,13 @@ def main() -> int:
     try:
         if not os.path.isabs(run_dir):
             raise Refused(f"{RUN_DIR_ENV} is not an absolute path: {run_dir!r}")
+        made = not os.path.isdir(run_dir)
         head = prepare(stdin, run_dir)
         say(f"@prepared {run_dir}")
-        word, _, seconds = stdin.readline().decode("ascii", "replace").strip().partition(" ")
+        word, _, seconds = barrier(stdin, run_dir).partition(" ")
         if word != "go":
+            if word == "abort" and seconds == "purge" and made:  # a refused start leaves nothing here
+                shutil.rmtree(run_dir, ignore_errors=True)
             return ABORTED  # another host failed, or the user pressed Ctrl-C: nothing starts here
         launch(head, run_dir, seconds or "20")
     except Refused as exc:

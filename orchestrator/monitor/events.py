@@ -96,6 +96,7 @@ class HostSampleEvent:
     ps_tcp: dict[str, PsTcp] = field(default_factory=dict)
     tasks: dict[str, TaskFacts] = field(default_factory=dict)
     supervisor_alive: bool | None = None  # None: not known (no supervisor state yet, or an older agent)
+    allreduce_tcp: dict[str, PsTcp] = field(default_factory=dict)  # multi-worker-mirrored workers' traffic
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +232,7 @@ def from_dict(d: dict[str, Any]) -> Event | None:
             alive = supervisor.get("alive") if isinstance(supervisor, dict) else None
             return HostSampleEvent(t, host, _num(d, "cpu_pct"), _num(d, "mem_pct"), _gpus(d.get("gpus")),
                                    _ps_tcp(d.get("ps_tcp")), _task_facts(d.get("tasks")),
-                                   alive if isinstance(alive, bool) else None)
+                                   alive if isinstance(alive, bool) else None, _ps_tcp(d.get("allreduce_tcp")))
         if kind == KIND_HEARTBEAT:
             return HeartbeatEvent(t, host, _num(d, "interval_s"))
     except (TypeError, ValueError, AttributeError) as exc:

@@ -21,6 +21,7 @@ from orchestrator.monitor.events import (
     HeartbeatEvent,
     HostSampleEvent,
     ProgressEvent,
+    PsTcp,
     StreamDown,
     StreamUp,
     TaskStateEvent,
@@ -60,6 +61,7 @@ class ClusterState:
         self.tasks: dict[str, TaskView] = {}
         self.hosts: dict[str, HostView] = {}
         self.ps: dict[str, PsTraffic] = {}
+        self.allreduce: dict[str, PsTraffic] = {}  # multi-worker-mirrored: each worker's measured traffic
         self.log: deque[LogEntry] = deque(maxlen=LOG_LEN)
         self.log_total = 0  # entries ever logged, so a view can append only the new ones
         self.log_generation = 0  # bumped when an entry went in before the last one (redraw, do not append)
@@ -214,23 +216,12 @@ class ClusterState:
             ps = self.ps.get(name)
             if ps is None:
                 ps = self.ps[name] = PsTraffic(name, ev.host)
-            ps.host, ps.port = ev.host, m.port
-            prev = ps._prev
-            if prev is not None and ev.t > prev[0] and m.bytes_in >= prev[1] and m.bytes_out >= prev[2]:
-                dt = ev.t - prev[0]
-                rin, rout = (m.bytes_in - prev[1]) / dt, (m.bytes_out - prev[2]) / dt
-                ps.measured_in = ema(ps.measured_in, rin, dt)
-                ps.measured_out = ema(ps.measured_out, rout, dt)
-                ps.t_measured = t
-                append_window(ps.history, t, rin + rout)
-                peers: dict[str, tuple[float, float]] = {}
-                for ip, (pin, pout) in m.peers.items():
-                    pp = ps._prev_peers.get(ip, (0, 0))  # the agent's counters start at 0 for a new peer
-                    if pin >= pp[0] and pout >= pp[1]:
-                        peers[ip] = ((pin - pp[0]) / dt, (pout - pp[1]) / dt)
-                ps.peers = peers
-            ps._prev = (ev.t, m.bytes_in, m.bytes_out)
-            ps._prev_peers = dict(m.peers)
+            _measure(ps, ev.host, m, ev.t, t)
+        for name, m in ev.allreduce_tcp.items():
+            worker = self.allreduce.get(name)
+            if worker is None:
+                worker = self.allreduce[name] = PsTraffic(name, ev.host)
+            _measure(worker, ev.host, m, ev.t, t)
 
     def _log(self, t: float, kind: str, text: str) -> None:
         """Add an entry in time order: a host's backlog replays older lines after newer ones of others."""
@@ -353,5 +344,31 @@ class ClusterState:
                  "peers": {ip: {"in_Bps": round(a, 1), "out_Bps": round(b, 1)} for ip, (a, b) in p.peers.items()}}
                 for p in sorted(self.ps.values(), key=lambda p: p.name)
             ],
+            "allreduce": [
+                {"name": p.name, "host": p.host, "port": p.port, "measured_in_Bps": r(p.measured_in, 1),
+                 "measured_out_Bps": r(p.measured_out, 1)}
+                for p in sorted(self.allreduce.values(), key=lambda p: p.name)
+            ],
             "log": [{"t": e.t, "kind": e.kind, "text": e.text} for e in list(self.log)[-50:]],
         }
+
+
+def _measure(traffic: PsTraffic, host: str, m: PsTcp, remote_t: float, t: float) -> None:
+    """One task's measured traffic from its kernel counters: rates between two samples, smoothed."""
+    traffic.host, traffic.port = host, m.port
+    prev = traffic._prev
+    if prev is not None and remote_t > prev[0] and m.bytes_in >= prev[1] and m.bytes_out >= prev[2]:
+        dt = remote_t - prev[0]
+        rin, rout = (m.bytes_in - prev[1]) / dt, (m.bytes_out - prev[2]) / dt
+        traffic.measured_in = ema(traffic.measured_in, rin, dt)
+        traffic.measured_out = ema(traffic.measured_out, rout, dt)
+        traffic.t_measured = t
+        append_window(traffic.history, t, rin + rout)
+        peers: dict[str, tuple[float, float]] = {}
+        for ip, (pin, pout) in m.peers.items():
+            pp = traffic._prev_peers.get(ip, (0, 0))  # the agent's counters start at 0 for a new peer
+            if pin >= pp[0] and pout >= pp[1]:
+                peers[ip] = ((pin - pp[0]) / dt, (pout - pp[1]) / dt)
+        traffic.peers = peers
+    traffic._prev = (remote_t, m.bytes_in, m.bytes_out)
+    traffic._prev_peers = dict(m.peers)

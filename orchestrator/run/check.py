@@ -18,14 +18,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import HostError
-from orchestrator.plan.model import ClusterPlan, HostPlan
+from orchestrator.plan.model import ClusterPlan, HostPlan, TaskPlan
+from orchestrator.run.inline_source import standalone_source
 from orchestrator.transport.base import Transport
 from orchestrator.transport.fan_out import fan_out
-from training import host_probe
 
 TF_DISTRIBUTIONS = (
     "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
@@ -37,7 +36,7 @@ DATE_COMMAND = "date +%s.%N 2>/dev/null || echo 0"
 _CONNECT_REASONS = ("refused", "timeout", "unreachable")
 
 # The probe runs on the host as `python -c <its source>`: it is a real module, linted and tested here.
-PROBE_SCRIPT = Path(host_probe.__file__).read_text(encoding="utf-8")
+PROBE_SCRIPT = standalone_source("training.host_probe")
 
 
 def _major_minor(version: str | None) -> str | None:
@@ -117,11 +116,12 @@ class CheckReport:
         }
 
 
-def probe_argv(host: HostPlan, ports: Sequence[int], *, import_tf: bool = False) -> list[str]:
+def probe_argv(host: HostPlan, ports: Sequence[tuple[int, str]], *, import_tf: bool = False) -> list[str]:
     """The one command run on a host: remote clock first, then the probe under the host's python.
+    `ports`: (port, address to bind, "" = every interface), as training/port_probe.py tests them.
     `~/` in the python path means the remote home; a missing python exits 127 with a marker line."""
     args = json.dumps({
-        "ports": list(ports), "workdir": host.workdir, "import_tf": import_tf,
+        "ports": [list(p) for p in ports], "workdir": host.workdir, "import_tf": import_tf,
         "tf_distributions": list(TF_DISTRIBUTIONS),
     })
     script = (
@@ -130,6 +130,15 @@ def probe_argv(host: HostPlan, ports: Sequence[int], *, import_tf: bool = False)
         'exec "$p" "$@"\n'
     )
     return ["/bin/sh", "-c", script, "sh", host.python, "-c", PROBE_SCRIPT, args]
+
+
+def host_ports(host: HostPlan, tasks: Sequence[TaskPlan]) -> list[tuple[int, str]]:
+    """What `check` tries to bind on a host: each TF task's port on every interface (TensorFlow listens
+    there) and the supervisor's control port on the address it listens on."""
+    ports = [(port, "") for port in sorted({t.port for t in tasks if t.in_cluster})]
+    if host.control_port:
+        ports.append((host.control_port, host.dial_address or host.address))
+    return ports
 
 
 def check_host(
@@ -142,7 +151,7 @@ def check_host(
         host=host.name, address=host.address, python=host.python, workdir=host.workdir,
         gpus_planned=sorted({t.gpu for t in tasks if t.gpu is not None}),
     )
-    ports = sorted({t.port for t in tasks})
+    ports = host_ports(host, tasks)
     start = time.monotonic()
     try:
         connect = getattr(transport, "connect", None)
@@ -162,7 +171,7 @@ def check_host(
 
 
 def _probe(
-    result: HostCheck, host: HostPlan, transport: Transport, ports: Sequence[int], *, timeout: float,
+    result: HostCheck, host: HostPlan, transport: Transport, ports: Sequence[tuple[int, str]], *, timeout: float,
     import_tf: bool, clock: Callable[[], float],
 ) -> None:
     sent = clock()
@@ -213,10 +222,10 @@ def _probe(
         tail = (getattr(stream, "stderr_tail", "") or "\n".join(body)).strip().splitlines()[-3:]
         result.problems.append(f"probe failed under {host.python}: " + " | ".join(tail) if tail else "no output")
         return
-    _apply_report(result, report)
+    _apply_report(result, report, host.control_port)
 
 
-def _apply_report(result: HostCheck, report: dict[str, Any]) -> None:
+def _apply_report(result: HostCheck, report: dict[str, Any], control_port: int = 0) -> None:
     result.python_found = True
     result.python_version = report.get("python_version")
     if report.get("tf_found") and report.get("tf_version"):
@@ -236,7 +245,8 @@ def _apply_report(result: HostCheck, report: dict[str, Any]) -> None:
     result.ports = {int(p): why for p, why in (report.get("ports") or {}).items()}
     for port, why in result.ports.items():
         if why:
-            result.problems.append(f"port {port} is not free: {why}")
+            whose = " (this host's supervisor)" if port == control_port else ""
+            result.problems.append(f"port {port}{whose} is not free: {why}")
     result.disk_free_bytes = report.get("disk_free_bytes")
     result.workdir_writable = report.get("workdir_writable")
     if not result.workdir_writable:

@@ -23,9 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import HostError, TfclusterError, UsageError
+from orchestrator.errors import ConfigError, HostError, TfclusterError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
+from orchestrator.run.port_check import PortsTaken, offer_count, plan_base, ports_to_try, refusal, replan
 from orchestrator.run.run_file import RunFiles
 from orchestrator.run.ship import package_id, sync_files, training_package_files, tree_id
 from orchestrator.run.start_host import HostOutcome, ProgressFn, StartContext, StartShard
@@ -52,6 +53,7 @@ class StartOptions:
     run_name: str | None = None
     supervisor: dict[str, float] = field(default_factory=dict)  # backoff_initial, backoff_max, grace, poll
     stop_grace: float = 10.0
+    auto_ports: bool = False  # ports taken on a host: pick free ones instead of refusing (run.port_check)
 
 
 @dataclass
@@ -77,6 +79,17 @@ def _first_error(outcomes: dict[str, HostOutcome], names: list[str]) -> HostErro
     return (real or errors or [None])[0]
 
 
+def forwarded_env(plan: ClusterPlan, config_path: str) -> dict[str, str]:
+    """`[training] forward_env`: the values from this process's environment, for the start conversation
+    only (never in the plan, the run record or any file on a host). A name that is not set is an error:
+    a run that silently lacks its API key fails later and further away."""
+    missing = [name for name in plan.training.forward_env if name not in os.environ]
+    if missing:
+        raise ConfigError(config_path, "training.forward_env", f"{', '.join(missing)} "
+                          f"{'is' if len(missing) == 1 else 'are'} not set in your environment")
+    return {name: os.environ[name] for name in plan.training.forward_env}
+
+
 def start(
     plan: ClusterPlan,
     config_path: str,
@@ -88,8 +101,9 @@ def start(
     user's `[training] sync` paths are relative to)."""
     options = options or StartOptions()
     t0 = time.monotonic()
-    base_dir = os.path.dirname(os.path.abspath(config_path))
-    files = training_package_files() + sync_files(plan.training.sync, base_dir, config_path)
+    files = training_package_files() + sync_files(plan.training.sync, os.path.dirname(os.path.abspath(config_path)),
+                                                  config_path)
+    forward_env = forwarded_env(plan, config_path)  # before the record: a missing variable starts nothing
     run_id = records.new_run_id(plan.cluster_name, options.run_name)
     if records.exists(run_id):
         raise UsageError(f"run {run_id!r} already exists (stop/purge it or pick another --run name)")
@@ -111,6 +125,8 @@ def start(
         package=package_id(files), op_timeout=options.op_timeout, timeout=options.timeout,
         deadline=time.monotonic() + options.timeout, allow_partial=options.allow_partial,
         progress=progress or (lambda host, phase, done, total: None),
+        host_ports=ports_to_try(plan), free_from=plan_base(plan),
+        free_count=offer_count(plan) if options.auto_ports else 0, forward_env=forward_env,
     )
     hosts = list(plan.hosts)
     names = [h.name for h in hosts]
@@ -127,6 +143,7 @@ def start(
             finally:
                 _note_outcomes(record, runner.outcomes)  # run dirs, so a later stop --purge finds them
             prepared = [n for n in names if runner.outcomes[n].error is None]
+            _ports_free_or_replanned(record, runner, run_data, prepared, auto=options.auto_ports)
             if len(prepared) == len(names) or (options.allow_partial and prepared):
                 for name in prepared:
                     by_name[name].started = True  # stop must visit it, even if we die mid-launch
@@ -161,6 +178,29 @@ def start(
         record.notes.append(f"not started: {outcomes[name].error}")
     records.save(record)
     return StartResult(record=record, outcomes=outcomes, seconds=time.monotonic() - t0)
+
+
+def _ports_free_or_replanned(record: records.RunRecord, runner: StartShard | ShardedStart, run_data: dict[str, Any],
+                             prepared: list[str], *, auto: bool) -> None:
+    """At the barrier, where nothing runs yet: refuse the start when a host said a port of the plan is
+    taken there (every host is released), or with `--auto-ports` re-plan every port from the free ones
+    the hosts offered; each host then gets its new run.json with its `go`."""
+    taken = {n: runner.outcomes[n].taken for n in prepared if runner.outcomes[n].taken}
+    if not taken:
+        return
+    try:
+        if not auto:
+            raise refusal(taken)
+        record.replace_plan(replan(record.plan, {n: runner.outcomes[n].free for n in prepared}))
+    except PortsTaken as refused:
+        runner.release(purge=True)  # every host removes the run dir it made: nothing of the run is left
+        record.status = "failed-to-start"
+        record.notes.append(str(refused))
+        records.save(record)
+        raise
+    record.notes.append("ports re-planned (--auto-ports): some planned ports were in use")
+    records.save(record)
+    runner.replan(RunFiles(run_data, record.plan, record.plan_json).for_host)
 
 
 def _roll_back(record: records.RunRecord, options: StartOptions, opener: Opener) -> str:

@@ -87,6 +87,11 @@ class RunRecord:
                 return h
         raise KeyError(name)
 
+    def replace_plan(self, plan: ClusterPlan) -> None:
+        """The plan changed before anything ran (`start --auto-ports` re-planned its ports)."""
+        self.plan = plan
+        self.__dict__.pop("plan_json", None)
+
     @cached_property
     def plan_json(self) -> dict[str, Any]:
         """The plan as the record keeps it (compact: TF_CONFIG derived on load), encoded once: a record is

@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from orchestrator.errors import HostError, Reason
+from orchestrator.errors import CommandFailed, HostError, Reason
 from orchestrator.plan.model import HostPlan
+from orchestrator.run.sh_stop import parse_sh_stop, sh_stop_script
 from orchestrator.transport.base import CommandResult, Transport, shell_command
 from orchestrator.transport.factory import Opener, transport_for
 from training.layout import RunLayout
@@ -112,7 +113,13 @@ class RemoteRun:
         the host's processes) and, with `purge`, the run dir removed when nothing of the run is left."""
         flags = ["--stop", "--grace", str(grace), "--verify", *(["--purge"] if purge else [])]
         remove = f"rm -rf -- {shlex.quote(self.layout.root)} && " if purge else ""
-        raw = self._supervisor_call(flags, timeout + grace, absent=f"{remove}echo '{{\"absent\": true}}'")
+        try:
+            raw = self._supervisor_call(flags, timeout + grace, absent=f"{remove}echo '{{\"absent\": true}}'")
+        except CommandFailed:
+            # The host's python does not run (moved, removed, broken): the same stop in /bin/sh.
+            result = self.run_shell(sh_stop_script(self.layout.root, grace, purge), timeout + grace + 10)
+            report, verified, purged = parse_sh_stop(self.host.name, result)
+            return StopVerdict(report, verified, purged or (report.absent and purge))
         try:
             report = StopReport.decode(raw)
             data = raw if isinstance(raw, dict) else {}

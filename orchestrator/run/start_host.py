@@ -2,8 +2,10 @@
 
 Phase 1, `prepare()`: open the command, send the header and run.json; a host without this exact code
 tree answers `@have <hashes>` and gets the manifest and the missing files as one tar; the host says
-`@prepared <run dir>`, and its command then waits at the barrier with its stdin open.
-Phase 2, `launch()`: `go <seconds>`; the host execs the supervisor's launcher (training/supervisor/
+`@prepared <run dir>` (after `@ports ...`: which of the plan's ports are taken there, and free ones for
+`--auto-ports`: orchestrator.run.port_check), and its command then waits at the barrier with its stdin open.
+Phase 2, `launch()`: `go <seconds>` (after a `run` frame when the ports were re-planned, and an `env` frame
+with the `forward_env` values, which no file ever holds); the host execs the supervisor's launcher (training/supervisor/
 detach.py), which says `PID <pid>`, relays each state change the supervisor pushes until every task
 runs, then the final state files and `ALIVE`. Readiness is pushed over this same command: no polling.
 `release()`: no `go` (another host failed, or Ctrl-C): the host's command ends and nothing starts there.
@@ -25,16 +27,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from orchestrator.errors import HostError
 from orchestrator.plan.model import HostPlan
+from orchestrator.run.inline_source import standalone_source
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.run.ship import ShipFile, bundle, manifest, missing
 from orchestrator.transport.base import Session, remote_path
 from orchestrator.transport.factory import Opener
 from orchestrator.transport.fan_out import fan_out
-from training import launcher
 from training.layout import RUN_DIR_ENV
 from training.telemetry.state_files import (
     StateFileError,
@@ -44,7 +45,7 @@ from training.telemetry.state_files import (
 )
 
 ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
-LAUNCHER_SOURCE = Path(launcher.__file__).read_text(encoding="utf-8")
+LAUNCHER_SOURCE = standalone_source("training.launcher")
 WORKDIR_FAILED = 70  # the start command's exit code when it cannot create or enter the workdir
 READ_SLICE_S = 0.25  # how often a waiting host looks at the cancel flag
 PREPARE_LIMIT, LAUNCH_LIMIT = 64, 256  # threads per process: handshakes are CPU, launches mostly waiting
@@ -60,6 +61,8 @@ class HostOutcome:
     supervisor_pid: int | None = None
     seconds: float = 0.0
     run_dir: str = ""  # absolute, as the host resolved it
+    taken: list[tuple[str, int, str]] = field(default_factory=list)  # (task label, port, why) in use there
+    free: list[int] = field(default_factory=list)  # free ports it offered (start --auto-ports)
 
 
 @dataclass
@@ -77,6 +80,13 @@ class StartContext:
     allow_partial: bool
     progress: ProgressFn
     cancel: threading.Event = field(default_factory=threading.Event)
+    # Ports each host tries to bind while it prepares: host -> [[label, address or "", port], ...]
+    # (orchestrator.run.port_check); with `free_count`, it also offers that many free ports from `free_from`.
+    host_ports: dict[str, list[list[object]]] = field(default_factory=dict)
+    free_from: int = 0
+    free_count: int = 0
+    replanned: bool = False  # the ports were re-planned after prepare: each host gets its new run.json at `go`
+    forward_env: dict[str, str] = field(default_factory=dict)  # [training] forward_env: sent at `go`, never stored
     _bundles: dict[tuple[str, ...], bytes] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -128,8 +138,11 @@ class HostStart:
         try:
             session = self.session = self.remote.transport.open_session(start_command(self.host, self.ctx.run_id))
             self.progress("prepare", 0, 1)
-            head = {"host": self.host.name, "tree": self.ctx.tree, "package": self.ctx.package,
-                    "python": self.host.python}
+            head: dict[str, object] = {"host": self.host.name, "tree": self.ctx.tree, "package": self.ctx.package,
+                                       "python": self.host.python}
+            if self.host.name in self.ctx.host_ports:
+                head.update(ports=self.ctx.host_ports[self.host.name], free_from=self.ctx.free_from,
+                            free_count=self.ctx.free_count)
             session.send(frame("head", json.dumps(head).encode()) + frame("run", self.ctx.run_file(self.host.name)))
             while True:
                 line = self._read(session, deadline, "prepare")
@@ -137,6 +150,8 @@ class HostStart:
                     raise self._ended(session)
                 if line.startswith("@have"):
                     self._ship(session, set(line.split()[1:]))
+                elif line.startswith("@ports "):
+                    self._ports(line[len("@ports "):])
                 elif line.startswith("@prepared "):
                     self.outcome.run_dir = line[len("@prepared "):]
                     return
@@ -145,6 +160,14 @@ class HostStart:
         except HostError:
             self.close()
             raise
+
+    def _ports(self, text: str) -> None:
+        try:
+            report = json.loads(text)
+            self.outcome.taken = [(str(label), int(port), str(why)) for label, port, why in report["taken"]]
+            self.outcome.free = [int(p) for p in report["free"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise HostError(self.host.name, "prepare", f"unreadable port report {text[:80]!r}: {exc}") from None
 
     def _ship(self, session: Session, have: set[str]) -> None:
         need = missing(self.ctx.files, have)
@@ -182,7 +205,10 @@ class HostStart:
         assert session is not None
         left = self.ctx.deadline - time.monotonic()
         try:
-            session.send(f"go {max(1.0, left - 1.0):.1f}\n".encode())
+            before = frame("run", self.ctx.run_file(self.host.name)) if self.ctx.replanned else b""
+            if self.ctx.forward_env:  # the values live in the launcher's memory only (training/launcher.py)
+                before += frame("env", json.dumps(self.ctx.forward_env).encode())
+            session.send(before + f"go {max(1.0, left - 1.0):.1f}\n".encode())
             self.progress("launch", 0, 1)
             self._await_ready(session)
         except HostError:
@@ -263,11 +289,15 @@ class HostStart:
         if time.monotonic() > self.ctx.deadline:
             raise HostError(self.host.name, "timeout", f"not ready within {self.ctx.timeout:g}s")
 
-    def release(self) -> None:
-        """No `go` for this host: its command ends (stdin closed) with nothing started."""
+    def release(self, purge: bool = False) -> None:
+        """No `go` for this host: its command ends (stdin closed) with nothing started; with `purge` it
+        also removes the run dir it made (a refused start leaves nothing), and is given a moment to."""
         if self.session is not None:
             with contextlib.suppress(HostError):
-                self.session.send(b"abort\n")
+                self.session.send(b"abort purge\n" if purge else b"abort\n")
+                deadline = time.monotonic() + min(10.0, self.ctx.op_timeout)
+                while purge and self.session.read_line(max(0.05, deadline - time.monotonic())) is not None:
+                    pass  # until the command has ended (a timeout ends the wait: HostError)
         self.close()
 
     def close(self) -> None:
@@ -307,15 +337,20 @@ class StartShard:
     def prepare(self) -> None:
         self._phase(list(self.starts), HostStart.prepare, PREPARE_LIMIT)
 
+    def replan(self, run_file: Callable[[str], bytes]) -> None:
+        """The ports were re-planned: each host's new run.json goes with its `go`."""
+        self.ctx.run_file = run_file
+        self.ctx.replanned = True
+
     def launch(self, names: list[str]) -> None:
         """Launch these hosts (all prepared); release the others."""
         go = set(names)
         self.release([n for n in self.starts if n not in go])
         self._phase([n for n in self.starts if n in go], HostStart.launch, LAUNCH_LIMIT)
 
-    def release(self, names: list[str] | None = None) -> None:
+    def release(self, names: list[str] | None = None, purge: bool = False) -> None:
         for name in self.starts if names is None else names:
-            self.starts[name].release()
+            self.starts[name].release(purge)
 
     def close(self) -> None:
         for start in self.starts.values():

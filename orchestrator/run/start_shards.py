@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
+from collections.abc import Callable
 
 from orchestrator.errors import HostError
 from orchestrator.plan.model import HostPlan
@@ -35,9 +36,11 @@ def _worker(ctx: StartContext, hosts: list[HostPlan], opener: Opener, link: Shar
         link.flush()
         order = link.order()
         if isinstance(order, tuple) and order[0] == "go":
+            if order[2] is not None:  # --auto-ports re-planned: the new run files
+                shard.replan(order[2])
             shard.launch(list(order[1]))
-        else:  # ("release",), or the parent is gone: nothing more starts
-            shard.release()
+        else:  # ("release", purge), or the parent is gone: nothing more starts
+            shard.release(purge=isinstance(order, tuple) and len(order) > 1 and bool(order[1]))
         link.send(("launched",))
     finally:
         shard.close()
@@ -52,6 +55,7 @@ class ShardedStart:
         by_name = {h.name: h for h in hosts}
         self.groups = split([h.name for h in hosts], shards)
         self.shards = Shards(self.groups, lambda keys, link: _worker(ctx, [by_name[k] for k in keys], opener, link))
+        self.run_file: Callable[[str], bytes] | None = None  # re-planned run files, sent with `go`
 
     def _pump(self, end: str, deadline: float | None = None) -> None:
         """Take every worker's messages until each has said `end` (or ended, or the deadline passed)."""
@@ -96,11 +100,14 @@ class ShardedStart:
     def launch(self, names: list[str]) -> None:
         go = set(names)
         for worker, keys in enumerate(self.groups):
-            self.shards.tell(worker, ("go", [k for k in keys if k in go]))
+            self.shards.tell(worker, ("go", [k for k in keys if k in go], self.run_file))
         self._guarded("launched")
 
-    def release(self, names: list[str] | None = None) -> None:
-        self.shards.broadcast(("release",))
+    def replan(self, run_file: Callable[[str], bytes]) -> None:
+        self.run_file = run_file
+
+    def release(self, names: list[str] | None = None, purge: bool = False) -> None:
+        self.shards.broadcast(("release", purge))
         self._pump("launched", deadline=time.monotonic() + self.ctx.op_timeout)
 
     def close(self) -> None:

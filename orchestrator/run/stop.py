@@ -30,6 +30,7 @@ class HostStop:
     remaining: list[RunProcess] = field(default_factory=list)  # from the verifying process listing
     purged: bool = False
     error: str | None = None
+    reason: str | None = None  # the HostError's reason word when the host's stop failed
 
 
 def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float = 10.0, timeout: float = 30.0,
@@ -51,7 +52,7 @@ def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float 
         return HostStop(name, ok=not remaining, killed=list(verdict.report.killed), remaining=remaining,
                         purged=verdict.purged)
 
-    return {name: res if isinstance(res, HostStop) else HostStop(name, ok=False, error=res.one_line())
+    return {name: res if isinstance(res, HostStop) else HostStop(name, ok=False, error=res.one_line(), reason=res.reason)
             for name, res in fan_out(targets, one, shardable=True).items()}
 
 

@@ -1,26 +1,22 @@
 """`fan_out(keys, fn, limit)`: run fn(key) for every host at once, each host's result or HostError.
 
-The one way every command visits many hosts (check, start's phases, status, stop, logs): a bounded
-thread pool (hosts wait on the network, and Paramiko releases the GIL while they do), one host's fault
-is that host's result and never hides the others', and the calling thread wakes every 0.2 s so that
-Ctrl-C reaches it promptly: `on_interrupt` runs (e.g. set a cancel flag), the workers get
-`interrupt_grace` seconds to notice, and KeyboardInterrupt is raised again. With `shardable` (the
-per-host work is all in fn's result), hosts beyond what one process handles well are spread over
-worker processes (orchestrator.transport.shards); on_done still runs in this process.
+The one way every command visits many hosts (check, start's phases, status, stop, logs): threads in this
+process (orchestrator.transport.threaded: bounded, one host's fault is only that host's result, Ctrl-C
+handled promptly). With `shardable` (the per-host work is all in fn's result), hosts beyond what one
+process handles well are spread over worker processes (orchestrator.transport.shards); on_done still
+runs in this process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from typing import TypeVar
 
 from orchestrator.errors import HostError
+from orchestrator.transport.shards import shard_count, sharded_fan_out
+from orchestrator.transport.threaded import DEFAULT_LIMIT, threaded_fan_out
 
 T = TypeVar("T")
-DEFAULT_LIMIT = 64  # threads; more hosts than this queue for a free thread
-WAKE_S = 0.2
 
 
 def fan_out(
@@ -34,39 +30,10 @@ def fan_out(
     thread_name: str = "tfcluster",
     shardable: bool = False,
 ) -> dict[str, T | HostError]:
-    """{key: fn(key) or the HostError it raised}, in the order of `keys`. Any other exception is
-    that host's HostError(reason="error") too: one broken host must not take the command down."""
-    if not keys:
-        return {}
-    if shardable:
-        from orchestrator.transport.shards import shard_count, sharded_fan_out
-
+    """{key: fn(key) or the HostError it raised}, in the order of `keys` (see threaded_fan_out)."""
+    if shardable and keys:
         shards = shard_count(len(keys))
         if shards > 1:
             return sharded_fan_out(keys, fn, shards, limit=limit, on_done=on_done, thread_name=thread_name)
-
-    def guarded(key: str) -> T | HostError:
-        try:
-            result: T | HostError = fn(key)
-        except HostError as exc:
-            result = exc
-        except Exception as exc:
-            result = HostError(key, "error", f"{type(exc).__name__}: {exc}")
-        if on_done is not None:
-            on_done(key, result)
-        return result
-
-    pool = ThreadPoolExecutor(max_workers=max(1, min(limit, len(keys))), thread_name_prefix=thread_name)
-    futures: dict[str, Future[T | HostError]] = {key: pool.submit(guarded, key) for key in keys}
-    try:
-        pending = set(futures.values())
-        while pending:
-            _, pending = wait_futures(pending, timeout=WAKE_S)
-    except KeyboardInterrupt:
-        if on_interrupt is not None:
-            on_interrupt()
-        wait_futures(futures.values(), timeout=interrupt_grace)
-        raise
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-    return {key: future.result() for key, future in futures.items()}
+    return threaded_fan_out(keys, fn, limit=limit, on_done=on_done, on_interrupt=on_interrupt,
+                            interrupt_grace=interrupt_grace, thread_name=thread_name)

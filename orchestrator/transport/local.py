@@ -74,7 +74,7 @@ class LocalTransport(ShellTransport):
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            raise HostError(self.host, "sftp-failed", f"{local_path} -> {remote_path}: {exc}") from exc
+            raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {exc}") from exc
 
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.errors import HostError
+from orchestrator.transport.threaded import threaded_fan_out
 
 if TYPE_CHECKING:  # multiprocessing costs every command ~50 ms to import; only sharded ones need it
     from multiprocessing.connection import Connection
@@ -186,10 +187,9 @@ def sharded_fan_out(keys: Sequence[str], fn: Callable[[str], T], shards: int, *,
                     on_done: Callable[[str, T | HostError], None] | None, thread_name: str) -> dict[str, T | HostError]:
     """transport.fan_out over `shards` worker processes: fn runs in the workers, its results (which must
     pickle) come back; on_done runs here, in the parent, as they arrive."""
-    from orchestrator.transport.fan_out import fan_out
 
     def work(mine: list[str], link: ShardLink) -> None:
-        fan_out(mine, fn, limit=limit, on_done=lambda key, result: link.send((key, result)), thread_name=thread_name)
+        threaded_fan_out(mine, fn, limit=limit, on_done=lambda key, result: link.send((key, result)), thread_name=thread_name)
 
     results: dict[str, T | HostError] = {}
     with Shards(split(keys, shards), work) as workers:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import posixpath
 import select
 import socket
-import stat
 import threading
 import time
 import uuid
@@ -26,6 +24,7 @@ import paramiko
 from orchestrator.config.ssh_config import ResolvedSSH
 from orchestrator.errors import HostError
 from orchestrator.transport.base import CommandResult, Session, ShellTransport, shell_command, short
+from orchestrator.transport.base import remote_path as remote_path_quoted
 from orchestrator.transport.ssh_channel import (
     QuickAckSocket,
     SSHLineStream,
@@ -232,29 +231,21 @@ class SSHTransport(ShellTransport):
 
     # --- files -------------------------------------------------------------------------------------
     def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
-        """Copy over SFTP to a temporary name, then rename: readers never see a half-written file.
-        A leading `~/` means the remote home (SFTP paths are relative to it). Parents are created."""
-        path = remote_path[2:] if remote_path.startswith("~/") else remote_path
-        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-        transport = self._transport()
-        with mapped(self.host, "lost", "cannot open SFTP"):
-            sftp = paramiko.SFTPClient.from_transport(transport)
-        if sftp is None:
-            raise HostError(self.host, "sftp-failed", "the server refused the SFTP subsystem")
+        """Copy over an exec channel (`cat` into a temporary name, then `mv`: readers never see a
+        half-written file), never SFTP: some sshd configurations have no SFTP subsystem. A leading `~/`
+        means the remote home. Parents are created."""
         try:
-            _sftp_makedirs(sftp, posixpath.dirname(path))
-            sftp.put(local_path, tmp)
-            if mode is not None:
-                sftp.chmod(tmp, mode)
-            sftp.posix_rename(tmp, path)
-        except FileNotFoundError as exc:
-            raise HostError(self.host, "sftp-failed", f"{local_path} -> {remote_path}: {exc}") from exc
-        except SSH_FAULTS as exc:
-            with contextlib.suppress(*SSH_FAULTS):
-                sftp.remove(tmp)
-            raise HostError(self.host, "sftp-failed", f"{local_path} -> {remote_path}: {exc}") from exc
-        finally:
-            sftp.close()
+            with open(local_path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {exc}") from exc
+        chmod = f' && chmod {mode:o} "$t"' if mode is not None else ""
+        script = (f"p={remote_path_quoted(remote_path)}; t=\"$p.tmp-{uuid.uuid4().hex[:8]}\"\n"
+                  f'mkdir -p -- "$(dirname -- "$p")" && cat > "$t"{chmod} && mv -f -- "$t" "$p" '
+                  '|| { rm -f -- "$t"; exit 1; }')
+        result = self.run_shell(script, timeout=None, stdin=data)
+        if not result.ok:
+            raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {short(result.stderr)}")
 
     def close(self) -> None:
         with self._lock:
@@ -270,21 +261,3 @@ class SSHTransport(ShellTransport):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _sftp_makedirs(sftp: paramiko.SFTPClient, path: str) -> None:
-    if path in ("", ".", "/"):
-        return
-    try:
-        if stat.S_ISDIR(sftp.stat(path).st_mode or 0):
-            return
-    except FileNotFoundError:
-        pass
-    _sftp_makedirs(sftp, posixpath.dirname(path))
-    try:
-        sftp.mkdir(path)
-    except OSError:
-        if not stat.S_ISDIR(sftp.stat(path).st_mode or 0):  # lost a race with another writer: fine
-            raise
-
-

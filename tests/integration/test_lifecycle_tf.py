@@ -144,11 +144,24 @@ def test_between_graph_worker_killed_is_restarted_and_the_run_finishes(
     machines: Machines, tmp_path: Path, state_dir: Path
 ) -> None:
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
-                                training={**TINY, "steps": 1500, "success": "all-workers"})
+                                training={**TINY, "steps": 1500, "success": "all-workers",
+                                          # each step 5x slower (sleeping): training outlasts a few status calls
+                                          "slowdown": {"worker:0": 5.0, "worker:1": 5.0}})
     run_id = _start(state_dir, hosts)
-    st = _all_running(state_dir, run_id, 3)
-    worker1 = next(t for t in st["tasks"] if t["name"] == "worker:1")
-    os.kill(worker1["pid"], signal.SIGKILL)
+    _all_running(state_dir, run_id, 3)
+
+    def kill_running_worker1() -> bool:
+        """SIGKILL worker:1 while it trains (its pid as status saw it, still alive)."""
+        w = next(t for t in status_json(state_dir, run_id)[1]["tasks"] if t["name"] == "worker:1")
+        if w["state"] != "running" or not w["pid"]:
+            return False
+        try:
+            os.kill(w["pid"], signal.SIGKILL)
+        except ProcessLookupError:  # it was between two attempts: look again
+            return False
+        return True
+
+    wait_for(kill_running_worker1, 60, "worker:1 running, to kill it", interval=0.5)
     killed_at = time.time()
     st = _finish(state_dir, run_id)
     w1 = next(t for t in st["tasks"] if t["name"] == "worker:1")

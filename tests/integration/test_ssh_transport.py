@@ -1,4 +1,4 @@
-"""SSHTransport against real sshd machines: quoting, stdin, timeouts, SFTP, streams, ProxyJump, faults."""
+"""SSHTransport against real sshd machines: quoting, stdin, timeouts, file copies, streams, ProxyJump, faults."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ def test_timeout_kills_the_remote_command(ssh: SSHTransport, tmp_path: Path) -> 
     assert ssh.run(["true"]).ok  # the connection is still usable
 
 
-def test_put_file_over_sftp(ssh: SSHTransport, machines: Machines, tmp_path: Path) -> None:
+def test_put_file_over_exec(ssh: SSHTransport, machines: Machines, tmp_path: Path) -> None:
+    """A copy is `cat` into a temporary name and `mv` over an exec channel: no SFTP subsystem needed
+    (a machine without one: tests/integration/test_launcher_extras_sshd.py)."""
     src = tmp_path / "payload"
     src.write_bytes(b"\x00binary\xffdata")
     target = Path(machines.workdir(0)) / "deep" / "er" / "file.bin"
@@ -82,7 +84,7 @@ def test_put_file_over_sftp(ssh: SSHTransport, machines: Machines, tmp_path: Pat
     assert sorted(p.name for p in target.parent.iterdir()) == ["file.bin"]
     with pytest.raises(HostError) as info:
         ssh.put_file(str(tmp_path / "missing"), str(target))
-    assert info.value.reason == "sftp-failed"
+    assert info.value.reason == "ship"
 
 
 def test_stream_lines_and_close_kills(ssh: SSHTransport, tmp_path: Path) -> None:

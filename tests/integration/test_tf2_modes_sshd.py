@@ -28,7 +28,7 @@ from tests.integration.lifecycle_helpers import (
     status_json,
     wait_for,
 )
-from tests.integration.test_user_programs import until_rates
+from tests.integration.test_user_programs import dash_json, until_rates
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()
@@ -98,6 +98,13 @@ def test_multi_worker_mirrored_trains_restarts_its_group_and_finishes(
     run_id = _start(state_dir, hosts)
     tasks = until_rates(state_dir, run_id, {"worker-0", "worker-1"})
     assert tasks["worker-0"]["global_step"] and tasks["worker-0"]["loss"] is not None
+
+    def allreduce_measured() -> list[dict[str, Any]] | None:
+        rows = dash_json(state_dir, run_id).get("allreduce") or []
+        ok = {r["name"] for r in rows if (r["measured_in_Bps"] or 0) > 0 and (r["measured_out_Bps"] or 0) > 0}
+        return rows if ok == {"worker-0", "worker-1"} else None
+
+    wait_for(allreduce_measured, 60, "each worker's all-reduce traffic measured", interval=1.0)
     wait_for(lambda: any(Path(records.load(run_id).host("m0").run_dir, "checkpoints").glob("*.index")), 120,
              "a first checkpoint")
     victim = next(t for t in status_json(state_dir, run_id)[1]["tasks"] if t["name"] == "worker:1")

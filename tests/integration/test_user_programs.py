@@ -96,11 +96,16 @@ def dash_json(state_dir: Path, run_id: str) -> dict[str, Any]:
 
 
 def until_rates(state_dir: Path, run_id: str, names: set[str], timeout: float = 150) -> dict[str, Any]:
-    """The dashboard's JSON once every named task is `running` with steps/s > 0."""
+    """The dashboard's JSON once every named task has been seen `running` with steps/s > 0 (each while it
+    trained: a fast worker may be done before a slow one starts); returns each task as it was seen so."""
+    shown: dict[str, Any] = {}
+
     def seen() -> dict[str, Any] | None:
         tasks = {t["name"]: t for t in dash_json(state_dir, run_id)["tasks"]}
-        ok = all(tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0 for n in names)
-        return tasks if ok else None
+        for n in names:
+            if tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0:
+                shown[n] = tasks[n]
+        return {**tasks, **shown} if names <= shown.keys() else None
 
     return wait_for(seen, timeout, f"{sorted(names)} running with a step rate", interval=1.0)
 

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from training.agent.core import Agent, ports_from_run, ps_ports_from_run
+from training.agent.core import Agent, allreduce_ports_from_run, ports_from_run, ps_ports_from_run
 from training.agent.host_metrics import parse_nvidia_smi
 from training.agent.tailer import EventsTailer
 from training.agent.tcp import PsCounters, TcpConn, parse_ss, ss_command
@@ -118,6 +118,18 @@ def test_ports_from_run_json(tmp_path: Path) -> None:
     assert ps_ports_from_run(str(tmp_path), "a") == {"ps-0": 23000}
     assert ports_from_run(str(tmp_path), "a") == ({"ps-0": 23000}, {23001, 23002})
     assert ps_ports_from_run(str(tmp_path / "missing"), "a") == {}
+
+
+def test_multi_worker_mirrored_workers_are_measured_as_ps_tasks_are(tmp_path: Path) -> None:
+    """No PS there: the all-reduce traffic is what moves, measured per worker of this host."""
+    tasks = [{"job": "worker", "index": 0, "host": "a", "port": 23000},
+             {"job": "worker", "index": 1, "host": "b", "port": 23001}]
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "plan": {"mode": "multi-worker-mirrored",
+                                                                            "tasks": tasks}}))
+    assert allreduce_ports_from_run(str(tmp_path), "a") == ({"worker-0": 23000}, {23001})
+    assert ports_from_run(str(tmp_path), "a")[0] == {}
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "r", "plan": {"mode": "between-graph", "tasks": tasks}}))
+    assert allreduce_ports_from_run(str(tmp_path), "a") == ({}, set())
 
 
 def test_agent_stops_when_stdout_is_closed(tmp_path: Path) -> None:

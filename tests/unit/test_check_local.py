@@ -44,7 +44,8 @@ def test_local_host_is_ready(tmp_path: Path) -> None:
     assert row.ready, row.problems
     assert row.reachable and row.auth and row.python_found
     assert row.python_version == sys.version.split()[0]
-    assert set(row.ports) == {t.port for t in plan.tasks} and all(v is None for v in row.ports.values())
+    wanted = {t.port for t in plan.tasks} | {plan.hosts[0].control_port}  # the supervisor's port too
+    assert set(row.ports) == wanted and all(v is None for v in row.ports.values())
     assert row.disk_free_bytes is not None and row.disk_free_bytes > 0
     assert row.workdir_writable
     assert row.clock_offset_s is not None and abs(row.clock_offset_s) < 1.0
@@ -63,6 +64,21 @@ def test_busy_port_makes_host_not_ready(tmp_path: Path) -> None:
     assert not row.ready
     assert row.ports[busy] is not None
     assert any(f"port {busy}" in p for p in row.problems)
+
+
+def test_busy_supervisor_control_port_makes_host_not_ready(tmp_path: Path) -> None:
+    """The supervisor's peer channel listens on its host's address: a listener there (another run's
+    supervisor) is found by the same bind test as `start`'s port check (training/port_probe.py)."""
+    plan = build_plan(_config(tmp_path))
+    host = plan.hosts[0]
+    with socket.socket() as listener:
+        listener.bind((host.dial_address or host.address, host.control_port))
+        listener.listen()
+        row = check_host(host, plan, transport_for(host), timeout=30)
+    assert not row.ready
+    assert row.ports[host.control_port] is not None
+    assert any(f"port {host.control_port} (this host's supervisor) is not free" in p for p in row.problems)
+    assert all(row.ports[t.port] is None for t in plan.tasks)
 
 
 def test_missing_python_is_reported(tmp_path: Path) -> None:

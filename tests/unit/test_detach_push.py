@@ -4,6 +4,7 @@ anyone). Real processes and files; the tasks are tiny shell programs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -57,7 +58,15 @@ def test_detach_waits_for_a_restarted_task_to_run_and_relays_every_state(layout:
     _write_run(layout, [steady, late])
 
     def install() -> None:
-        time.sleep(0.2)
+        """Once the first spawn has failed (its state file says so), never on a timer: under load the
+        supervisor may start later than any fixed delay."""
+        state = Path(layout.task_state_file("worker", 0))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(state.read_text()).get("state") in ("exited", "restarting"):
+                    break
+            time.sleep(0.02)
         tmp = tmp_path / "program.tmp"
         tmp.write_text("#!/bin/sh\nexec sleep 60\n")
         tmp.chmod(0o755)

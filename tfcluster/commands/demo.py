@@ -1,5 +1,6 @@
-"""`tfcluster demo`: a local between-graph cluster on this machine (1 ps, 2 workers, `mlp`, local
-transport, no SSH), watched in the dashboard; quitting the dashboard stops the run.
+"""`tfcluster demo`: a local cluster on this machine (2 workers training `mlp`, and the ps and chief the
+`--mode` needs; between-graph by default; local transport, no SSH), watched in the dashboard; quitting
+the dashboard stops the run.
 
 `--headless --steps N` needs no terminal: it trains N steps, waits for the run to finish and prints
 the final ClusterState (a table, or JSON with --json). Either way the run is stopped and purged at the
@@ -35,7 +36,7 @@ DEMO_TOML = """\
 # Written by `tfcluster demo`: one local "machine" running 1 ps and 2 CPU workers.
 [cluster]
 name = "demo"
-mode = "between-graph"
+mode = "{mode}"
 base_port = {base_port}
 
 [remote]
@@ -46,7 +47,7 @@ workdir = {workdir}
 name = "local"
 address = "127.0.0.1"
 transport = "local"
-roles = ["ps", "worker"]
+roles = {roles}
 workers = 2
 
 [training]
@@ -57,6 +58,22 @@ progress_interval = 1.0
 checkpoint_every_secs = 600.0
 restart = "on-failure"
 """
+
+
+# Every mode's demo cluster on the one local "machine": 2 workers, plus what the mode needs beside them.
+DEMO_ROLES = {
+    "between-graph": ["ps", "worker"],
+    "in-graph": ["ps", "chief", "worker"],  # the chief runs the one client
+    "multi-worker-mirrored": ["worker"],  # no ps: all-reduce between the workers
+    "parameter-server-strategy": ["ps", "chief", "worker"],  # the chief is the coordinator
+}
+
+
+def demo_hosts_toml(mode: str, *, base_port: int, python: str, workdir: str, steps: int) -> str:
+    if mode not in DEMO_ROLES:
+        raise UsageError(f"demo --mode: {mode!r} is not one of {', '.join(DEMO_ROLES)}")
+    return DEMO_TOML.format(mode=mode, roles=json.dumps(DEMO_ROLES[mode]), base_port=base_port,
+                            python=json.dumps(python), workdir=json.dumps(workdir), steps=steps)
 
 
 def register(app: typer.Typer) -> None:
@@ -76,18 +93,23 @@ def demo(
     as_json: Annotated[bool, typer.Option("--json", help="With --headless: print the final state as JSON.")] = False,
     interval: Annotated[float, typer.Option(min=0.2, max=10, help="Telemetry interval, seconds.")] = 1.0,
     timeout: Annotated[float, typer.Option(help="With --headless: give up after this many seconds.")] = 600.0,
+    mode: Annotated[str, typer.Option(help=f"Replication mode: {', '.join(DEMO_ROLES)}.")] = "between-graph",
 ) -> None:
-    """Start a local demo cluster (1 ps, 2 workers, between-graph, mlp) and open the dashboard on it."""
+    """Start a local demo cluster (2 workers training mlp, plus a ps and a chief where the mode needs
+    them) and open the dashboard on it."""
     if as_json and not headless:
         raise UsageError("demo --json prints the final state of a --headless demo; add --headless")
     if steps is None:
         steps = 500 if headless else 200_000
+    if mode not in DEMO_ROLES:
+        raise UsageError(f"demo --mode: {mode!r} is not one of {', '.join(DEMO_ROLES)}")
     home = Path(tempfile.mkdtemp(prefix="tfcluster-demo-"))
     hosts = home / "hosts.toml"
-    hosts.write_text(DEMO_TOML.format(base_port=free_port_block(3), python=json.dumps(sys.executable),
-                                      workdir=json.dumps(str(home / "work")), steps=steps))
+    hosts.write_text(demo_hosts_toml(mode, base_port=free_port_block(5), python=sys.executable,
+                                     workdir=str(home / "work"), steps=steps))
     console = Console(stderr=True)
-    console.print(f"demo: starting 1 ps + 2 workers on this machine ({escape(str(hosts))})")
+    roles = " + ".join(r if r != "worker" else "2 workers" for r in DEMO_ROLES[mode])
+    console.print(f"demo: starting {roles} ({mode}) on this machine ({escape(str(hosts))})")
     result = start(plan_file(hosts), str(hosts), StartOptions(timeout=180.0))
     record = result.record
     console.print(f"demo: run {record.run_id} started in {result.seconds:.1f}s")
@@ -100,7 +122,7 @@ def demo(
             while time.monotonic() < deadline and not _finished(st):
                 time.sleep(interval / 2)
                 st = collector.poll()
-            ok = _finished(st) and all(t.exit_code == 0 for t in st.tasks.values())
+            ok = _finished(st) and st.run_state == "finished"  # servers the run ended count as done
             print_state(st, as_json)
             if not _finished(st):
                 console.print(f"demo: not finished after {timeout:g}s")

@@ -53,6 +53,10 @@ def start(
     allow_partial: Annotated[
         bool, typer.Option("--allow-partial", help="Keep the hosts that started when others fail.")
     ] = False,
+    auto_ports: Annotated[
+        bool, typer.Option("--auto-ports", help="When a planned port is in use on a host (another run?), pick free "
+                           "ones instead of refusing (exit 2).")
+    ] = False,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds until every task must be running.")] = 120.0,
     dash: Annotated[bool, typer.Option("--dash", help="Open the live dashboard once the run is up.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Then follow the run until it ends; exit 0 only if it "
@@ -62,7 +66,7 @@ def start(
     if wait and dash:
         raise UsageError("start: --wait and --dash both follow the run; choose one")
     plan = load_plan(hosts_file, mode)
-    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run)
+    options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run, auto_ports=auto_ports)
     with StartProgress(err, len(plan.hosts)) as progress:
         result = launch.start(plan, str(hosts_file), options, progress=progress.report)
     record = result.record
@@ -133,7 +137,9 @@ def stop(
         if r is None:
             table.add_row(h.name, "nothing started", "-", "-")
         elif r.error:
-            table.add_row(h.name, f"[red]unreachable[/]: {escape(r.error)}", "-", "?")
+            # "unreachable" only when the connection failed; a command that failed there is not that
+            what = "unreachable" if r.reason in ("refused", "timeout", "unreachable", "lost") else "not stopped"
+            table.add_row(h.name, f"[red]{what}[/]: {escape(r.error)}", "-", "?")
         else:
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"

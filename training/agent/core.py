@@ -9,7 +9,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any, TextIO
 
 from training.agent.host_metrics import CpuMem, read_gpus
 from training.agent.tailer import EventsTailer
@@ -38,6 +38,29 @@ def ports_from_run(run_dir: str, host: str) -> tuple[dict[str, int], set[int]]:
     return ps, others
 
 
+def allreduce_ports_from_run(run_dir: str, host: str) -> tuple[dict[str, int], set[int]]:
+    """multi-worker-mirrored has no PS: its traffic is the all-reduce between the workers, measured per
+    worker task of this host (the connections its server accepts and those it opens to the other
+    workers' ports, as for a PS). Other modes: nothing."""
+    try:
+        with open(os.path.join(run_dir, RUN_FILE)) as f:
+            plan = json.load(f).get("plan", {})
+    except (OSError, ValueError):
+        return {}, set()
+    if plan.get("mode") != "multi-worker-mirrored":
+        return {}, set()
+    mine: dict[str, int] = {}
+    others: set[int] = set()
+    for t in plan.get("tasks", []):
+        if t.get("port") is None:
+            continue
+        if t.get("host") == host and t.get("job") in ("worker", "chief"):
+            mine[f"{t.get('job')}-{t.get('index')}"] = int(t["port"])
+        else:
+            others.add(int(t["port"]))
+    return mine, others
+
+
 def ps_ports_from_run(run_dir: str, host: str) -> dict[str, int]:
     return ports_from_run(run_dir, host)[0]
 
@@ -52,15 +75,17 @@ class Agent:
         self.tailer = EventsTailer(os.path.join(run_dir, "events"))
         self._explicit_ports = ps_ports
         self.counters = PsCounters(dict(ps_ports or {}), set(peer_ports or ()))
+        self.allreduce = PsCounters({})  # multi-worker-mirrored's workers (allreduce_ports_from_run)
         self.cpu = CpuMem()
         self.layout = RunLayout(run_dir)
         self.gpu_tool = shutil.which("nvidia-smi") is not None
         self.stop = threading.Event()
 
     def _ports(self) -> dict[str, int]:
-        if self._explicit_ports is None and not self.counters.ports:
+        if self._explicit_ports is None and not self.counters.ports and not self.allreduce.ports:
             # run.json may appear after the agent started
             self.counters.ports, self.counters.peer_ports = ports_from_run(self.run_dir, self.host)
+            self.allreduce.ports, self.allreduce.peer_ports = allreduce_ports_from_run(self.run_dir, self.host)
         return self.counters.ports
 
     def emit(self, lines: Iterable[str]) -> None:
@@ -77,9 +102,13 @@ class Agent:
         ports = self._ports()
         if ports:
             self.counters.update(read_tcp(ports.values(), self.counters.peer_ports))
-        return dumps(make_event(KIND_HOST_SAMPLE, self.host, cpu_pct=cpu, mem_pct=mem,
-                                gpus=read_gpus() if self.gpu_tool else [], ps_tcp=self.counters.snapshot(),
-                                **read_facts(self.layout, self.host)))
+        if self.allreduce.ports:
+            self.allreduce.update(read_tcp(self.allreduce.ports.values(), self.allreduce.peer_ports))
+        fields: dict[str, Any] = {"cpu_pct": cpu, "mem_pct": mem, "gpus": read_gpus() if self.gpu_tool else [],
+                                  "ps_tcp": self.counters.snapshot(), **read_facts(self.layout, self.host)}
+        if self.allreduce.ports:
+            fields["allreduce_tcp"] = self.allreduce.snapshot()
+        return dumps(make_event(KIND_HOST_SAMPLE, self.host, **fields))
 
     def heartbeat(self) -> str:
         return dumps(make_event(KIND_HEARTBEAT, self.host, interval_s=self.interval))

@@ -202,6 +202,8 @@ class Supervisor:
     def _final(self, task: Task, code: int | None, sig: int | None) -> None:
         task.exit_code, task.exit_signal = code, sig
         task.final = True
+        if task.stopped_by == "user":  # in its own log, where the user looks for why it ended
+            self._note(task, f"{task.name} was stopped for good by the user (not restarted; not a failure)")
         self._record(task, "exited")
         self.view.task_final(task.name, code, task.stopped_by)
 

@@ -50,6 +50,7 @@ class CoordinatorTelemetry:
             for k in range(workers)
         ]
         self.total = 0
+        self.global_step = 0  # the highest step counter seen: steps in flight finish out of order
         self.by_worker = [0] * workers
         self.last_loss = float("nan")
 
@@ -65,6 +66,7 @@ class CoordinatorTelemetry:
             loss = self.last_loss
         self.last_loss = loss
         self.total += 1
+        self.global_step = global_step = max(self.global_step, global_step)
         self.own.record(self.total, global_step, self.total * self.batch_size, loss)
         if 0 <= worker < len(self.per_worker):
             self.by_worker[worker] += 1

@@ -1,6 +1,7 @@
 """The PS traffic panel: per PS task, bytes/s in and out as the host's kernel measured them and as the
-workers accounted them (`*`); the wide layout adds the host and the number of peers. Redrawn only when
-a shown value changes."""
+workers accounted them (`*`); the wide layout adds the host and the number of peers. A
+multi-worker-mirrored run has no PS: the panel shows each worker's measured all-reduce traffic instead
+(nothing is accounted there: `-`). Redrawn only when a shown value changes."""
 
 from __future__ import annotations
 
@@ -18,7 +19,16 @@ WIDE_WIDTH = 58  # with the host and peers columns: narrower, and every rate is 
 PsRow = tuple[str, str, str, str, str, str, int]  # name, host, measured in, accounted in, measured out, accounted out, peers
 
 
+PS_TITLE = "PS traffic B/s (* accounted)"
+ALLREDUCE_TITLE = "All-reduce traffic B/s (measured)"
+
+
 def ps_rows(st: ClusterState) -> tuple[PsRow, ...]:
+    if not st.ps and st.allreduce:
+        return tuple(
+            (p.name, p.host, fmt.byte_rate_short(p.measured_in), "-", fmt.byte_rate_short(p.measured_out), "-",
+             len(p.peers))
+            for p in sorted(st.allreduce.values(), key=lambda p: p.name))
     return tuple(
         (p.name, p.host, fmt.byte_rate_short(p.measured_in), fmt.byte_rate_short(p.accounted_in),
          fmt.byte_rate_short(p.measured_out), fmt.byte_rate_short(p.accounted_out), len(p.peers))
@@ -31,11 +41,13 @@ class PsTrafficPanel(Static):
         self.rows: tuple[PsRow, ...] | None = None  # what the panel shows, one tuple per PS task
 
     def on_mount(self) -> None:
-        self.border_title = "PS traffic B/s (* accounted)"
+        self.border_title = PS_TITLE
 
     def on_state_updated(self, message: StateUpdated) -> None:
         with message.measured():
-            self._show(ps_rows(message.state), message.wide)
+            st = message.state
+            self.border_title = ALLREDUCE_TITLE if not st.ps and st.allreduce else PS_TITLE
+            self._show(ps_rows(st), message.wide)
 
     def _show(self, rows: tuple[PsRow, ...], wide: bool) -> None:
         if rows == self.rows:

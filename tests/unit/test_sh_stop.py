@@ -1,0 +1,68 @@
+"""`stop` when the host's python cannot run: the /bin/sh fallback (orchestrator/run/sh_stop.py) through
+RemoteRun.stop over a LocalTransport: a real /bin/sh, real processes carrying a run's marker (one that
+ignores SIGTERM), real files. No network."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config.schema import SSHOptions
+from orchestrator.plan.model import HostPlan
+from orchestrator.run.remote import RemoteRun
+
+
+def _host(tmp_path: Path) -> HostPlan:
+    return HostPlan(name="local", address="127.0.0.1", transport="local", python=str(tmp_path / "gone" / "python3"),
+                    workdir=str(tmp_path), ssh=SSHOptions(), roles=("worker",), tasks=())
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def _run(run_dir: Path, script: str, procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(["/bin/sh", "-c", script], env={**os.environ, "TFCLUSTER_RUN_DIR": str(run_dir)},
+                            start_new_session=True)
+    procs.append(proc)
+    return proc
+
+
+def test_stop_without_python_kills_every_marked_process_and_purges(
+        tmp_path: Path, spawned: list[subprocess.Popen[bytes]]) -> None:
+    run_dir = tmp_path / "runs" / "r1"
+    (run_dir / "code" / "training").mkdir(parents=True)  # the run's code is there: its python is not
+    polite = _run(run_dir, "exec sleep 300", spawned)
+    stubborn = _run(run_dir, "trap '' TERM; sleep 300 & wait; sleep 300", spawned)
+    other = _run(tmp_path / "runs" / "r1-other", "exec sleep 300", spawned)  # another run: a longer marker
+    time.sleep(0.3)  # let the shells exec and set their traps
+    verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=1, timeout=30, purge=True)
+    assert {polite.pid, stubborn.pid} <= set(verdict.report.killed)
+    assert verdict.verified is not None and verdict.verified.processes == ()
+    assert verdict.purged and not run_dir.exists()
+    assert polite.wait(5) == -signal.SIGTERM and stubborn.wait(5) == -signal.SIGKILL
+    assert other.poll() is None  # untouched
+    again = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=1, timeout=30, purge=True)
+    assert again.report.absent and again.verified is None
+
+
+def test_stop_without_python_keeps_the_run_dir_unless_purging(
+        tmp_path: Path, spawned: list[subprocess.Popen[bytes]]) -> None:
+    run_dir = tmp_path / "runs" / "r2"
+    (run_dir / "code" / "training").mkdir(parents=True)
+    task = _run(run_dir, "exec sleep 300", spawned)
+    time.sleep(0.2)
+    verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=0, timeout=30)
+    assert task.pid in verdict.report.killed and not verdict.purged and run_dir.is_dir()
