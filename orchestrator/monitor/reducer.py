@@ -189,7 +189,8 @@ class ClusterState:
             after = f" after exit code {code}" if code is not None else ""
             group = " with its group" if ev.restart_reason == "group" else ""
             left = f", {ev.restarts_left} left" if ev.restarts_left is not None else ""
-            self._log(t, "restart", f"{tv.name} on {tv.host} restarting{group}{after} (restart {ev.restarts}{left})")
+            self._log(t, "restart", f"{tv.name} on {tv.host} restarting{group}{after} (restart {ev.restarts}{left})"
+                      + (f": {ev.error}" if ev.error else ""))
             tv.down = True
         elif ev.state in ("starting", "running"):
             tv._prev = None  # a new process starts its counters from zero

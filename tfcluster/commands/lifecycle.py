@@ -154,6 +154,8 @@ def _state_text(t: TaskStatus) -> str:
         how = f"code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
         why = {"user": ", stopped for good", "run": ", ended with the run", "stop": ", stopped"}.get(t.stopped_by or "", "")
         return f"exited ({how}{why})" + (" FAILED" if t.failed else "") + (f": {t.error}" if t.error else "")
+    if t.state == "restarting" and t.error:
+        return f"restarting (after: {t.error})"
     if t.no_progress_reported:
         return f"{t.state} (no progress reported)"
     return t.state

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from training.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.children import Child, Task, spawn
+from training.supervisor.exit_reason import exit_reason
 from training.supervisor.files import write_json_atomic
 from training.supervisor.hold import is_held
 from training.supervisor.policy import RestartBudget, restarts_as_group
@@ -175,6 +176,10 @@ class Supervisor:
             task.stopped_by = "user"
         if self.stop_requested and task.stopped_by is None:
             task.stopped_by = "stop"
+        if task.stopped_by is None and code != 0 and self.view.outcome is None:
+            task.error = exit_reason(self.layout.log_file(task.job, task.index))  # why, for status and dash
+        elif code == 0:
+            task.error = None  # an earlier attempt's reason is no longer news
         if code == 0 or task.stopped_by is not None or self.view.outcome is not None:
             self._final(task, code, sig)
             return
