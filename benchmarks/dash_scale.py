@@ -148,9 +148,9 @@ async def _measure(collector: CountingCollector, seconds: float, warmup: float, 
             yappi.set_clock_type("cpu")
             yappi.start()
             prof = yappi
-        c0, w0 = _cpu(proc), time.monotonic()
+        c0, w0, th0 = _cpu(proc), time.monotonic(), _thread_cpu()
         await asyncio.sleep(seconds)
-        c1, w1 = _cpu(proc), time.monotonic()
+        c1, w1, th1 = _cpu(proc), time.monotonic(), _thread_cpu()
         if prof is not None and profile:
             prof.stop()
             prof.get_func_stats().save(profile, type="pstat")
@@ -173,7 +173,28 @@ async def _measure(collector: CountingCollector, seconds: float, warmup: float, 
         "frame_ms_max": round(ms[-1], 2) if ms else None,
         "events_queued_after_last_poll": collector.left_after_poll, "host_silence_max_s": round(stale, 2),
         "malformed_lines": st.malformed, "task_counts": counts,
+        "cpu_pct_by_thread": {k: round(100.0 * (th1.get(k, 0.0) - th0.get(k, 0.0)) / (w1 - w0), 2)
+                              for k in sorted(set(th0) | set(th1))},
     }
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads by kind: the UI (main), collector streams, Paramiko readers."""
+    import threading
+
+    import paramiko
+
+    from orchestrator.monitor.collect import HostStream
+
+    threads = {t.native_id: t for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for t in psutil.Process().threads():
+        th = threads.get(t.id)
+        kind = ("ui (poll, reducer, Textual)" if th is threading.main_thread() else "collector streams (read, parse)"
+                if isinstance(th, HostStream) else "paramiko transports (decrypt)"
+                if isinstance(th, paramiko.Transport) else "other")
+        out[kind] = out.get(kind, 0.0) + t.user_time + t.system_time
+    return out
 
 
 def run_round(machines: ManyAddressMachines, seconds: float = 30.0, warmup: float = 5.0, ready_timeout: float = 180.0,

@@ -38,6 +38,7 @@ from orchestrator.transport.ssh_channel import (
 )
 from orchestrator.transport.ssh_faults import SSH_FAULTS, dial_error, handshake_error, mapped, tunnel_error
 from orchestrator.transport.ssh_keys import HostKeyPolicy, auth_keys, identity, load_known_hosts
+from orchestrator.transport.ssh_wire import StreamingTransport
 
 # Paramiko logs a traceback from its reader thread for every failed handshake; we report each failure
 # once, as a HostError. Leave the level alone if the user configured it.
@@ -124,6 +125,7 @@ class SSHTransport(ShellTransport):
                 # to authenticate on a dead transport ("No existing session") instead of timing out.
                 timeout=s.connect_timeout * 1.5 + 1, banner_timeout=s.connect_timeout,
                 auth_timeout=s.connect_timeout, channel_timeout=s.connect_timeout,
+                transport_factory=StreamingTransport,  # AES-GCM first, a calmer reader thread (ssh_wire.py)
             )
         except (HostError, paramiko.BadHostKeyException, paramiko.AuthenticationException, TimeoutError,
                 *SSH_FAULTS) as exc:

@@ -171,3 +171,19 @@ def test_unusable_identity_file_is_auth_failed(machines: Machines, tmp_path: Pat
     with pytest.raises(HostError) as info:
         SSHTransport("m0", settings).connect()
     assert info.value.reason == "auth-failed" and str(key) in info.value.detail
+
+
+def test_connection_prefers_aes_gcm_and_a_calm_reader_thread(ssh: SSHTransport) -> None:
+    """ssh_wire.StreamingTransport: OpenSSH accepts AES-GCM (no per-packet HMAC and pure-Python MAC
+    compare), and the idle reader thread wakes once a second; commands work as before."""
+    from orchestrator.transport.ssh_wire import READER_WAKE_S, StreamingTransport
+
+    assert ssh.run(["true"]).ok
+    transport = ssh._clients[-1].get_transport()
+    assert isinstance(transport, StreamingTransport)
+    assert transport.remote_cipher.endswith("-gcm@openssh.com"), transport.remote_cipher
+    assert transport.local_cipher.endswith("-gcm@openssh.com"), transport.local_cipher
+    assert transport.sock.gettimeout() == READER_WAKE_S
+    t0 = time.monotonic()
+    ssh.close()
+    assert time.monotonic() - t0 < 0.5  # close does not wait for the reader thread's next wake
