@@ -138,7 +138,8 @@ def _crossed(phase: float, since: float, now: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    spec = json.loads(open((argv or sys.argv[1:])[0]).read())
+    with open((argv or sys.argv[1:])[0], encoding="utf-8") as f:
+        spec = json.load(f)
     rng = random.Random(7)
     ips = [h["ip"] for h in spec["hosts"].values()]
     hosts = [Host(name, h, spec["ps"], [ip for ip in ips if ip != h["ip"]], rng) for name, h in spec["hosts"].items()]

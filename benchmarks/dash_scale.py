@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import statistics
 import subprocess
 import sys
@@ -33,7 +32,6 @@ import psutil
 
 from orchestrator.config.load import load_config
 from orchestrator.monitor.collect import Collector
-from orchestrator.monitor.events import Event
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan
@@ -113,9 +111,6 @@ class CountingCollector(Collector):
         self.applied += max(before - self.left_after_poll, 0)
         return st
 
-    def events_since(self) -> int:
-        return self.applied
-
 
 def _cpu(p: psutil.Process) -> float:
     t = p.cpu_times()
@@ -146,7 +141,7 @@ async def _measure(collector: CountingCollector, seconds: float, warmup: float, 
             import yappi  # the developer's own venv only: not a project dependency
 
             yappi.set_clock_type("cpu")
-            yappi.start()
+            yappi.start(profile_threads=not profile.endswith(".main"))  # FILE.main: the UI thread only
             prof = yappi
         c0, w0, th0 = _cpu(proc), time.monotonic(), _thread_cpu()
         await asyncio.sleep(seconds)
@@ -230,16 +225,6 @@ def _remote_cpu(machines: ManyAddressMachines, agents: subprocess.Popen[bytes]) 
         except psutil.Error:
             continue
     return total
-
-
-def drain_unused(q: queue.SimpleQueue[tuple[float, Event]]) -> int:
-    n = 0
-    while True:
-        try:
-            q.get_nowait()
-        except queue.Empty:
-            return n
-        n += 1
 
 
 if __name__ == "__main__":  # one round, printed (profiling: --profile FILE writes a yappi pstat)

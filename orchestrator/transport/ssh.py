@@ -125,7 +125,8 @@ class SSHTransport(ShellTransport):
                 # to authenticate on a dead transport ("No existing session") instead of timing out.
                 timeout=s.connect_timeout * 1.5 + 1, banner_timeout=s.connect_timeout,
                 auth_timeout=s.connect_timeout, channel_timeout=s.connect_timeout,
-                transport_factory=StreamingTransport,  # AES-GCM first, a calmer reader thread (ssh_wire.py)
+                # AES-GCM first, a calmer reader thread (ssh_wire.py). The stubs' Transport lacks gss_kex.
+                transport_factory=StreamingTransport,  # type: ignore[arg-type]
             )
         except (HostError, paramiko.BadHostKeyException, paramiko.AuthenticationException, TimeoutError,
                 *SSH_FAULTS) as exc:

@@ -25,5 +25,5 @@ def _gcm_first(ciphers: tuple[str, ...]) -> tuple[str, ...]:
 
 
 class StreamingTransport(paramiko.Transport):
-    _preferred_ciphers = _gcm_first(paramiko.Transport._preferred_ciphers)
+    _preferred_ciphers = _gcm_first(paramiko.Transport._preferred_ciphers)  # type: ignore[attr-defined]  # (no stub)
     _active_check_timeout = READER_WAKE_S
