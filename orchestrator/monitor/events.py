@@ -151,7 +151,7 @@ def _num(d: dict[str, Any], key: str, default: float | None = None) -> float | N
 def _int(d: dict[str, Any], key: str, default: int | None = None) -> int | None:
     v = d.get(key, default)
     if v is None or type(v) is int:
-        return v  # type: ignore[no-any-return]
+        return v
     if isinstance(v, bool) or not isinstance(v, int | float):
         raise Malformed(f"{key} is not a number")
     return int(v)
