@@ -18,7 +18,6 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 SegmentLines = list[list[Segment]]
@@ -48,12 +47,15 @@ class CellCachedTable(DataTable[Text | str]):
                      cursor: bool = False, hover: bool = False) -> SegmentLines:
         if column_index < 0:  # row labels: this table has none
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        # DataTable's own lookups (what its _render_cell uses): the public ones validate and copy, and
+        # this runs for every visible cell on every repaint.
+        column_key = self._column_locations.get_key(column_index)
         if row_index < 0:
-            value: object = self.ordered_columns[column_index].label
+            value: object = self.columns[column_key].label
             height = self.header_height
         else:
-            row_key, column_key = self.coordinate_to_cell_key(Coordinate(row_index, column_index))
-            value = self.get_cell(row_key, column_key)
+            row_key = self._row_locations.get_key(row_index)
+            value = self._data[row_key][column_key]
             height = self.rows[row_key].height
         key = (row_index, column_index, content_key(value), width, height, base_style, cursor, hover,
                self._show_hover_cursor, self._pseudo_class_state, self.show_cursor, self.fixed_rows,
