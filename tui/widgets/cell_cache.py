@@ -50,11 +50,13 @@ class CellCachedTable(DataTable[Text | str]):
         # DataTable's own lookups (what its _render_cell uses): the public ones validate and copy, and
         # this runs for every visible cell on every repaint.
         column_key = self._column_locations.get_key(column_index)
-        if row_index < 0:
+        row_key = self._row_locations.get_key(row_index) if row_index >= 0 else None
+        if column_key is None or (row_index >= 0 and row_key is None):  # not a cell: DataTable decides
+            return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
+        if row_key is None:
             value: object = self.columns[column_key].label
             height = self.header_height
         else:
-            row_key = self._row_locations.get_key(row_index)
             value = self._data[row_key][column_key]
             height = self.rows[row_key].height
         key = (row_index, column_index, content_key(value), width, height, base_style, cursor, hover,
