@@ -10,8 +10,9 @@ lines are the agent's formats (training/telemetry/schema.py dumps/make_event): a
 per task when its stream opens (the events-file backlog the agent replays), then per second per host
 one `host_sample` (cpu/mem, the supervisor's facts for every task, and on a PS host its `ps_tcp`
 counters with one peer per other host) and one `heartbeat`, and one `progress` per worker (with
-`ps_bytes` for every PS, as between-graph workers report). Lines leave in batches every 0.25 s, the
-agent's tail period, each host and task at its own phase. Every 10 s one worker dies (SIGKILL), is
+`ps_bytes` for every PS, as between-graph workers report), each host and task at its own phase. They
+leave as the agent sends them: it tails every 0.25 s, sends a task_state at once and the other lines
+twice per interval or with the sample (one write each, so one SSH packet). Every 10 s one worker dies (SIGKILL), is
 restarted 1 s later and runs again 2 s after that, so the event log and the state changes are
 exercised. Nothing here runs TensorFlow or reads /proc: its CPU is the remote hosts', not measured.
 Stops after `seconds`, or on SIGTERM.
@@ -32,6 +33,7 @@ from typing import Any
 from training.telemetry.schema import dumps, make_event
 
 TAIL_S = 0.25  # the agent's tail period (training/agent/core.py)
+FLUSH_S = 0.5  # how long it holds lines other than task_state: half its interval
 INCIDENT_EVERY_S = 10.0
 
 
@@ -52,6 +54,9 @@ class Host:
         self.fd: int | None = None
         self.out = bytearray()
         self.last = time.time()
+        self.held: list[str] = []  # lines the agent holds until its next flush
+        self.next_flush = 0.0
+        self.sampled = False  # the last `lines` call included the sample
 
     def backlog(self, now: float) -> list[str]:
         return [dumps(make_event("heartbeat", self.name, t=now, interval_s=1.0))] + [
@@ -75,7 +80,8 @@ class Host:
                 "progress", self.name, job=j, task=i, t=now, local_step=self.step[name],
                 global_step=self.step[name] * 1016, examples=self.step[name] * 128, loss=loss, interval_s=1.0,
                 steps=steps, ps_bytes={p: {"pulled": 40_000 * steps, "pushed": 40_000 * steps} for p in self.ps_all})))
-        if _crossed(self.sample_phase, since, now):
+        self.sampled = _crossed(self.sample_phase, since, now)
+        if self.sampled:
             out.append(self.sample(now))
             out.append(dumps(make_event("heartbeat", self.name, t=now, interval_s=1.0)))
         return out
@@ -157,17 +163,22 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(wait)
         now = time.time()
         host = hosts[n]
-        lines = host.lines(host.last, now)
+        host.held += host.lines(host.last, now)
         host.last = now
+        flush = host.sampled or now >= host.next_flush
         if now >= next_incident and host.fd is not None and len(host.tasks) > 1:
             later = host.incident(1 + victim % (len(host.tasks) - 1), now)
-            lines.append(later[0])
+            host.held.append(later[0])
             pending += [(now + 1.0, n, [later[1]]), (now + 3.0, n, [later[2]])]
             next_incident, victim = now + INCIDENT_EVERY_S, victim + 1
+            flush = True
         for item in [p for p in pending if p[1] == n and p[0] <= now]:
             pending.remove(item)
-            lines += item[2]
-        host.send(lines)
+            host.held += item[2]
+            flush = True
+        if flush:
+            host.send(host.held)
+            host.held, host.next_flush = [], now + FLUSH_S
         heapq.heappush(due, (at + TAIL_S, n))
     return 0
 
