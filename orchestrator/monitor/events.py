@@ -163,8 +163,10 @@ def _ps_bytes(raw: Any) -> dict[str, PsBytes]:
     out: dict[str, PsBytes] = {}
     for name, v in raw.items():
         key = name if str(name).startswith("ps-") else f"ps-{name}"
-        if isinstance(v, dict):
-            out[key] = PsBytes(int(v.get("pulled", 0) or 0), int(v.get("pushed", 0) or 0))
+        if isinstance(v, dict):  # (one per PS in every progress line: ints, the common case, as they are)
+            pulled, pushed = v.get("pulled", 0), v.get("pushed", 0)
+            out[key] = PsBytes(pulled if type(pulled) is int else int(pulled or 0),
+                               pushed if type(pushed) is int else int(pushed or 0))
         elif isinstance(v, list | tuple) and len(v) == 2:
             out[key] = PsBytes(int(v[0]), int(v[1]))
     return out
