@@ -59,8 +59,8 @@ def main() -> None:
            f"{args.rounds} rounds per side of {args.seconds:g} s, alternating (benchmarks/dash_before_after.py): "
            f"`{args.label}` (the benchmark alone, before any optimisation, its agents sending every 0.25 s as the "
            "agent did then) and this tree. 1-minute load before each round: "
-           f"{', '.join(str(x[0]) for x in loads)} on 2 cores (LOADED: absolute figures are inflated, the ratio "
-           "is the comparison).\n\n| | CPU (% of one core) | frame ms median | p95 | events/s |\n|---|---|---|---|---|\n"
+           f"{', '.join(str(x[0]) for x in loads)} on 2 cores (a shared machine, loaded in some rounds: absolute "
+           "figures are inflated; alternating rounds make the two sides comparable).\n\n| | CPU (% of one core) | frame ms median | p95 | events/s |\n|---|---|---|---|---|\n"
            f"| before | {b['cpu_pct_of_one_core']} | {b['frame_ms_median']} | {b['frame_ms_p95']} | {b['events_per_s']} |\n"
            f"| after | {a['cpu_pct_of_one_core']} | {a['frame_ms_median']} | {a['frame_ms_p95']} | {a['events_per_s']} |\n")
     (RESULTS / "dash.md").write_text(md)
