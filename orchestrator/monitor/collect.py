@@ -23,6 +23,7 @@ from orchestrator.plan.model import HostPlan
 from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
+from orchestrator.transport.ssh_channel import SSHLineStream
 from training.layout import RunLayout
 from training.telemetry.state_files import HoldReport, StateFileError
 
@@ -81,6 +82,10 @@ class HostStream(threading.Thread):
                     self._transport = self.opener(self.host)
                 transport = self._transport
             stream = transport.stream(argv, cwd=RunLayout(self.run_dir).code)
+            if isinstance(stream, SSHLineStream):
+                # Lines are applied once per interval anyway: reading twice per interval, not once per
+                # packet (the agent sends 4 a second), halves this thread's wake-ups at no visible delay.
+                stream.min_read_interval = self.interval / 2
             with self._lock:
                 self._stream = stream
             if self.stop_event.is_set():

@@ -158,11 +158,12 @@ class ClusterState:
         tv.t_progress = t
         tv.coordinator = ev.coordinator
         if ev.ps_bytes and ev.interval_s and ev.interval_s > 0:
+            name, interval = tv.name, ev.interval_s  # (once: every worker reports on every PS, every interval)
             for ps_name, b in ev.ps_bytes.items():
                 ps = self.ps.get(ps_name)
                 if ps is None:
                     ps = self.ps[ps_name] = PsTraffic(ps_name, "")
-                ps._by_worker[tv.name] = (t, b.pushed / ev.interval_s, b.pulled / ev.interval_s)
+                ps._by_worker[name] = (t, b.pushed / interval, b.pulled / interval)
 
     def _task_state(self, ev: TaskStateEvent, host: HostView) -> None:
         tv = self.add_task(ev.job, ev.task, ev.host)

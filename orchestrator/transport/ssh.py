@@ -37,6 +37,7 @@ from orchestrator.transport.ssh_channel import (
 )
 from orchestrator.transport.ssh_faults import SSH_FAULTS, dial_error, handshake_error, mapped, tunnel_error
 from orchestrator.transport.ssh_keys import HostKeyPolicy, auth_keys, identity, load_known_hosts
+from orchestrator.transport.ssh_wire import StreamingTransport
 
 # Paramiko logs a traceback from its reader thread for every failed handshake; we report each failure
 # once, as a HostError. Leave the level alone if the user configured it.
@@ -123,6 +124,8 @@ class SSHTransport(ShellTransport):
                 # to authenticate on a dead transport ("No existing session") instead of timing out.
                 timeout=s.connect_timeout * 1.5 + 1, banner_timeout=s.connect_timeout,
                 auth_timeout=s.connect_timeout, channel_timeout=s.connect_timeout,
+                # AES-GCM first, a calmer reader thread (ssh_wire.py). The stubs' Transport lacks gss_kex.
+                transport_factory=StreamingTransport,  # type: ignore[arg-type]
             )
         except (HostError, paramiko.BadHostKeyException, paramiko.AuthenticationException, TimeoutError,
                 *SSH_FAULTS) as exc:

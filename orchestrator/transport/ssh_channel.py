@@ -111,7 +111,11 @@ def send_signal(chan: paramiko.Channel, name: str) -> None:
 
 
 class SSHLineStream:
-    """stdout of a long-running remote command, line by line; stderr is kept (last 64 KiB) not lost."""
+    """stdout of a long-running remote command, line by line; stderr is kept (last 64 KiB) not lost.
+
+    `min_read_interval` (default 0: read as soon as data arrives) is the least time between two reads
+    of the channel: a reader that only needs the lines at its own pace (the dashboard polls once a
+    second) lets several packets gather and wakes once for them, not once per packet."""
 
     def __init__(self, host: str, chan: paramiko.Channel, kill: Callable[[paramiko.Channel, int | None], None],
                  grace: float) -> None:
@@ -122,13 +126,19 @@ class SSHLineStream:
         self._chan = chan
         self._closed_here = False
         self.stderr_tail = ""
+        self.min_read_interval = 0.0
 
     def lines(self) -> Iterator[str]:  # noqa: PLR0912 - the channel's states, in one read loop
         buf = bytearray()
         err = bytearray()
         chan = self._chan
+        last_read = 0.0
         try:
             while True:
+                gap = last_read + self.min_read_interval - time.monotonic()
+                if gap > 0 and not (chan.eof_received or self._closed_here):
+                    time.sleep(gap)
+                last_read = time.monotonic()
                 if chan.eof_received:
                     chan.status_event.wait(1.0)
                 else:

@@ -5,12 +5,15 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
+import time
 from pathlib import Path
 
 from training.agent.core import Agent, allreduce_ports_from_run, ports_from_run, ps_ports_from_run
 from training.agent.host_metrics import parse_nvidia_smi
 from training.agent.tailer import EventsTailer
 from training.agent.tcp import PsCounters, TcpConn, parse_ss, ss_command
+from training.telemetry.schema import dumps, make_event
 
 DATA = Path(__file__).parent / "data"
 
@@ -149,3 +152,45 @@ def test_agent_sample_has_contract_fields(tmp_path: Path) -> None:
     hb = json.loads(agent.heartbeat())
     assert hb["kind"] == "heartbeat" and hb["interval_s"] == 1.0
     assert os.path.isdir(tmp_path)
+
+
+class _Flushes(io.StringIO):
+    """The agent's stdout: what each flush (one write to the SSH channel) carried, and when."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes: list[tuple[float, str]] = []
+
+    def flush(self) -> None:
+        self.flushes.append((time.monotonic(), self.getvalue()))
+        self.seek(0)
+        self.truncate()
+
+
+def test_agent_sends_progress_twice_per_interval_and_a_state_change_at_once(tmp_path: Path) -> None:
+    events = tmp_path / "events"
+    events.mkdir()
+    out = _Flushes()
+    agent = Agent(str(tmp_path), "a", 1.0, out, ps_ports={})
+    runner = threading.Thread(target=agent.run, daemon=True)
+    runner.start()
+    try:
+        with open(events / "worker-0.jsonl", "a") as f:
+            for step in range(50):  # a progress line every 0.05 s for 2.5 s: the tail (0.25 s) sees ~10 batches
+                f.write(dumps(make_event("progress", "a", job="worker", task=0, local_step=step)) + "\n")
+                f.flush()
+                time.sleep(0.05)
+            written = time.monotonic()
+            f.write(dumps(make_event("task_state", "a", job="worker", task=0, state="exited")) + "\n")
+        deadline = written + 10
+        while not any("task_state" in text for _, text in out.flushes) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        agent.stop.set()
+        runner.join(timeout=10)
+    sent = [json.loads(line) for _, text in out.flushes for line in text.splitlines()]
+    assert [e["local_step"] for e in sent if e["kind"] == "progress"] == list(range(50))  # none lost
+    arrived = next(t for t, text in out.flushes if "task_state" in text)
+    assert arrived - written < 0.6  # within a tail period or two, not held for the next flush
+    progress_flushes = [t for t, text in out.flushes if '"progress"' in text and t < written]
+    assert len(progress_flushes) <= 7, len(progress_flushes)  # half-interval flushes + samples, not every tail

@@ -53,4 +53,6 @@ class ClusterHeader(Static):
         shown = (line1.plain, line2.plain)
         if shown != self._shown:
             self._shown = shown
-            self.update(Text("\n").join([line1, line2]))
+            # Its size is fixed (2 lines, the screen's width: dashboard.tcss), so no layout pass: a layout
+            # resizes the task table, which then re-renders every visible cell once more.
+            self.update(Text("\n").join([line1, line2]), layout=False)

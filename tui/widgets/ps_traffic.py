@@ -39,6 +39,7 @@ class PsTrafficPanel(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.rows: tuple[PsRow, ...] | None = None  # what the panel shows, one tuple per PS task
+        self._shape: tuple[object, ...] | None = None  # what decides the table's size (see _show)
 
     def on_mount(self) -> None:
         self.border_title = PS_TITLE
@@ -54,8 +55,12 @@ class PsTrafficPanel(Static):
             return
         self.rows = rows
         self.styles.width = WIDE_WIDTH if wide else COMPACT_WIDTH
+        # The table's size follows from its rows and the widest text in each column: while those stay,
+        # new values need no layout pass (a layout resizes the task table, which re-renders every cell).
+        shape = (wide, len(rows), *(max((len(str(r[i])) for r in rows), default=0) for i in range(7)))
+        layout, self._shape = shape != self._shape, shape
         if not rows:
-            self.update(Text("no parameter servers", style="dim"))
+            self.update(Text("no parameter servers", style="dim"), layout=layout)
             return
         table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
         table.add_column("task")
@@ -67,4 +72,4 @@ class PsTrafficPanel(Static):
             table.add_column("peers", justify="right")
         for name, host, mi, ai, mo, ao, peers in rows:
             table.add_row(*([name] + ([host] if wide else []) + [mi, ai, mo, ao] + ([str(peers)] if wide else [])))
-        self.update(table)
+        self.update(table, layout=layout)

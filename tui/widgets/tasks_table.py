@@ -2,21 +2,22 @@
 
 Frame-time contract: when the set and order of rows is unchanged, only the rows on screen are brought
 up to date, and in them only the cells whose text changed (every changed cell invalidates the table's
-render cache; rows off screen are caught up when they scroll into view). A full rebuild happens only
+render cache; rows off screen are caught up when they scroll into view), and a repaint renders again
+only the cells whose text changed (tui/widgets/cell_cache.py). A full rebuild happens only
 when the columns (terminal width) or the set or order of rows change (filter, sort, a new task).
 """
 
 from __future__ import annotations
 
-from rich.text import Text
 from textual.widgets import DataTable
 
 from orchestrator.monitor.reducer import ClusterState
 from tui.messages import StateUpdated
+from tui.widgets.cell_cache import CellCachedTable
 from tui.widgets.task_columns import COMPACT, WIDE, Column, cell, row_texts, visible_tasks
 
 
-class TasksTable(DataTable[Text | str]):
+class TasksTable(CellCachedTable):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row")
         self.sort_key = "host"
