@@ -22,8 +22,21 @@ def port_free(port: int, addresses: Iterable[str] = EVERY_INTERFACE) -> bool:
     return True
 
 
-def free_port_block(n: int, low: int = 20000, high: int = 60000) -> int:
-    """First port of n consecutive ports that are free now. Random start so parallel runs rarely collide."""
+def ephemeral_low(default: int = 32768) -> int:
+    """The first port of the kernel's ephemeral range: any outgoing connection may hold one of those for a
+    while, so a server port planned there can be found taken by chance."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return default
+
+
+def free_port_block(n: int, low: int = 20000, high: int | None = None) -> int:
+    """First port of n consecutive ports that are free now, below the ephemeral range (see ephemeral_low).
+    Random start so parallel runs rarely collide."""
+    if high is None:
+        high = max(low + 4 * n + 1000, min(60000, ephemeral_low()))
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(low, high - n)
