@@ -16,7 +16,7 @@ import re
 import secrets
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
@@ -113,7 +113,7 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id, "config_path": self.config_path, "cluster": self.cluster, "mode": self.mode,
-            "created": self.created, "plan": self.plan_json, "hosts": [asdict(h) for h in self.hosts],
+            "created": self.created, "plan": self.plan_json, "hosts": [vars(h).copy() for h in self.hosts],  # flat: no asdict deep copy
             "status": self.status, "notes": list(self.notes), "start_pid": self.start_pid,
             "start_machine": self.start_machine,
         }
