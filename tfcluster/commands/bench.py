@@ -39,7 +39,6 @@ from orchestrator.bench.summary import rows
 from orchestrator.errors import UsageError
 from tfcluster import exit_codes
 from tfcluster.bench_report.chart import throughput_chart
-from tfcluster.bench_report.plots import build_figures, save_figures
 from tfcluster.bench_report.progress import RichBenchListener
 from tfcluster.bench_report.tables import compare_table, print_report
 from tfcluster.common import widen
@@ -119,6 +118,8 @@ def _show(result: bench_report.BenchReport, directory: Path, *, write_json: bool
     written = []
     if write_json:
         written.append(bench_report.save(result, directory / REPORT_NAME))
+    from tfcluster.bench_report.plots import build_figures, save_figures  # matplotlib: only when drawing
+
     written += save_figures(build_figures(result), directory)
     wide = widen(console, MIN_WIDTH)
     print_report(wide, result)
