@@ -38,9 +38,10 @@ PROBLEMS = {  # test name -> issue 14's problem, in the issue's order
 
 
 def commit_of(checkout: Path) -> str:
-    res = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=%h %s"], capture_output=True,
+    res = subprocess.run(["git", "-C", str(checkout), "log", "-1", "--format=%h%n%s"], capture_output=True,
                          text=True, check=False)
-    return res.stdout.strip()[:90] or "?"
+    short, _, subject = res.stdout.strip().partition("\n")
+    return f"{short or '?'} ({subject[:60]}{'…' if len(subject) > 60 else ''})"
 
 
 def run_tests(checkout: Path) -> dict[str, Any]:
