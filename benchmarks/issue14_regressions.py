@@ -48,7 +48,7 @@ def run_tests(checkout: Path) -> dict[str, Any]:
     """pytest of the test file with the CLI of `checkout`: its outcome per test, wall time and load."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
-        env = {**os.environ, "TFCLUSTER_CHECKOUT": str(checkout)}
+        env = {**os.environ, "TFCLUSTER_CHECKOUT": str(checkout), "TFCLUSTER_REGRESSIONS": "1"}
         load_before, started = common.load_now(), time.monotonic()
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TEST_FILE,
                                f"--junitxml={report}"], cwd=common.ROOT, env=env, capture_output=True, text=True,

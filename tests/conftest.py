@@ -3,12 +3,18 @@ tests/faults."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from testkit import sshd
 from testkit.sshd import Machines
+
+# The issue-14 before/after evidence runs only when asked (benchmarks/issue14_regressions.py sets this and
+# runs it against two checkouts); in every run the fault suite and the unit tests cover the same behaviours.
+if not os.environ.get("TFCLUSTER_REGRESSIONS"):
+    collect_ignore = ["integration/test_issue14_regressions.py"]
 
 
 @pytest.fixture(scope="session")

@@ -44,16 +44,3 @@ def test_demo_headless_trains_and_prints_final_state(tmp_path: Path) -> None:
     assert "stopping run" in res.stderr
     assert not demo_processes(st["run_id"])
     assert not list((tmp_path / "state" / "runs").glob("*.json"))  # the demo leaves no run record behind
-
-
-def test_demo_headless_multi_worker_mirrored(tmp_path: Path) -> None:
-    """`demo --mode`: TensorFlow 2's all-reduce strategy on two local workers, no ps, to the end."""
-    env = {**os.environ, "TFCLUSTER_STATE_DIR": str(tmp_path / "state")}
-    res = subprocess.run([sys.executable, "-m", "tfcluster", "demo", "--headless", "--mode", "multi-worker-mirrored",
-                          "--steps", "100", "--json", "--interval", "0.5", "--timeout", "300"], check=False, cwd=ROOT,
-                         env=env, capture_output=True, text=True, timeout=380)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    st = json.loads(res.stdout)
-    assert {t["name"] for t in st["tasks"]} == {"worker-0", "worker-1"}
-    assert st["run_state"] == "finished" and st["totals"]["global_step"] >= 100, st
-    assert not demo_processes(st["run_id"])

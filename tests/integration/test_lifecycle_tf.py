@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -33,55 +32,6 @@ requires.tensorflow()
 
 FINISH_TIMEOUT = 180.0
 TINY = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
-
-# The user's own program, in the classic TF1 style: flags, ClusterSpec, Server, replica_device_setter,
-# and a done-queue on every PS that each finishing worker signals so the PS tasks can exit 0.
-CLASSIC_TRAIN_PY = '''\
-import argparse, os, sys
-import tensorflow as tf
-
-tf.compat.v1.disable_eager_execution()
-p = argparse.ArgumentParser()
-p.add_argument("--job_name"); p.add_argument("--task_index", type=int)
-p.add_argument("--ps_hosts"); p.add_argument("--worker_hosts"); p.add_argument("--steps", type=int, default=30)
-a = p.parse_args()
-ps_hosts, worker_hosts = a.ps_hosts.split(","), a.worker_hosts.split(",")
-cluster = tf.train.ClusterSpec({"ps": ps_hosts, "worker": worker_hosts})
-server = tf.distribute.Server(cluster, job_name=a.job_name, task_index=a.task_index)
-
-def done_queue(i):
-    with tf.compat.v1.device(f"/job:ps/task:{i}"):
-        return tf.queue.FIFOQueue(len(worker_hosts), tf.int32, shared_name=f"done_queue{i}")
-
-if a.job_name == "ps":
-    queue = done_queue(a.task_index)
-    config = tf.compat.v1.ConfigProto(device_filters=[f"/job:ps/task:{a.task_index}"])
-    with tf.compat.v1.Session(server.target, config=config) as sess:
-        for _ in worker_hosts:
-            sess.run(queue.dequeue())
-    print("ps: every worker is done", flush=True)
-    os._exit(0)
-
-with tf.compat.v1.device(tf.compat.v1.train.replica_device_setter(
-        worker_device=f"/job:worker/task:{a.task_index}", cluster=cluster)):
-    step = tf.compat.v1.train.get_or_create_global_step()
-    x = tf.random.normal([8, 4])
-    w = tf.compat.v1.get_variable("w", [4, 1])
-    loss = tf.reduce_mean(tf.square(tf.matmul(x, w) - 1.0))
-    train = tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=step)
-signals = [done_queue(i).enqueue(1) for i in range(len(ps_hosts))]
-config = tf.compat.v1.ConfigProto(device_filters=["/job:ps", f"/job:worker/task:{a.task_index}"])
-hooks = [tf.compat.v1.train.StopAtStepHook(last_step=a.steps)]
-with tf.compat.v1.train.MonitoredTrainingSession(master=server.target, is_chief=a.task_index == 0,
-                                                 hooks=hooks, config=config) as sess:
-    while not sess.should_stop():
-        _, s = sess.run([train, step])
-print(f"worker {a.task_index}: done at global step {s}", flush=True)
-with tf.compat.v1.Session(server.target, config=config) as sess:
-    for op in signals:
-        sess.run(op)
-os._exit(0)
-'''
 
 
 @pytest.fixture(scope="module")
@@ -172,19 +122,6 @@ def test_between_graph_worker_killed_is_restarted_and_the_run_finishes(
     events = Path(runs.load(run_id).host("m2").run_dir, "events", "supervisor-m2.jsonl").read_text()
     restarted = [json.loads(line) for line in events.splitlines()]
     assert any(e["state"] == "running" and e["restarts"] == 1 and e["t"] > killed_at for e in restarted)
-
-
-def test_user_classic_between_graph_script(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
-    (tmp_path / "train.py").write_text(CLASSIC_TRAIN_PY)
-    command = ("{python} train.py --job_name {job} --task_index {task} "
-               "--ps_hosts {ps_hosts} --worker_hosts {worker_hosts} --steps 30")
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
-                                training={"command": command, "sync": ["train.py"]})
-    run_id = _start(state_dir, hosts)
-    _all_running(state_dir, run_id, 3)
-    _finish(state_dir, run_id)
-    out = cli(state_dir, "logs", run_id).stdout
-    assert re.search(r"^worker:1@m2 worker 1: done at global step \d+", out, re.M), out
 
 
 def _ended(state_dir: Path, run_id: str) -> dict[str, Any]:
