@@ -114,7 +114,7 @@ def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
         machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     (tmp_path / "train.py").write_text(CLASSIC_PS_JOINS)
     command = ("{python} train.py --job_name {job} --task_index {task} --ps_hosts {ps_hosts} "
-               "--worker_hosts {worker_hosts} --steps 600")
+               "--worker_hosts {worker_hosts} --steps 2000")  # ~40 s of training: a wide window to see both
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training={
         "command": command, "sync": ["train.py"], "success": "all-workers",
         "progress_pattern": r"step (?P<global_step>\d+), loss (?P<loss>[\d.]+)"})
