@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import paramiko
 
@@ -116,16 +117,18 @@ class SSHTransport(ShellTransport):
         started = time.monotonic()
         pkey, key_filename = auth_keys(s.identity_files, [key for _, key in identities])
         try:
+            # Two arguments the stubs type differently across their versions: a list of key files is
+            # accepted (older stubs say str), and StreamingTransport (AES-GCM first, a calmer reader
+            # thread: ssh_wire.py) is a Transport (older stubs' Transport lacks gss_kex).
+            untyped: dict[str, Any] = {"key_filename": key_filename, "transport_factory": StreamingTransport}
             client.connect(
                 s.hostname, port=s.port, username=s.user, pkey=pkey,
-                key_filename=key_filename,  # type: ignore[arg-type]  # a list is accepted, the stubs say str
                 allow_agent=s.use_agent, look_for_keys=s.look_for_keys, sock=sock,
                 # `timeout` bounds the key exchange; it must outlast the banner wait, or Paramiko goes on
                 # to authenticate on a dead transport ("No existing session") instead of timing out.
                 timeout=s.connect_timeout * 1.5 + 1, banner_timeout=s.connect_timeout,
                 auth_timeout=s.connect_timeout, channel_timeout=s.connect_timeout,
-                # AES-GCM first, a calmer reader thread (ssh_wire.py). The stubs' Transport lacks gss_kex.
-                transport_factory=StreamingTransport,  # type: ignore[arg-type]
+                **untyped,
             )
         except (HostError, paramiko.BadHostKeyException, paramiko.AuthenticationException, TimeoutError,
                 *SSH_FAULTS) as exc:

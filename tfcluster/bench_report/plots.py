@@ -187,6 +187,11 @@ def build_figures(report: BenchReport) -> dict[str, Figure]:
     }
 
 
+def _containers(ax: Any) -> list[Any]:
+    """The axes' bar containers (matplotlib 3.8's type hints do not declare `Axes.containers`)."""
+    return list(ax.containers)
+
+
 def describe(fig: Figure) -> dict[str, Any]:
     """Every axes' title, labels, lines and bar series with their data (the figures.json sidecar)."""
     axes = []
@@ -195,7 +200,7 @@ def describe(fig: Figure) -> dict[str, Any]:
                   "y": np.asarray(line.get_ydata(), dtype=float).tolist()}
                  for line in ax.get_lines() if not str(line.get_label()).startswith("_")]
         bars = [{"label": str(c.get_label()), "heights": [float(p.get_height()) for p in c.patches]}
-                for c in ax.containers if hasattr(c, "patches") and not str(c.get_label()).startswith("_")]
+                for c in _containers(ax) if hasattr(c, "patches") and not str(c.get_label()).startswith("_")]
         axes.append({"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
                      "xticklabels": [t.get_text() for t in ax.get_xticklabels()], "lines": lines, "bars": bars})
     return {"axes": axes}
