@@ -57,12 +57,31 @@ print("done", flush=True)
 
 # Says whether it has the forwarded secret (its hash, never the value); its first attempt fails, so the
 # supervisor restarts it, and the restart must have it too.
+# Each task fails its first attempt; on the second the PS serves on its port until the run ends it, and
+# the worker ends the run (all-workers) only once it reaches the restarted PS: both second attempts run,
+# whichever restart comes first.
 FORWARDED = '''\
-import hashlib, os, sys
+import hashlib, json, os, socket, sys, time
 value = os.environ.get("TFC_TEST_SECRET")
 attempt = os.environ["TFCLUSTER_TASK_ID"].rsplit("#", 1)[1]
 print("attempt", attempt, "secret", hashlib.sha256(value.encode()).hexdigest() if value else "MISSING", flush=True)
-sys.exit(3 if attempt == "0" else 0)
+if attempt == "0":
+    sys.exit(3)
+cfg = json.loads(os.environ["TF_CONFIG"])
+host, port = cfg["cluster"]["ps"][0].rsplit(":", 1)
+if cfg["task"]["type"] == "ps":
+    server = socket.create_server((host, int(port)))
+    while True:
+        server.accept()[0].close()
+deadline = time.time() + 60
+while True:
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+        sys.exit(0)
+    except OSError:
+        if time.time() > deadline:
+            sys.exit(4)
+        time.sleep(0.2)
 '''
 
 

@@ -38,6 +38,7 @@ tf.compat.v1.disable_eager_execution()
 p = argparse.ArgumentParser()
 p.add_argument("--job_name"); p.add_argument("--task_index", type=int)
 p.add_argument("--ps_hosts"); p.add_argument("--worker_hosts"); p.add_argument("--steps", type=int)
+p.add_argument("--stop_file")  # train until it exists (or --steps)
 a = p.parse_args()
 cluster = tf.train.ClusterSpec({"ps": a.ps_hosts.split(","), "worker": a.worker_hosts.split(",")})
 server = tf.distribute.Server(cluster, job_name=a.job_name, task_index=a.task_index)
@@ -56,6 +57,8 @@ with v1.train.MonitoredTrainingSession(master=server.target, is_chief=a.task_ind
         time.sleep(0.02)
         if i % 10 == 0:
             print(f"worker {a.task_index}: step {g}, loss {l:.4f}", flush=True)
+            if a.stop_file and os.path.exists(a.stop_file):
+                break
 print(f"worker {a.task_index}: done", flush=True)
 '''
 
@@ -113,8 +116,9 @@ def until_rates(state_dir: Path, run_id: str, names: set[str], timeout: float = 
 def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
         machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     (tmp_path / "train.py").write_text(CLASSIC_PS_JOINS)
+    enough = tmp_path / "enough"  # the workers train until it exists: as long as it takes to see both rates
     command = ("{python} train.py --job_name {job} --task_index {task} --ps_hosts {ps_hosts} "
-               "--worker_hosts {worker_hosts} --steps 2000")  # ~40 s of training: a wide window to see both
+               f"--worker_hosts {{worker_hosts}} --steps 100000 --stop_file {enough}")
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training={
         "command": command, "sync": ["train.py"], "success": "all-workers",
         "progress_pattern": r"step (?P<global_step>\d+), loss (?P<loss>[\d.]+)"})
@@ -124,6 +128,7 @@ def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
     tasks = until_rates(state_dir, run_id, {"worker-0", "worker-1"})
     assert tasks["ps-0"]["state"] == "running"  # a server: alive, no progress expected of it
     assert all(tasks[w]["loss"] is not None and tasks[w]["global_step"] for w in ("worker-0", "worker-1"))
+    enough.touch()
 
     def ended() -> dict[str, Any] | None:
         _, st = status_json(state_dir, run_id)
