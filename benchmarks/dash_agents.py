@@ -12,7 +12,7 @@ one `host_sample` (cpu/mem, the supervisor's facts for every task, and on a PS h
 counters with one peer per other host) and one `heartbeat`, and one `progress` per worker (with
 `ps_bytes` for every PS, as between-graph workers report), each host and task at its own phase. They
 leave as the agent sends them: it tails every 0.25 s, sends a task_state at once and the other lines
-twice per interval or with the sample (one write each, so one SSH packet). Every 10 s one worker dies (SIGKILL), is
+with the sample, once per interval (one write each, so one SSH packet). Every 10 s one worker dies (SIGKILL), is
 restarted 1 s later and runs again 2 s after that, so the event log and the state changes are
 exercised. Nothing here runs TensorFlow or reads /proc: its CPU is the remote hosts', not measured.
 Stops after `seconds`, or on SIGTERM.
@@ -33,7 +33,6 @@ from typing import Any
 from training.telemetry.schema import dumps, make_event
 
 TAIL_S = 0.25  # the agent's tail period (training/agent/core.py)
-FLUSH_S = 0.5  # how long it holds lines other than task_state: half its interval
 INCIDENT_EVERY_S = 10.0
 
 
@@ -55,7 +54,6 @@ class Host:
         self.out = bytearray()
         self.last = time.time()
         self.held: list[str] = []  # lines the agent holds until its next flush
-        self.next_flush = 0.0
         self.sampled = False  # the last `lines` call included the sample
 
     def backlog(self, now: float) -> list[str]:
@@ -165,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         host = hosts[n]
         host.held += host.lines(host.last, now)
         host.last = now
-        flush = host.sampled or now >= host.next_flush
+        flush = host.sampled
         if now >= next_incident and host.fd is not None and len(host.tasks) > 1:
             later = host.incident(1 + victim % (len(host.tasks) - 1), now)
             host.held.append(later[0])
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             flush = True
         if flush:
             host.send(host.held)
-            host.held, host.next_flush = [], now + FLUSH_S
+            host.held = []
         heapq.heappush(due, (at + TAIL_S, n))
     return 0
 

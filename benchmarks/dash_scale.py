@@ -180,13 +180,14 @@ def _thread_cpu() -> dict[str, float]:
     import paramiko
 
     from orchestrator.monitor.collect import HostStream
+    from orchestrator.monitor.pump import StreamPump
 
     threads = {t.native_id: t for t in threading.enumerate()}
     out: dict[str, float] = {}
     for t in psutil.Process().threads():
         th = threads.get(t.id)
         kind = ("ui (poll, reducer, Textual)" if th is threading.main_thread() else "collector streams (read, parse)"
-                if isinstance(th, HostStream) else "paramiko transports (decrypt)"
+                if isinstance(th, HostStream | StreamPump) else "paramiko transports (decrypt)"
                 if isinstance(th, paramiko.Transport) else f"other: {th.name if th else 'gone'}")
         out[kind] = out.get(kind, 0.0) + t.user_time + t.system_time
         out[kind + ", system"] = out.get(kind + ", system", 0.0) + t.system_time  # syscalls, wake-ups

@@ -1,6 +1,8 @@
 """The collector: one agent stream per host (Transport.stream), typed events into a queue, ClusterState out.
 
-Each host has a thread that runs `python -m training.agent` in the run's code dir and parses its lines.
+Each host has a thread that runs `python -m training.agent` in the run's code dir; one StreamPump
+thread (pump.py) reads and parses every SSH stream's lines, the host's thread waiting meanwhile (other
+transports' streams are read by the host's thread itself).
 When the stream ends or cannot be opened, a `StreamDown` is queued (the state marks the host
 unreachable after 3 intervals, keeping its last values) and the thread reconnects with backoff. A
 stream that goes silent without closing (a dead network path) is closed by the watchdog in `poll`.
@@ -18,6 +20,7 @@ from collections.abc import Callable
 
 from orchestrator.errors import HostError, TfclusterError
 from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
+from orchestrator.monitor.pump import StreamPump
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.records import RunRecord
@@ -29,6 +32,7 @@ from training.telemetry.state_files import HoldReport, StateFileError
 
 BACKOFF_MAX_S = 30.0
 SILENT_INTERVALS = 5  # no line at all for this long: the stream is treated as dead and reopened
+PUMPED_WAIT_S = 30.0  # a pumped stream's thread checks this often that its pump still runs (a safety net)
 
 
 def agent_argv(python: str, run_dir: str, host: str, interval: float) -> list[str]:
@@ -39,7 +43,8 @@ class HostStream(threading.Thread):
     """Keeps one host's agent stream open for as long as the collector runs."""
 
     def __init__(self, host: HostPlan, run_dir: str, python: str, interval: float,
-                 out: queue.SimpleQueue[tuple[float, Event]], opener: Opener, stop: threading.Event) -> None:
+                 out: queue.SimpleQueue[tuple[float, Event]], opener: Opener, stop: threading.Event,
+                 pump: StreamPump | None = None) -> None:
         super().__init__(name=f"agent-{host.name}", daemon=True)
         self.host = host
         self.run_dir = run_dir
@@ -48,6 +53,7 @@ class HostStream(threading.Thread):
         self.out = out
         self.opener = opener
         self.stop_event = stop
+        self.pump = pump
         self.parser = EventParser()
         self.last_line = time.monotonic()
         self.connected = False
@@ -82,10 +88,6 @@ class HostStream(threading.Thread):
                     self._transport = self.opener(self.host)
                 transport = self._transport
             stream = transport.stream(argv, cwd=RunLayout(self.run_dir).code)
-            if isinstance(stream, SSHLineStream):
-                # Lines are applied once per interval anyway: reading twice per interval, not once per
-                # packet (the agent sends 4 a second), halves this thread's wake-ups at no visible delay.
-                stream.min_read_interval = self.interval / 2
             with self._lock:
                 self._stream = stream
             if self.stop_event.is_set():
@@ -94,15 +96,15 @@ class HostStream(threading.Thread):
             self.connects += 1
             self.last_line = time.monotonic()
             self._put(StreamUp(time.time(), self.host.name))
-            for line in stream.lines():
-                self.last_line = time.monotonic()
-                ev = self.parser.parse(line)
-                if ev is not None:
-                    if isinstance(ev, HeartbeatEvent):
-                        self.heartbeats += 1
-                    self._put(ev)
-                if self.stop_event.is_set():
-                    return "stopped"
+            if self.pump is not None and isinstance(stream, SSHLineStream):
+                failed = self._pumped(stream)
+                if failed is not None:
+                    return failed
+            else:
+                for line in stream.lines():
+                    self._take([line])
+                    if self.stop_event.is_set():
+                        return "stopped"
             tail = getattr(stream, "stderr_tail", "").strip().splitlines()
             why = f": {tail[-1][:200]}" if tail else ""
             return f"agent stream ended (exit {stream.exit_code}){why}"
@@ -112,6 +114,32 @@ class HostStream(threading.Thread):
             return f"{type(exc).__name__}: {exc}"
         finally:
             self.connected = False
+
+    def _pumped(self, stream: SSHLineStream) -> str | None:
+        """Wait while the pump reads the stream: None when it ended cleanly, else why it failed."""
+        assert self.pump is not None
+        done = threading.Event()
+        why: list[str | None] = []
+
+        def ended(reason: str | None) -> None:
+            why.append(reason)
+            done.set()
+
+        self.pump.add(stream, self._take, ended)
+        while not done.wait(PUMPED_WAIT_S):
+            if not self.pump.is_alive():
+                return "stopped"
+        return "stopped" if self.stop_event.is_set() else why[0]
+
+    def _take(self, lines: list[str]) -> None:
+        """Parse and queue lines (on the pump's thread, or this one's)."""
+        self.last_line = time.monotonic()
+        for line in lines:
+            ev = self.parser.parse(line)
+            if ev is not None:
+                if isinstance(ev, HeartbeatEvent):
+                    self.heartbeats += 1
+                self._put(ev)
 
     def close_stream(self) -> None:
         """Close the current stream (from any thread); the run loop then reconnects."""
@@ -148,8 +176,10 @@ class Collector:
         self.pythons = {h.name: pythons.get(h.name, h.python) for h in hosts}
         self._queue: queue.SimpleQueue[tuple[float, Event]] = queue.SimpleQueue()
         self._stop = threading.Event()
+        # Lines are applied once per interval: read twice per interval, not once per packet.
+        self._pump = StreamPump(interval / 2, self._stop)
         self.streams = [HostStream(h, run_dirs[h.name], self.pythons[h.name], interval, self._queue,
-                                   opener, self._stop) for h in hosts]
+                                   opener, self._stop, self._pump) for h in hosts]
         self._aux: dict[str, Transport] = {}  # for logs and actions, separate from the streams
         self._aux_lock = threading.Lock()
 
@@ -166,6 +196,7 @@ class Collector:
         return cls(state, hosts, run_dirs, pythons, interval, opener)
 
     def start(self) -> Collector:
+        self._pump.start()
         for s in self.streams:
             s.start()
         return self

@@ -113,9 +113,10 @@ def send_signal(chan: paramiko.Channel, name: str) -> None:
 class SSHLineStream:
     """stdout of a long-running remote command, line by line; stderr is kept (last 64 KiB) not lost.
 
-    `min_read_interval` (default 0: read as soon as data arrives) is the least time between two reads
-    of the channel: a reader that only needs the lines at its own pace (the dashboard polls once a
-    second) lets several packets gather and wakes once for them, not once per packet."""
+    Two ways to read it: `lines()` blocks for the next lines; `read_available()` never blocks, for one
+    thread that reads many streams in turn (the collector's StreamPump). `min_read_interval` (default
+    0: read as soon as data arrives) is the least time between two reads in `lines()`: a reader that
+    only needs the lines at its own pace lets several packets gather and wakes once for them."""
 
     def __init__(self, host: str, chan: paramiko.Channel, kill: Callable[[paramiko.Channel, int | None], None],
                  grace: float) -> None:
@@ -125,12 +126,12 @@ class SSHLineStream:
         self._pid: int | None = None
         self._chan = chan
         self._closed_here = False
+        self._out = bytearray()  # stdout after the last complete line
+        self._err = bytearray()
         self.stderr_tail = ""
         self.min_read_interval = 0.0
 
-    def lines(self) -> Iterator[str]:  # noqa: PLR0912 - the channel's states, in one read loop
-        buf = bytearray()
-        err = bytearray()
+    def lines(self) -> Iterator[str]:
         chan = self._chan
         last_read = 0.0
         try:
@@ -139,43 +140,61 @@ class SSHLineStream:
                 if gap > 0 and not (chan.eof_received or self._closed_here):
                     time.sleep(gap)
                 last_read = time.monotonic()
-                if chan.eof_received:
-                    chan.status_event.wait(1.0)
-                else:
-                    select.select([chan], [], [], 1.0)
-                got = False
+                try:
+                    if chan.eof_received:
+                        chan.status_event.wait(1.0)
+                    else:
+                        select.select([chan], [], [], 1.0)
+                except SSH_FAULTS as exc:
+                    raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
+                got, ended = self.read_available()
+                yield from got
+                if ended:
+                    return
+        finally:
+            self.stderr_tail = self._err.decode("utf-8", "replace")  # also when the reader stops early
+
+    def read_available(self) -> tuple[list[str], bool]:
+        """The complete lines that arrived since the last read (without blocking), and whether the command
+        has ended (then its last, unterminated line is included). A dead connection raises
+        HostError("lost"); a command closed here ends cleanly."""
+        chan, buf, err = self._chan, self._out, self._err
+        try:
+            got = False
+            while chan.recv_ready():
+                buf += chan.recv(READ_CHUNK)
+                got = True
+            while chan.recv_stderr_ready():
+                err += chan.recv_stderr(READ_CHUNK)
+                if self._pid is None:
+                    pid, stripped = split_pid_marker(err)
+                    if pid is not None:
+                        self._pid = pid
+                        err[:] = stripped
+                del err[:-65536]
+            lines: list[str] = []
+            if got:
+                *complete, rest = buf.split(b"\n")
+                buf[:] = rest
+                lines = [line.decode("utf-8", "replace") for line in complete]
+            if chan.closed or (chan.eof_received and chan.exit_status_ready()):
                 while chan.recv_ready():
                     buf += chan.recv(READ_CHUNK)
-                    got = True
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(READ_CHUNK)
-                    if self._pid is None:
-                        pid, stripped = split_pid_marker(err)
-                        if pid is not None:
-                            self._pid, err = pid, bytearray(stripped)
-                    del err[:-65536]
-                if got:
-                    *complete, rest = buf.split(b"\n")
-                    buf = bytearray(rest)
-                    for line in complete:
-                        yield line.decode("utf-8", "replace")
-                if chan.closed or (chan.eof_received and chan.exit_status_ready()):
-                    while chan.recv_ready():
-                        buf += chan.recv(READ_CHUNK)
-                    for tail_line in bytes(buf).split(b"\n"):
-                        if tail_line:
-                            yield tail_line.decode("utf-8", "replace")
-                    # A clean end sends EOF; a dead connection only closes the channel (exit status -1).
-                    if not (chan.eof_received or self._closed_here):
-                        raise HostError(self.host, "lost", "stream closed by the remote side")
-                    return
-                transport = chan.get_transport()
-                if transport is None or not transport.is_active():
-                    raise HostError(self.host, "lost", "connection lost while streaming")
+                lines += [tail.decode("utf-8", "replace") for tail in bytes(buf).split(b"\n") if tail]
+                buf.clear()
+                self.stderr_tail = err.decode("utf-8", "replace")
+                # A clean end sends EOF; a dead connection only closes the channel (exit status -1).
+                if not (chan.eof_received or self._closed_here):
+                    raise HostError(self.host, "lost", "stream closed by the remote side")
+                return lines, True
+            transport = chan.get_transport()
+            if transport is None or not transport.is_active():
+                self.stderr_tail = err.decode("utf-8", "replace")
+                raise HostError(self.host, "lost", "connection lost while streaming")
+            return lines, False
         except SSH_FAULTS as exc:
-            raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
-        finally:
             self.stderr_tail = err.decode("utf-8", "replace")
+            raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
 
     def close(self) -> None:
         """Stop reading and kill the remote command if it still runs (e.g. `tail -f`)."""

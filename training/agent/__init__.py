@@ -9,8 +9,7 @@ Streams JSON lines on stdout for the orchestrator's collector (one SSH channel p
 - a `heartbeat` every interval (first thing at start, so the collector learns the clock offset).
 
 A task_state line is written as soon as it is tailed (every 0.25 s); the others wait for the next
-flush, twice per interval or with the sample, so a host sends one SSH packet per half interval whatever
-its number of tasks.
+sample, so a host sends one SSH packet per interval whatever its number of tasks.
 
 It stops on SIGTERM/SIGHUP/SIGINT, when stdout is closed (the SSH channel went away: the next write
 fails), or, with --exit-on-stdin-eof, when stdin reaches EOF. Stdlib only; psutil is optional.
