@@ -3,7 +3,7 @@ alternately from an older source tree (`--before DIR`, e.g. `git archive <commit
 from this one, each in its own process with its own sshd, agents and collector; medians per side. The
 machine is shared: alternating rounds is what makes the two sides comparable when it is loaded.
 
-    python -m benchmarks.dash_before_after --before DIR [--label COMMIT] [--rounds 2] [--seconds 20]
+    python -m benchmarks.dash_before_after --before DIR [--label COMMIT] [--what TEXT] [--rounds 2] [--seconds 20]
 
 Adds a `before_after` section to benchmarks/results/dash.json and dash.md (written by bench_dash).
 """
@@ -36,6 +36,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True, type=Path)
     ap.add_argument("--label", default="before")
+    ap.add_argument("--what", default="an older tree", help="what the before side is, for the results file")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--seconds", type=float, default=20.0)
     args = ap.parse_args()
@@ -48,19 +49,25 @@ def main() -> None:
             print(side, sides[side][-1], flush=True)
     medians = {side: {k: round(statistics.median(r[k] for r in rounds), 2) for k in KEYS}
                for side, rounds in sides.items()}
-    section = {"before": args.label, "rounds_per_side": args.rounds, "seconds_per_round": args.seconds,
-               "medians": medians, "rounds": sides, "load_1m_before_each_round": [x[0] for x in loads]}
+    section = {"before": args.label, "what": args.what, "rounds_per_side": args.rounds,
+               "seconds_per_round": args.seconds, "medians": medians, "rounds": sides,
+               "load_1m_before_each_round": [x[0] for x in loads]}
+    write_section(section)
+
+
+def write_section(section: dict[str, Any]) -> None:
+    """Put the section into dash.json and (replacing an older one) at the end of dash.md."""
     data = json.loads((RESULTS / "dash.json").read_text())
     data["before_after"] = section
     (RESULTS / "dash.json").write_text(json.dumps(data, indent=2) + "\n")
     md = (RESULTS / "dash.md").read_text().split("\n## Before/after")[0].rstrip("\n")
-    b, a = medians["before"], medians["after"]
+    b, a = section["medians"]["before"], section["medians"]["after"]
+    loads = ", ".join(str(x) for x in section["load_1m_before_each_round"])
     md += (f"\n\n## Before/after, 1024 tasks over SSH, under the same load\n\n"
-           f"{args.rounds} rounds per side of {args.seconds:g} s, alternating (benchmarks/dash_before_after.py): "
-           f"`{args.label}` (the benchmark alone, before any optimisation, its agents sending every 0.25 s as the "
-           "agent did then) and this tree. 1-minute load before each round: "
-           f"{', '.join(str(x[0]) for x in loads)} on 2 cores (a shared machine, loaded in some rounds: absolute "
-           "figures are inflated; alternating rounds make the two sides comparable).\n\n| | CPU (% of one core) | frame ms median | p95 | events/s |\n|---|---|---|---|---|\n"
+           f"{section['rounds_per_side']} rounds per side of {section['seconds_per_round']:g} s, alternating "
+           f"(benchmarks/dash_before_after.py): `{section['before']}` ({section['what']}) and this tree. "
+           f"1-minute load before each round: {loads} on 2 cores (a shared machine: alternating rounds make "
+           "the two sides comparable).\n\n| | CPU (% of one core) | frame ms median | p95 | events/s |\n|---|---|---|---|---|\n"
            f"| before | {b['cpu_pct_of_one_core']} | {b['frame_ms_median']} | {b['frame_ms_p95']} | {b['events_per_s']} |\n"
            f"| after | {a['cpu_pct_of_one_core']} | {a['frame_ms_median']} | {a['frame_ms_p95']} | {a['events_per_s']} |\n")
     (RESULTS / "dash.md").write_text(md)
