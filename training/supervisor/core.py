@@ -312,7 +312,10 @@ class Supervisor:
         self._signal_ready()
         tailers = self._progress_tailers()
         facts = FactsWriter(self.layout, self.host, {t.name: t.port for t in self.tasks})
-        next_facts = 0.0
+        # The first look one interval after the tasks started, not at once: they have used no CPU and
+        # listen nowhere yet, and the first look reads every process's environment (once per pid), work
+        # that would compete with the hosts still starting when many share a machine.
+        next_facts = time.monotonic() + FACTS_EVERY_S
         while not self.stop_requested:
             if time.monotonic() >= next_facts:
                 facts.update()

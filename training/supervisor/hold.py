@@ -18,7 +18,6 @@ one run.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -58,6 +57,8 @@ def hold_and_stop(run_dir: str, job: str, index: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import argparse  # here, not at the top: the supervisor imports this module at every start
+
     parser = argparse.ArgumentParser(prog="python -m training.supervisor.hold")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--job", required=True)

@@ -17,8 +17,6 @@ supervisor's loop (it drains `inbox` each poll).
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
 import queue
 import socket
@@ -36,6 +34,9 @@ BIND_SETTLE_S = 2.0
 
 
 def sign(key: bytes, body: str) -> str:
+    import hashlib  # here: a supervisor that never hears or sends news does not pay for them at start
+    import hmac
+
     return hmac.new(key, body.encode(), hashlib.sha256).hexdigest()
 
 
@@ -48,6 +49,8 @@ def decode(key: bytes, run_id: str, line: bytes) -> dict[str, Any] | None:
     """The message of a signed line of this run, or None (another run's, unsigned, malformed)."""
     try:
         body, _, mac = line.decode().rstrip("\n").rpartition("\t")
+        import hmac
+
         if not body or not hmac.compare_digest(mac, sign(key, body)):
             return None
         message = json.loads(body)
