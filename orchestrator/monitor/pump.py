@@ -3,9 +3,9 @@
 Each pass (twice per collector interval) takes what every registered stream holds without blocking
 (`read_available`: SSHLineStream), hands the lines to the stream's consumer and reports the streams
 that ended, with why. Why one thread: the dashboard applies lines once per interval anyway, and a
-reader thread per host woke twice per interval each: at 1024 tasks on 128 hosts, 256 wake-ups a second
-were a third of the collector's CPU (benchmarks/results/dash.md). Connecting, backoff and reconnecting
-stay with each host's HostStream thread, which sleeps while its stream is pumped.
+reader thread per host woke twice per interval each: 256 wake-ups a second at 128 hosts, whatever the
+lines (benchmarks/results/dash.md compares the two). Connecting, backoff and reconnecting stay with
+each host's HostStream thread, which sleeps while its stream is pumped.
 
 A consumer never raises into the pump (the HostStream's are guarded); a stream that raises has ended.
 """
