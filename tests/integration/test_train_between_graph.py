@@ -163,9 +163,9 @@ def test_killed_worker_does_not_stop_the_others(tmp_path: Path) -> None:
         "model": "mlp", "batch_size": 16, "steps": steps, "progress_interval": 0.3, "checkpoint_every_secs": 600,
     })
     with running_cluster(plan, tmp_path / "run") as cluster:
-        # wait until worker 1 is really training, then SIGKILL it
-        wait_for(lambda: any(e["global_step"] >= 20 for e in cluster.events("worker", 1)), 90,
-                 "worker 1 to train", cluster)
+        # wait until every worker is really training (each has reported progress), then SIGKILL worker 1
+        wait_for(lambda: all(any(e["global_step"] >= 20 for e in cluster.events("worker", w)) for w in (0, 1, 2)),
+                 90, "every worker to train", cluster)
         cluster.kill("worker-1")
         cluster.procs["worker-1"].wait(10)
         at_kill = max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w))
