@@ -6,6 +6,7 @@ a fault at a chosen step); tests/integration/test_lifecycle.py runs the same pat
 from __future__ import annotations
 
 import _thread
+import time
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,7 @@ def test_ctrl_c_during_launch_stops_what_was_started(tmp_path: Path) -> None:
     def progress(host: str, phase: str, done: int, total: int) -> None:
         if host == "m2" and phase == "running":
             _thread.interrupt_main()  # Ctrl-C reaches the main thread while start waits for the hosts
+            time.sleep(1.0)  # and this host's report waits: on a loaded machine start could finish first
 
     opts = launch.StartOptions(timeout=20, op_timeout=5, run_name="ctrl-c")
     with pytest.raises(launch.StartInterrupted, match="interrupted: start cancelled; stopped what was started"):

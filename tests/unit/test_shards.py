@@ -7,6 +7,7 @@ appends to."""
 from __future__ import annotations
 
 import _thread
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -99,6 +100,7 @@ def test_ctrl_c_in_a_sharded_start_cancels_the_workers_and_rolls_back(tmp_path: 
     def progress(host: str, phase: str, done: int, total: int) -> None:
         if host == "m0" and phase == "running":
             _thread.interrupt_main()  # Ctrl-C reaches the parent (workers ignore SIGINT) mid-launch
+            time.sleep(1.0)  # and this report waits: on a loaded machine start could finish first
 
     opts = launch.StartOptions(timeout=30, op_timeout=10, run_name="ctrl-c")
     with pytest.raises(launch.StartInterrupted, match="interrupted: start cancelled"):
