@@ -44,7 +44,7 @@ class HostStream(threading.Thread):
 
     def __init__(self, host: HostPlan, run_dir: str, python: str, interval: float,
                  out: queue.SimpleQueue[tuple[float, Event]], opener: Opener, stop: threading.Event,
-                 pump: StreamPump | None = None) -> None:
+                 pump: StreamPump) -> None:
         super().__init__(name=f"agent-{host.name}", daemon=True)
         self.host = host
         self.run_dir = run_dir
@@ -96,7 +96,7 @@ class HostStream(threading.Thread):
             self.connects += 1
             self.last_line = time.monotonic()
             self._put(StreamUp(time.time(), self.host.name))
-            if self.pump is not None and isinstance(stream, SSHLineStream):
+            if isinstance(stream, SSHLineStream):
                 failed = self._pumped(stream)
                 if failed is not None:
                     return failed
@@ -117,7 +117,6 @@ class HostStream(threading.Thread):
 
     def _pumped(self, stream: SSHLineStream) -> str | None:
         """Wait while the pump reads the stream: None when it ended cleanly, else why it failed."""
-        assert self.pump is not None
         done = threading.Event()
         why: list[str | None] = []
 

@@ -41,7 +41,6 @@ class StreamPump(threading.Thread):
         self._entries: dict[int, _Entry] = {}
         self._lock = threading.Lock()
         self._closed = False
-        self.passes = 0
 
     def add(self, stream: PumpedStream, on_lines: Callable[[list[str]], None],
             on_end: Callable[[str | None], None]) -> None:
@@ -78,4 +77,3 @@ class StreamPump(threading.Thread):
                 with self._lock:
                     self._entries.pop(key, None)
                 entry.on_end(why)
-        self.passes += 1

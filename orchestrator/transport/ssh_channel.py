@@ -114,9 +114,7 @@ class SSHLineStream:
     """stdout of a long-running remote command, line by line; stderr is kept (last 64 KiB) not lost.
 
     Two ways to read it: `lines()` blocks for the next lines; `read_available()` never blocks, for one
-    thread that reads many streams in turn (the collector's StreamPump). `min_read_interval` (default
-    0: read as soon as data arrives) is the least time between two reads in `lines()`: a reader that
-    only needs the lines at its own pace lets several packets gather and wakes once for them."""
+    thread that reads many streams in turn (the collector's StreamPump)."""
 
     def __init__(self, host: str, chan: paramiko.Channel, kill: Callable[[paramiko.Channel, int | None], None],
                  grace: float) -> None:
@@ -127,32 +125,26 @@ class SSHLineStream:
         self._chan = chan
         self._closed_here = False
         self._out = bytearray()  # stdout after the last complete line
-        self._err = bytearray()
-        self.stderr_tail = ""
-        self.min_read_interval = 0.0
+        self._err = bytearray()  # stderr without the pid marker, its last 64 KiB
+
+    @property
+    def stderr_tail(self) -> str:
+        return self._err.decode("utf-8", "replace")
 
     def lines(self) -> Iterator[str]:
         chan = self._chan
-        last_read = 0.0
-        try:
-            while True:
-                gap = last_read + self.min_read_interval - time.monotonic()
-                if gap > 0 and not (chan.eof_received or self._closed_here):
-                    time.sleep(gap)
-                last_read = time.monotonic()
-                try:
-                    if chan.eof_received:
-                        chan.status_event.wait(1.0)
-                    else:
-                        select.select([chan], [], [], 1.0)
-                except SSH_FAULTS as exc:
-                    raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
-                got, ended = self.read_available()
-                yield from got
-                if ended:
-                    return
-        finally:
-            self.stderr_tail = self._err.decode("utf-8", "replace")  # also when the reader stops early
+        while True:
+            try:
+                if chan.eof_received:
+                    chan.status_event.wait(1.0)
+                else:
+                    select.select([chan], [], [], 1.0)
+            except SSH_FAULTS as exc:
+                raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
+            got, ended = self.read_available()
+            yield from got
+            if ended:
+                return
 
     def read_available(self) -> tuple[list[str], bool]:
         """The complete lines that arrived since the last read (without blocking), and whether the command
@@ -182,18 +174,15 @@ class SSHLineStream:
                     buf += chan.recv(READ_CHUNK)
                 lines += [tail.decode("utf-8", "replace") for tail in bytes(buf).split(b"\n") if tail]
                 buf.clear()
-                self.stderr_tail = err.decode("utf-8", "replace")
                 # A clean end sends EOF; a dead connection only closes the channel (exit status -1).
                 if not (chan.eof_received or self._closed_here):
                     raise HostError(self.host, "lost", "stream closed by the remote side")
                 return lines, True
             transport = chan.get_transport()
             if transport is None or not transport.is_active():
-                self.stderr_tail = err.decode("utf-8", "replace")
                 raise HostError(self.host, "lost", "connection lost while streaming")
             return lines, False
         except SSH_FAULTS as exc:
-            self.stderr_tail = err.decode("utf-8", "replace")
             raise HostError(self.host, "lost", f"stream failed: {exc}") from exc
 
     def close(self) -> None:

@@ -1,6 +1,6 @@
 """`StreamingTransport`: Paramiko's Transport with two settings that decide its CPU cost per connection
 once connections stay open and carry a steady trickle of packets (the dashboard: one agent stream per
-host, 128 hosts and more, ~4 packets a second each).
+host, 128 hosts and more, a packet a second each).
 
 - AES-GCM first in the cipher offer (then Paramiko's usual order, so a server without it still
   connects): an AEAD cipher decrypts and authenticates each packet in one call into `cryptography`,

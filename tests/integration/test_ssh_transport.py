@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import subprocess
@@ -16,7 +15,6 @@ from orchestrator.config.schema import SSHOptions
 from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.errors import HostError
 from orchestrator.transport.ssh import SSHTransport
-from orchestrator.transport.ssh_channel import SSHLineStream
 from testkit.sshd import Machines
 from tests.helpers.procs import is_gone, read_pid
 from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY
@@ -100,29 +98,6 @@ def test_stream_lines_and_close_kills(ssh: SSHTransport, tmp_path: Path) -> None
     assert next(lines) == "start"
     forever.close()
     assert is_gone(read_pid(pidfile))
-
-
-def test_stream_with_min_read_interval_gathers_packets_and_loses_nothing(ssh: SSHTransport) -> None:
-    """A reader that reads at most every 0.5 s (the dashboard's collector) gets every line of a command
-    that prints one every 0.05 s, in a few batches instead of one wake-up per line; closing it while it
-    waits ends it promptly."""
-    stream = ssh.stream(["/bin/sh", "-c", "i=0; while [ $i -lt 30 ]; do echo $i; i=$((i+1)); sleep 0.05; done"])
-    assert isinstance(stream, SSHLineStream)
-    stream.min_read_interval = 0.5
-    arrivals: list[tuple[float, str]] = [(time.monotonic(), line) for line in stream.lines()]
-    assert [line for _, line in arrivals] == [str(i) for i in range(30)]
-    batches = 1 + sum(1 for a, b in itertools.pairwise(arrivals) if b[0] - a[0] > 0.02)
-    assert batches <= 8, batches  # ~1.5 s of output read twice a second, not 30 times (slack for load)
-    stream.close()
-    forever = ssh.stream(["/bin/sh", "-c", "while true; do echo tick; sleep 0.05; done"])
-    assert isinstance(forever, SSHLineStream)
-    forever.min_read_interval = 0.5
-    lines = forever.lines()
-    assert next(lines) == "tick"
-    t0 = time.monotonic()
-    forever.close()
-    assert all(line == "tick" for line in lines)  # what had arrived, then the end
-    assert time.monotonic() - t0 < 3.0
 
 
 def test_proxy_jump_through_another_machine(machines: Machines) -> None:
