@@ -38,24 +38,12 @@ from typing import Any
 import psutil
 
 from benchmarks import common
-from benchmarks.dash_scale import SSHD
+from benchmarks.dash_scale import SSHD, cpu_s, frame_stats
 from testkit.replay import ReplaySource
 from testkit.synthetic import Scenario, build
 from tui.app import DashboardApp
 
 TARGET_PCT, TARGET_P95_MS = 15.0, 50.0
-
-
-def _cpu(p: psutil.Process) -> float:
-    t = p.cpu_times()
-    return t.user + t.system
-
-
-def _frames(frames: list[float]) -> dict[str, float | None]:
-    ms = sorted(f * 1000 for f in frames)
-    return {"frames": len(ms), "frame_ms_median": round(statistics.median(ms), 2) if ms else None,
-            "frame_ms_p95": round(ms[int(0.95 * (len(ms) - 1))], 2) if ms else None,
-            "frame_ms_max": round(ms[-1], 2) if ms else None}
 
 
 async def _replay(seconds: float, tasks: int, warmup: float) -> dict[str, Any]:
@@ -73,16 +61,16 @@ async def _replay(seconds: float, tasks: int, warmup: float) -> dict[str, Any]:
     async with app.run_test(size=(160, 50)) as pilot:
         await asyncio.sleep(warmup)
         frames0 = len(app.frame_times)
-        c0, w0 = _cpu(proc), time.monotonic()
+        c0, w0 = cpu_s(proc), time.monotonic()
         await asyncio.sleep(seconds)
-        c1, w1 = _cpu(proc), time.monotonic()
+        c1, w1 = cpu_s(proc), time.monotonic()
         frames = list(app.frame_times)[frames0:]
         due = sum(1 for a, _ in source._pending[source._next:] if a <= clock())  # arrived, not applied
         rows = app.tasks_table.row_count
         await pilot.press("q")
     return {"tasks": tasks, "rows": rows, "hosts": 32 + ps, "seconds": round(w1 - w0, 2),
             "events_per_s": round(sum(1 for a, _ in events if sc.start + 10 <= a < sc.start + 11), 1),
-            "cpu_pct_of_one_core": round(100.0 * (c1 - c0) / (w1 - w0), 2), **_frames(frames),
+            "cpu_pct_of_one_core": round(100.0 * (c1 - c0) / (w1 - w0), 2), **frame_stats(frames),
             "events_queued_after_last_poll": due}
 
 

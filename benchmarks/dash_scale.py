@@ -112,9 +112,18 @@ class CountingCollector(Collector):
         return st
 
 
-def _cpu(p: psutil.Process) -> float:
+def cpu_s(p: psutil.Process) -> float:
+    """The process's own CPU seconds, user + system (its children not counted)."""
     t = p.cpu_times()
     return t.user + t.system
+
+
+def frame_stats(frames: list[float]) -> dict[str, float | None]:
+    """Frame count and median, p95 and max in ms, from frame times in seconds."""
+    ms = sorted(f * 1000 for f in frames)
+    return {"frames": len(ms), "frame_ms_median": round(statistics.median(ms), 2) if ms else None,
+            "frame_ms_p95": round(ms[int(0.95 * (len(ms) - 1))], 2) if ms else None,
+            "frame_ms_max": round(ms[-1], 2) if ms else None}
 
 
 async def _measure(collector: CountingCollector, seconds: float, warmup: float, ready_timeout: float,
@@ -143,9 +152,9 @@ async def _measure(collector: CountingCollector, seconds: float, warmup: float, 
             yappi.set_clock_type("cpu")
             yappi.start(profile_threads=not profile.endswith(".main"))  # FILE.main: the UI thread only
             prof = yappi
-        c0, w0, th0 = _cpu(proc), time.monotonic(), _thread_cpu()
+        c0, w0, th0 = cpu_s(proc), time.monotonic(), _thread_cpu()
         await asyncio.sleep(seconds)
-        c1, w1, th1 = _cpu(proc), time.monotonic(), _thread_cpu()
+        c1, w1, th1 = cpu_s(proc), time.monotonic(), _thread_cpu()
         if prof is not None and profile:
             prof.stop()
             prof.get_func_stats().save(profile, type="pstat")
@@ -157,16 +166,12 @@ async def _measure(collector: CountingCollector, seconds: float, warmup: float, 
         counts = dict(st.counts)
         stale = max(st.now - (h.t_heard or 0.0) for h in st.hosts.values())
         await pilot.press("q")
-    ms = sorted(f * 1000 for f in frames)
     return {
         "tasks": len(st.tasks), "rows": rows, "hosts": len(st.hosts), "ssh_connections": len(collector.streams),
         "seconds": round(w1 - w0, 2), "ready_s": round(ready_s, 1),
         "cpu_pct_of_one_core": round(100.0 * (c1 - c0) / (w1 - w0), 2),
         "events_per_s": round(applied / (w1 - w0), 1), "heartbeats_per_s": round(heartbeats / (w1 - w0), 1),
-        "frames": len(ms), "frame_ms_median": round(statistics.median(ms), 2) if ms else None,
-        "frame_ms_p95": round(ms[int(0.95 * (len(ms) - 1))], 2) if ms else None,
-        "frame_ms_max": round(ms[-1], 2) if ms else None,
-        "events_queued_after_last_poll": collector.left_after_poll, "host_silence_max_s": round(stale, 2),
+        **frame_stats(frames), "events_queued_after_last_poll": collector.left_after_poll, "host_silence_max_s": round(stale, 2),
         "malformed_lines": st.malformed, "task_counts": counts,
         "cpu_pct_by_thread": {k: round(100.0 * (th1.get(k, 0.0) - th0.get(k, 0.0)) / (w1 - w0), 2)
                               for k in sorted(set(th0) | set(th1))},
@@ -223,7 +228,7 @@ def _remote_cpu(machines: ManyAddressMachines, agents: subprocess.Popen[bytes]) 
         try:
             p = psutil.Process(pid)
             for q in [p, *p.children(recursive=True)]:
-                total += _cpu(q)
+                total += cpu_s(q)
         except psutil.Error:
             continue
     return total
