@@ -27,9 +27,8 @@ FAST = {"batch_size": BATCH, "checkpoint_every_steps": 100, "summary_every_steps
 
 # Two workers (and their group restart) run over the real sshd in test_tf2_modes_sshd.py; here a chief
 # with one worker, the other shape of the group.
-@pytest.mark.parametrize("chief", [True], ids=["chief and a worker"])
-def test_group_trains_checkpoints_and_exits(tmp_path: Path, chief: bool) -> None:
-    plan = tf2_plan(MIRRORED, workers=1 if chief else 2, chief=chief, training={**FAST, "steps": 300})
+def test_group_with_a_chief_trains_checkpoints_and_exits(tmp_path: Path) -> None:
+    plan = tf2_plan(MIRRORED, workers=1, chief=True, training={**FAST, "steps": 300})
     run_dir = tmp_path / "run"
     with running_cluster(plan, run_dir) as cluster:
         all_exited_zero(cluster, 90)
@@ -40,7 +39,7 @@ def test_group_trains_checkpoints_and_exits(tmp_path: Path, chief: bool) -> None
     assert not any((run_dir / "tmp").iterdir()), "a non-chief task left its share of a checkpoint behind"
     assert [s for s, _ in summary_values(checkpoints, "loss")] == [50, 100, 150, 200, 250, 300]
     trainers = [(t.job, t.index) for t in plan.tasks]
-    assert len(trainers) == 2 and plan.chief.job == ("chief" if chief else "worker")
+    assert len(trainers) == 2 and plan.chief.job == "chief"
     for job, index in trainers:
         events = cluster.events(job, index)
         assert events, f"{job}:{index} wrote no progress\n{cluster.logs_tail()}"
@@ -50,8 +49,3 @@ def test_group_trains_checkpoints_and_exits(tmp_path: Path, chief: bool) -> None
         assert events[-1]["loss"] < events[0]["loss"]
     assert "2 replicas in sync" in cluster.log(plan.chief.name)
     assert run_processes(run_dir) == []
-    if not chief:  # a group started again after the end restores the last step and ends at once, agreeing
-        with running_cluster(plan, run_dir) as again:  # not to save (a save only some tasks join would hang)
-            all_exited_zero(again, 60)
-        assert again.log("worker-0").count("(global step 300)") == 1
-        assert checkpoint_step(checkpoints) == 300 and len(list(checkpoints.glob("ckpt-*.index"))) == 3
