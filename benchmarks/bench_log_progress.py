@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import ROOT, machine, machine_line, publish
-from training.layout import RunLayout
 from training.progress.tailer import close_tailers, log_progress_tailers, poll_tailers
+from training.run.layout import RunLayout
 
 FIXTURES = ["tf1_hooks_tflogger.log", "tf1_hooks_absl.log", "keras_fit_verbose1.log", "keras_fit_verbose2.log"]
 POLL = 0.1

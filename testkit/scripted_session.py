@@ -182,7 +182,7 @@ class ScriptedSession:
         if fault is not None:
             self._fault(fault, step)
             return
-        if "ports" in self._head:  # the port check (training/port_probe.py), against the host's busy_ports
+        if "ports" in self._head:  # the port check (training/probes/port_probe.py), against the host's busy_ports
             self._emit("@ports " + json.dumps(self._ports()), step)
         self._emit(f"@prepared {self._root}", step)
         self._stage = "barrier"

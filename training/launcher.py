@@ -9,7 +9,7 @@ host's whole start is one SSH command, one login shell and one interpreter start
    of its own, `cache/packages/<id>`, byte-compiled once by this interpreter) and link that. Write
    `run.json`, then say `@prepared <run dir>`.
    When the head lists ports (`ports`: [[label, address or "", port], ...]), each is tried with a bind
-   (training/port_probe.py, inlined in this source when sent) and the answer is one line before
+   (training/probes/port_probe.py, inlined in this source when sent) and the answer is one line before
    `@prepared`: `@ports {"taken": [[label, port, why], ...], "free": [...]}`, where `free` (asked for with
    `free_from`/`free_count`, for `start --auto-ports`) are free ports from `free_from` up.
 2. the barrier: wait for `go <seconds>`; anything else, or the end of stdin (the orchestrator stopped
@@ -36,12 +36,12 @@ import shutil
 import sys
 from typing import TYPE_CHECKING
 
-from training.port_probe import free_ports, taken_ports  # inlined when sent
+from .probes.port_probe import free_ports, taken_ports  # inlined when sent
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
-RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"  # training/layout.py's (this file cannot import it: it runs alone)
+RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"  # training/run/layout.py's (this file cannot import it: it runs alone)
 CACHE_DIR = "cache"
 HASH = re.compile(r"^[0-9a-f]{64}$")
 ABORTED = 3

@@ -1,12 +1,12 @@
 """Entry point of every TF task: `python -m training.task` (cwd = <run>/code, env from the plan).
 
-Reads the environment and run.json (training/context.py), configures logging (stderr, which the
+Reads the environment and run.json (training/run/context.py), configures logging (stderr, which the
 supervisor sends to logs/<job>-<task>.log), and dispatches on the mode; each mode sets TensorFlow up as
 it needs (the graph modes turn eager execution off, the TF2 strategy modes must keep it on):
 - `ps` (graph modes and parameter-server-strategy), in-graph and parameter-server-strategy `worker`:
-  serve only (training/ps.py);
-- between-graph `worker` and `chief`: the training loop (training/between_graph.py);
-- in-graph `chief`: the single client (training/in_graph.py);
+  serve only (training/cluster/ps.py);
+- between-graph `worker` and `chief`: the training loop (training/graph/between_graph.py);
+- in-graph `chief`: the single client (training/graph/in_graph.py);
 - multi-worker-mirrored `worker` and `chief`: the MultiWorkerMirroredStrategy trainer
   (training/tf2/mirrored.py);
 - parameter-server-strategy `chief`: the ClusterCoordinator (training/tf2/ps_strategy.py);
@@ -20,8 +20,8 @@ import logging
 import os
 import sys
 
-from training.context import TaskContext, TaskSetupError
-from training.roles import MIRRORED, PS_STRATEGY
+from .run.context import TaskContext, TaskSetupError
+from .run.roles import MIRRORED, PS_STRATEGY
 
 log = logging.getLogger("tfcluster.task")
 
@@ -61,13 +61,13 @@ def dispatch(ctx: TaskContext) -> int:
     if ctx.mode == MIRRORED:
         return _run_mirrored(ctx)
     if ctx.job == "ps" or (ctx.mode in ("in-graph", PS_STRATEGY) and ctx.job == "worker"):
-        from training.ps import serve
+        from .cluster.ps import serve
 
         return serve(ctx)
     if ctx.mode == PS_STRATEGY:
         if ctx.job != "chief":
             raise TaskSetupError(f"parameter-server-strategy mode has no role for a {ctx.job} task")
-        from training.tf2 import ps_strategy
+        from .tf2 import ps_strategy
 
         return ps_strategy.run(ctx)
     if ctx.mode == "in-graph":
@@ -75,7 +75,7 @@ def dispatch(ctx: TaskContext) -> int:
             raise TaskSetupError(f"in-graph mode has no role for a {ctx.job} task")
         return _run_in_graph_client(ctx)
     if ctx.job in ("worker", "chief"):
-        from training.between_graph import run
+        from .graph.between_graph import run
 
         return run(ctx)
     raise TaskSetupError(f"unknown job {ctx.job!r}")
@@ -84,13 +84,13 @@ def dispatch(ctx: TaskContext) -> int:
 def _run_mirrored(ctx: TaskContext) -> int:
     if ctx.job not in ("worker", "chief"):
         raise TaskSetupError(f"multi-worker-mirrored mode has no role for a {ctx.job} task (no ps)")
-    from training.tf2 import mirrored
+    from .tf2 import mirrored
 
     return mirrored.run(ctx)
 
 
 def _run_in_graph_client(ctx: TaskContext) -> int:
-    from training import in_graph  # signals the done queues of every ps and worker server itself
+    from .graph import in_graph  # signals the done queues of every ps and worker server itself
 
     return int(in_graph.run_client(ctx))
 

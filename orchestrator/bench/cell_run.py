@@ -34,7 +34,7 @@ from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run.records import RunRecord
 from orchestrator.run.stop import stop as stop_run
-from training.roles import reports_progress
+from training.run.roles import reports_progress
 
 PhaseFn = Callable[[str, float, float], None]  # phase, done, total (seconds or steps)
 INTERVAL_S = 1.0  # the agents' sampling interval

@@ -1,8 +1,8 @@
 """Measure the link a parameter server uses: a short transfer both ways at once between the host of the
 plan's ps:0 and the host of its worker:0, two ways:
 
-- `tcp` (training/nic_probe.py): plain sockets, what the wire and the kernels allow (an iperf);
-- `tf-grpc` (training/link_probe_tf.py): TensorFlow's own gRPC pulling a variable from the ps and pushing
+- `tcp` (training/probes/nic_probe.py): plain sockets, what the wire and the kernels allow (an iperf);
+- `tf-grpc` (training/probes/link_probe_tf.py): TensorFlow's own gRPC pulling a variable from the ps and pushing
   a tensor of the same size into it, on the ports the plan gives ps:0 and worker:0: what a training step's
   transfers can reach. Over a real network both are bounded by the NIC; on one machine's loopback the
   second is bounded by the copies gRPC makes, which is what limits a loopback PS.
@@ -26,7 +26,7 @@ from orchestrator.errors import HostError
 from orchestrator.plan.model import ClusterPlan, HostPlan, TaskPlan
 from orchestrator.transport.base import LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
-from training import link_probe_tf, nic_probe
+from training.probes import link_probe_tf, nic_probe
 
 TCP_SOURCE = Path(nic_probe.__file__).read_text(encoding="utf-8")
 TF_SOURCE = Path(link_probe_tf.__file__).read_text(encoding="utf-8")

@@ -2,14 +2,14 @@
 lifts it. Pure: from the plan's model shapes, its placement rule and a link bandwidth.
 
 Each training step moves every variable out of the PS that holds it and a gradient of the same size back
-in (orchestrator/plan/ps_load.py, with the greedy placement of training/placement.py):
+in (orchestrator/plan/ps_load.py, with the greedy placement of training/cluster/placement.py):
 - between-graph and parameter-server-strategy: each of the T trainers does so per step, so a PS holding
   B bytes carries 2 x T x B bytes per trainer step; at r steps/s per trainer, 2·T·B·r bytes/s;
 - in-graph: each of the T towers pulls every variable per step and the client pushes one averaged
   gradient, (T + 1) x B per step of the whole cluster (each tower steps at that rate);
 - multi-worker-mirrored: no PS (the workers all-reduce), so no PS ceiling.
 The link: `capacity_Bps` bytes per second in and out together (a full-duplex NIC of N Gb/s carries N each
-way, so 2 x N/8 GB/s; a measured link is the transfer's both-ways total, training/nic_probe.py). The
+way, so 2 x N/8 GB/s; a measured link is the transfer's both-ways total, training/probes/nic_probe.py). The
 busiest PS bounds every trainer (they step through all PS tasks each step): ceiling = capacity / load
 per step of the busiest PS.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, human_bytes, trainer_count
+from training.cluster.placement import greedy_assign
 from training.models.sizes import BUILTIN_SHAPES
-from training.placement import greedy_assign
 
 MAX_PS_ADVISED = 64
 GBIT_BYTES = 1e9 / 8

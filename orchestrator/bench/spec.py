@@ -41,7 +41,7 @@ class TaskRef:
 @dataclass(frozen=True)
 class Straggler:
     task: TaskRef
-    factor: float  # the task's steps take this many times longer (training.straggler)
+    factor: float  # the task's steps take this many times longer (training.cluster.straggler)
 
 
 @dataclass(frozen=True)

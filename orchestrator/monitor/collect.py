@@ -27,7 +27,7 @@ from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.ssh_channel import SSHLineStream
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 from training.telemetry.state_files import HoldReport, StateFileError
 
 BACKOFF_MAX_S = 30.0

@@ -45,7 +45,7 @@ from orchestrator.monitor.views import (
     window_buckets,
 )
 from orchestrator.plan.model import ClusterPlan
-from training.roles import reports_progress
+from training.run.roles import reports_progress
 
 WARMUP_INTERVALS = 3
 
@@ -80,7 +80,7 @@ class ClusterState:
     def from_plan(cls, plan: ClusterPlan, run_id: str = "", interval_s: float = 1.0,
                   now: float | None = None) -> ClusterState:
         """Every planned task and host is known (and shown) before its first event arrives, with whether
-        it reports progress (training/roles.py: the built-in trainers do, servers never, a user's
+        it reports progress (training/run/roles.py: the built-in trainers do, servers never, a user's
         program maybe)."""
         st = cls(run_id, plan.mode, plan.cluster_name, interval_s, now)
         for h in plan.hosts:

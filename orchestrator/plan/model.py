@@ -1,7 +1,7 @@
 """The plan's data: what runs where. Immutable, printable, and the one wire format after `start`.
 
 `ClusterPlan.to_json()` is what the run record keeps and what every host gets in run.json (the
-cluster side reads it as plain JSON: training/context.py); `ClusterPlan.from_json()` is the single
+cluster side reads it as plain JSON: training/run/context.py); `ClusterPlan.from_json()` is the single
 typed decoder back (the run record, `status`, `stop`, `logs` and the collector all go through it).
 """
 

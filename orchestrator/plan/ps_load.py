@@ -2,7 +2,7 @@
 
 Each training step, every training task pulls each variable from the PS that holds it and pushes a
 gradient of the same size back (in-graph: each tower does, the same order of traffic). Variables are
-spread over the PS tasks with the rule the TF programs use (training.placement.greedy_assign, in
+spread over the PS tasks with the rule the TF programs use (training.cluster.placement.greedy_assign, in
 creation order, the global step first), so the estimate names the same PS the run will load.
 Only built-in models have known sizes; for the user's own program or model there is no estimate.
 """
@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from orchestrator.plan.model import ClusterPlan
+from training.cluster.placement import greedy_assign
 from training.models.sizes import BUILTIN_SHAPES
-from training.placement import greedy_assign
 
 GLOBAL_STEP_BYTES = 8  # int64, created before the model's variables and placed by the same rule
 

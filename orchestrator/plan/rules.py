@@ -77,7 +77,7 @@ def check_rules(config: Config, source: str) -> None:
             f"multi-worker-mirrored mode has no parameter server (the workers all-reduce their gradients): "
             f"remove role `ps` from `{config.hosts[i].name}`, or use mode \"parameter-server-strategy\"",
         )
-    # The built-in in-graph client keeps its variables on PS tasks too (training/in_graph.py).
+    # The built-in in-graph client keeps its variables on PS tasks too (training/graph/in_graph.py).
     needs_ps = mode in ("between-graph", "parameter-server-strategy") or (
         mode == "in-graph" and config.training.command is None)
     if needs_ps and not ps_hosts:

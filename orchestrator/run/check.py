@@ -6,7 +6,7 @@ command first prints the remote clock (`date`), then the probe prints one JSON r
 TensorFlow versions, GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk and
 writability of the workdir. A slow or dead host only delays its own row, never the others'.
 
-The probe itself is training/host_probe.py, sent as source (nothing is shipped to the host yet).
+The probe itself is training/probes/host_probe.py, sent as source (nothing is shipped to the host yet).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ DATE_COMMAND = "date +%s.%N 2>/dev/null || echo 0"
 _CONNECT_REASONS = ("refused", "timeout", "unreachable")
 
 # The probe runs on the host as `python -c <its source>`: it is a real module, linted and tested here.
-PROBE_SCRIPT = standalone_source("training.host_probe")
+PROBE_SCRIPT = standalone_source("training.probes.host_probe")
 
 
 def _major_minor(version: str | None) -> str | None:
@@ -118,7 +118,7 @@ class CheckReport:
 
 def probe_argv(host: HostPlan, ports: Sequence[tuple[int, str]], *, import_tf: bool = False) -> list[str]:
     """The one command run on a host: remote clock first, then the probe under the host's python.
-    `ports`: (port, address to bind, "" = every interface), as training/port_probe.py tests them.
+    `ports`: (port, address to bind, "" = every interface), as training/probes/port_probe.py tests them.
     `~/` in the python path means the remote home; a missing python exits 127 with a marker line."""
     args = json.dumps({
         "ports": [list(p) for p in ports], "workdir": host.workdir, "import_tf": import_tf,

@@ -1,9 +1,9 @@
-"""A host program sent as the source of `python -c` (training/launcher.py, training/host_probe.py), with
+"""A host program sent as the source of `python -c` (training/launcher.py, training/probes/host_probe.py), with
 the helper modules it imports from `training` pasted in: nothing of tfcluster is installed on a host
 before its code is shipped, yet the helpers stay one real module each, linted and tested here.
 
-A line `from training.<module> import ...` whose module is in INLINED is replaced by that module's source
-(which, for this to hold, imports only the standard library and has no `__future__` import).
+A relative import line `from .<...>.<module> import ...` whose module is in INLINED is replaced by that
+module's source (which, for this to hold, imports only the standard library and has no `__future__` import).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import importlib
 import re
 from pathlib import Path
 
-INLINED = ("port_probe",)
-_IMPORT = re.compile(r"^from training\.(\w+) import .*$", re.M)
+INLINED = {"port_probe": "training.probes.port_probe"}
+_IMPORT = re.compile(r"^from \.[\w.]*?(\w+) import .*$", re.M)
 
 
 def module_source(module: str) -> str:
@@ -26,6 +26,6 @@ def standalone_source(module: str) -> str:
     """`module`'s source with its INLINED imports replaced by their modules' sources."""
     def paste(match: re.Match[str]) -> str:
         name = match.group(1)
-        return module_source(f"training.{name}") if name in INLINED else match.group(0)
+        return module_source(INLINED[name]) if name in INLINED else match.group(0)
 
     return _IMPORT.sub(paste, module_source(module))

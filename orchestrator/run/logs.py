@@ -20,7 +20,7 @@ from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.base import LineStream
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 
 
 def select_tasks(record: records.RunRecord, selectors: Iterable[str]) -> list[TaskPlan]:

@@ -1,5 +1,5 @@
 """`start`'s port check: the plan's ports are tried on their hosts while they prepare (training/launcher.py,
-training/port_probe.py), before the barrier, so a start whose ports another run (or program) holds is
+training/probes/port_probe.py), before the barrier, so a start whose ports another run (or program) holds is
 refused before anything runs anywhere; with `start --auto-ports` the ports are re-planned from the free
 ones the hosts offered in the same answer, and each host gets its new run.json with its `go`.
 

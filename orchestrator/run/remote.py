@@ -19,7 +19,7 @@ from orchestrator.plan.model import HostPlan
 from orchestrator.run.sh_stop import parse_sh_stop, sh_stop_script
 from orchestrator.transport.base import CommandResult, Transport, shell_command
 from orchestrator.transport.factory import Opener, transport_for
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 from training.telemetry.state_files import ProbeReport, StateFileError, StopReport
 
 T = TypeVar("T")

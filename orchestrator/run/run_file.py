@@ -1,4 +1,4 @@
-"""What each host gets as its run.json: `{"run_id", "created", "supervisor", "plan"}` (training/layout.py),
+"""What each host gets as its run.json: `{"run_id", "created", "supervisor", "plan"}` (training/run/layout.py),
 where the plan is ClusterPlan.to_json() except that only that host's own tasks are given in full.
 
 Why: a task's `tf_config` and its `TF_CONFIG` variable list the whole cluster, and a user's command may

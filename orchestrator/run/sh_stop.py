@@ -16,7 +16,7 @@ import shlex
 
 from orchestrator.errors import HostError
 from orchestrator.transport.base import CommandResult
-from training.layout import RUN_DIR_ENV
+from training.run.layout import RUN_DIR_ENV
 from training.telemetry.state_files import ProbeReport, RunProcess, StopReport
 
 KILL_ROUNDS = 5

@@ -36,7 +36,7 @@ from orchestrator.run.ship import ShipFile, bundle, manifest, missing
 from orchestrator.transport.base import Session, remote_path
 from orchestrator.transport.factory import Opener
 from orchestrator.transport.fan_out import fan_out
-from training.layout import RUN_DIR_ENV
+from training.run.layout import RUN_DIR_ENV
 from training.telemetry.state_files import (
     StateFileError,
     SupervisorStateFile,

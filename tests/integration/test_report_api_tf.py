@@ -18,7 +18,7 @@ import pytest
 
 from orchestrator.monitor.events import EventParser, ProgressEvent
 from orchestrator.monitor.reducer import ClusterState
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 
 pytestmark = pytest.mark.integration
 

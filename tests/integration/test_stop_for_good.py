@@ -31,7 +31,7 @@ from tests.integration.lifecycle_helpers import (
     status_json,
     wait_for,
 )
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 

@@ -24,8 +24,8 @@ from tests.integration.tf2_helpers import (
     summary_values,
     wait_for,
 )
+from training.cluster.placement import greedy_assign
 from training.models.sizes import mlp_shapes
-from training.placement import greedy_assign
 
 pytestmark = pytest.mark.integration
 

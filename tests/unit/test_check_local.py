@@ -68,7 +68,7 @@ def test_busy_port_makes_host_not_ready(tmp_path: Path) -> None:
 
 def test_busy_supervisor_control_port_makes_host_not_ready(tmp_path: Path) -> None:
     """The supervisor's peer channel listens on its host's address: a listener there (another run's
-    supervisor) is found by the same bind test as `start`'s port check (training/port_probe.py)."""
+    supervisor) is found by the same bind test as `start`'s port check (training/probes/port_probe.py)."""
     plan = build_plan(_config(tmp_path))
     host = plan.hosts[0]
     with socket.socket() as listener:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from training.layout import RUN_DIR_ENV, RunLayout
+from training.run.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.remote_ops import stop
 
 REPO = Path(__file__).resolve().parents[2]

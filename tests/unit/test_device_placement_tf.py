@@ -31,7 +31,7 @@ def gpu_plan() -> ClusterPlan:
 
 
 def build(model_name: str, args: dict[str, Any], device: str, spec: dict[str, list[str]]) -> tuple[Any, Any, Any]:
-    from training.devices import variable_setter
+    from training.cluster.devices import variable_setter
     from training.models import get_model
 
     graph = tf.Graph()
@@ -47,7 +47,7 @@ def build(model_name: str, args: dict[str, Any], device: str, spec: dict[str, li
 
 
 def ps_bytes(graph: Any) -> dict[str, int]:
-    from training.devices import bytes_per_ps, placed_variables
+    from training.cluster.devices import bytes_per_ps, placed_variables
 
     return bytes_per_ps(placed_variables(graph))
 
@@ -130,7 +130,7 @@ def test_unknown_model_is_one_clear_error() -> None:
 
 
 def test_session_configs_soft_placement_filters_and_cpu_only_ps() -> None:
-    from training.devices import session_config
+    from training.cluster.devices import session_config
 
     worker = session_config(device_filters=["/job:ps", "/job:worker/task:1"])
     assert worker.allow_soft_placement
@@ -139,7 +139,7 @@ def test_session_configs_soft_placement_filters_and_cpu_only_ps() -> None:
 
 
 def test_done_queue_contract() -> None:
-    from training.ps import expected_finishers, serving_targets
+    from training.cluster.ps import expected_finishers, serving_targets
 
     spec = {"chief": ["h:1"], "ps": ["h:2", "h:3"], "worker": ["h:4", "h:5"]}
     assert expected_finishers("between-graph", spec) == {"chief:0", "worker:0", "worker:1"}
@@ -150,7 +150,7 @@ def test_done_queue_contract() -> None:
 
 def test_done_queue_is_shared_by_name_per_run_and_placed_on_its_task() -> None:
     """Two runs that reach the same server (a reused port) never share a done queue."""
-    from training.ps import done_queue, run_tag
+    from training.cluster.ps import done_queue, run_tag
 
     graph = tf.Graph()
     with graph.as_default():

@@ -10,7 +10,7 @@ from training.supervisor.exit_reason import MAX_CHARS, exit_reason
 DISK_FULL = """--- tfcluster: starting worker-0 (attempt 1) at Thu Dec  3 13:00:00 2026
 2026-12-03 13:00:05,000 INFO [worker:0] step 1600
 Traceback (most recent call last):
-  File "/w/code/training/checkpointing.py", line 40, in save
+  File "/w/code/training/graph/checkpointing.py", line 40, in save
     saver.save(sess, path)
 OSError: [Errno 28] No space left on device
 """

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from training.cluster.placement import GreedyByBytes, greedy_assign, op_nbytes
 from training.models.sizes import mlp_shapes
-from training.placement import GreedyByBytes, greedy_assign, op_nbytes
 
 
 def test_fewest_bytes_wins_lowest_index_on_ties() -> None:

@@ -15,8 +15,8 @@ from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
+from training.cluster.placement import greedy_assign
 from training.models.sizes import mlp_shapes, wide_shapes
-from training.placement import greedy_assign
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from orchestrator.monitor.events import EventParser, ProgressEvent
 from orchestrator.monitor.reducer import ClusterState
-from training.layout import RunLayout
 from training.progress.follow import FileFollower
 from training.progress.tailer import LogProgressTailer, close_tailers, log_progress_tailers, poll_tailers
+from training.run.layout import RunLayout
 from training.supervisor.children import Child, spawn
 
 DATA = Path(__file__).parent / "data" / "progress"

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 
 ROOT = Path(__file__).resolve().parents[2]
 PUBLIC = ROOT / "training" / "public"
@@ -42,7 +42,7 @@ def test_report_from_threads_writes_events_and_flushes_at_exit(tmp_path: Path) -
 import sys, threading, time
 import tfcluster_report
 from tfcluster_report import report
-assert "tensorflow" not in sys.modules and "training.report_tf" not in sys.modules
+assert "tensorflow" not in sys.modules and "training.public.report_tf" not in sys.modules
 report(step=0, loss=5.0)
 n = 20000
 t0 = time.perf_counter()

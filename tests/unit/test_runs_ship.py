@@ -83,7 +83,7 @@ def test_record_round_trips_compactly(state_dir: Path) -> None:
 
 def test_training_package_is_shipped_without_bytecode() -> None:
     rels = {f.rel for f in training_package_files()}
-    assert {"training/__init__.py", "training/supervisor/__main__.py", "training/layout.py"} <= rels
+    assert {"training/__init__.py", "training/supervisor/__main__.py", "training/run/layout.py"} <= rels
     assert not any("__pycache__" in r or r.endswith(".pyc") for r in rels)
 
 

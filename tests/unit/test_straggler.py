@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.straggler import DelayPacer, slowdown_factor
+from training.cluster.straggler import DelayPacer, slowdown_factor
 
 
 def test_slowdown_factor_reads_job_index_keys() -> None:

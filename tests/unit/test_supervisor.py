@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from training.layout import RUN_DIR_ENV, RunLayout
+from training.run.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.remote_ops import probe, stop
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task, _wait
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 from training.supervisor.hold import task_pids
 from training.supervisor.remote_ops import stop
 from training.telemetry.state_files import HoldReport, TaskStateFile

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from orchestrator.run.local_ports import free_port_block
-from training.layout import RunLayout
+from training.run.layout import RunLayout
 from training.supervisor.peers import PeerChannel, encode
 from training.supervisor.policy import RestartBudget, outcome, waited_for
 

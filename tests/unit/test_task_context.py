@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator.config.schema import Config
 from orchestrator.plan.build import build_plan
-from training.context import TaskContext, TaskSetupError
+from training.run.context import TaskContext, TaskSetupError
 
 
 def write_run(root: Path) -> dict[str, str]:

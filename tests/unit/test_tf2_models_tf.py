@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from training.cluster.optimizers import OPTIMIZERS, make_optimizer
 from training.models.sizes import VariableShape, mlp_shapes, wide_shapes
-from training.optimizers import OPTIMIZERS, make_optimizer
 from training.tf2.models import Tf2Model, get_tf2_model
 from training.tf2.optimizer import PlainOptimizer
 

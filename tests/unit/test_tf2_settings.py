@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from orchestrator.config.schema import TrainingSection
-from training.context import TaskContext, TaskSetupError
-from training.layout import RunLayout
+from training.run.context import TaskContext, TaskSetupError
+from training.run.layout import RunLayout
 from training.tf2.settings import CheckpointClock, TrainSettings
 
 

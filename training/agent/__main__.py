@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from training.agent.core import Agent
+from .core import Agent
 
 
 def _watch_stdin(stop: threading.Event) -> None:

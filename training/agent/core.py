@@ -12,12 +12,12 @@ import time
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from training.agent.host_metrics import CpuMem, read_gpus
-from training.agent.tailer import EventsTailer
-from training.agent.tcp import PsCounters, read_tcp
-from training.layout import RUN_FILE, RunLayout
-from training.telemetry.host_facts import read_facts
-from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_TASK_STATE, dumps, make_event
+from ..run.layout import RUN_FILE, RunLayout
+from ..telemetry.host_facts import read_facts
+from ..telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_TASK_STATE, dumps, make_event
+from .host_metrics import CpuMem, read_gpus
+from .tailer import EventsTailer
+from .tcp import PsCounters, read_tcp
 
 STATE_MARK = f'"kind":"{KIND_TASK_STATE}"'  # as schema.dumps writes it (no spaces)
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from training.models.base import Model
+    from .base import Model
 
 BUILTIN_MODELS = ("mlp", "wide")
 
@@ -19,15 +19,15 @@ def get_model(name: str, args: Mapping[str, object] | None = None) -> Model:
     """A built-in model by name, or the user's `package.module:build` (imported from the task's cwd)."""
     args = dict(args or {})
     if name == "mlp":
-        from training.models.mlp import MLP
+        from .mlp import MLP
 
         return MLP(args)
     if name == "wide":
-        from training.models.wide import Wide
+        from .wide import Wide
 
         return Wide(args)
     if ":" in name:
-        from training.models.user import UserModel
+        from .user import UserModel
 
         return UserModel(name, args)
     raise ValueError(f'unknown model "{name}": use one of {", ".join(BUILTIN_MODELS)} or "package.module:build"')

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
-from training.models.sizes import VariableShape
+from .sizes import VariableShape
 
 if TYPE_CHECKING:
     import tensorflow as tf

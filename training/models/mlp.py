@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.models.sizes import VariableShape, mlp_shapes
+from .sizes import VariableShape, mlp_shapes
 
 v1 = tf.compat.v1
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.models.mlp import synthetic_batch
-from training.models.sizes import VariableShape, mlp_shapes
+from .mlp import synthetic_batch
+from .sizes import VariableShape, mlp_shapes
 
 v1 = tf.compat.v1
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.models.sizes import VariableShape, wide_shapes
+from .sizes import VariableShape, wide_shapes
 
 v1 = tf.compat.v1
 

@@ -9,7 +9,7 @@ per `interval`, driven by `poll()` (no thread: the supervisor stays single-threa
 
 Which tasks are tailed (`log_progress_tailers`): only tasks running the user's own `command`; the
 built-in programs write their own progress events. A user program that reports through
-`tfcluster_report` (training/report.py) writes its TFCLUSTER_TASK_ID to
+`tfcluster_report` (training/public/report.py) writes its TFCLUSTER_TASK_ID to
 state/<job>-<task>.self-progress when it starts reporting; from then on the tailer writes nothing for
 that attempt (checked before each write, at most once per interval), so one task never has two writers
 counting steps differently.
@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from training.layout import RunLayout
-from training.progress.follow import FileFollower
-from training.progress.lines import LineProgress
-from training.telemetry.writer import ProgressReporter
+from ..run.layout import RunLayout
+from ..telemetry.writer import ProgressReporter
+from .follow import FileFollower
+from .lines import LineProgress
 
 ATTEMPT_NOTE = re.compile(r"^--- tfcluster: starting (?P<name>\S+) \(attempt (?P<attempt>\d+)\)")
 

@@ -8,7 +8,7 @@
     model.fit(x, y, callbacks=[tfcluster_report.TfclusterCallback(batch_size=64)])            # Keras
     tf.compat.v1.train.MonitoredTrainingSession(hooks=[tfcluster_report.TfclusterHook(loss)])  # TF1
 
-Contract (details in training/report.py and training/report_tf.py, which this module re-exports):
+Contract (details in training/public/report.py and training/public/report_tf.py, which this module re-exports):
 - `report(step=None, loss=None, examples=None, global_step=None)`: `step` is this process's cumulative
   step count (default: previous + 1), `examples` the examples since the previous call (summed),
   `global_step` the cluster's step as last seen (default: `step`), `loss` the last loss. The dashboard,
@@ -19,31 +19,29 @@ Contract (details in training/report.py and training/report_tf.py, which this mo
 - Outside tfcluster (no TFCLUSTER_* environment) every call does nothing, after one warning.
 
 It ships with tfcluster's code on every host: the supervisor puts this directory on the tasks'
-PYTHONPATH, and this module finds tfcluster's `training` package two directories up.
+PYTHONPATH, and this module finds tfcluster's package one directory up, whatever its name there.
 """
 
 from __future__ import annotations
 
-import contextlib
+import importlib
 import os
 import sys
 import warnings
 from typing import Any
 
-_CODE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tfcluster's own package is the directory above this one, whatever it is called there (on the hosts it is
+# shipped under a private name, so that a program's own `training` package never collides with it).
+_PACKAGE_PARENT, _PACKAGE = os.path.split(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _implementation() -> Any:
-    impl: Any = None
-    with contextlib.suppress(ImportError):
-        from training import report as impl
-    if impl is None and _CODE_ROOT not in sys.path:
-        sys.path.append(_CODE_ROOT)  # last: never shadows the program's own modules
-        try:
-            from training import report as impl
-        except ImportError:
-            impl = None
-    return impl
+    if _PACKAGE_PARENT not in sys.path:
+        sys.path.append(_PACKAGE_PARENT)  # last: never shadows the program's own modules
+    try:
+        return importlib.import_module(f"{_PACKAGE}.public.report")
+    except ImportError:
+        return None
 
 
 _impl = _implementation()
@@ -53,8 +51,8 @@ if _impl is not None:
     close = _impl.close
     current_step = _impl.current_step
 else:  # another `training` package shadows tfcluster's: say so once, then stay out of the way
-    warnings.warn(f"tfcluster_report: cannot import tfcluster's training package from {_CODE_ROOT} (a module "
-                  "named `training` shadows it?); report() does nothing", RuntimeWarning, stacklevel=2)
+    warnings.warn(f"tfcluster_report: cannot import tfcluster's package {_PACKAGE} from {_PACKAGE_PARENT}; "
+                  "report() does nothing", RuntimeWarning, stacklevel=2)
 
     def report(step: Any = None, loss: Any = None, examples: Any = None, global_step: Any = None) -> None:
         return None
@@ -69,9 +67,7 @@ else:  # another `training` package shadows tfcluster's: say so once, then stay 
 def __getattr__(name: str) -> Any:
     """TfclusterCallback and TfclusterHook, built (with TensorFlow) on first use."""
     if name in ("TfclusterCallback", "TfclusterHook") and _impl is not None:
-        from training.report_tf import tf_class
-
-        return tf_class(name)
+        return importlib.import_module(f"{_PACKAGE}.public.report_tf").tf_class(name)
     raise AttributeError(f"module 'tfcluster_report' has no attribute {name!r}")
 
 

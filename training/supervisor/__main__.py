@@ -7,10 +7,10 @@ import json
 import os
 import sys
 
-from training.layout import RUN_DIR_ENV
-from training.supervisor.core import DEFAULTS, Supervisor
-from training.supervisor.detach import detach
-from training.supervisor.remote_ops import probe, stop, stop_verified
+from ..run.layout import RUN_DIR_ENV
+from .core import DEFAULTS, Supervisor
+from .detach import detach
+from .remote_ops import probe, stop, stop_verified
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from typing import Any
 
-    from training.supervisor.policy import RestartBudget
+    from .policy import RestartBudget
 
 
 # Signals the supervisor (or Python) ignores, which a spawned program would otherwise inherit ignored.

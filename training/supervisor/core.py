@@ -20,17 +20,17 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from training.layout import RUN_DIR_ENV, RunLayout
-from training.supervisor.children import Child, Task, spawn
-from training.supervisor.exit_reason import exit_reason
-from training.supervisor.files import write_json_atomic
-from training.supervisor.hold import is_held
-from training.supervisor.policy import RestartBudget, restarts_as_group
-from training.supervisor.ports import port_taken
-from training.supervisor.procfs import TASK_ID_ENV, run_processes, signal_pids
-from training.supervisor.run_view import RunView
-from training.telemetry.host_facts import FactsWriter
-from training.telemetry.schema import KIND_TASK_STATE, dumps, make_event
+from ..run.layout import RUN_DIR_ENV, RunLayout
+from ..telemetry.host_facts import FactsWriter
+from ..telemetry.schema import KIND_TASK_STATE, dumps, make_event
+from .children import Child, Task, spawn
+from .exit_reason import exit_reason
+from .files import write_json_atomic
+from .hold import is_held
+from .policy import RestartBudget, restarts_as_group
+from .ports import port_taken
+from .procfs import TASK_ID_ENV, run_processes, signal_pids
+from .run_view import RunView
 
 if TYPE_CHECKING:
     from typing import Any
@@ -325,7 +325,7 @@ class Supervisor:
             if not running:
                 break
             if tailers:
-                from training.progress.tailer import poll_tailers
+                from ..progress.tailer import poll_tailers
 
                 poll_tailers(tailers)
             time.sleep(self.poll)
@@ -339,7 +339,7 @@ class Supervisor:
         facts.update()
         self._write_self()
         if tailers:
-            from training.progress.tailer import close_tailers
+            from ..progress.tailer import close_tailers
 
             close_tailers(tailers)
         self.view.close(PEER_FLUSH_S if not self.stop_requested else 1.0)
@@ -371,7 +371,7 @@ class Supervisor:
         created after `ready`, so their import stays off `start`'s path."""
         if self.run["plan"].get("uses_user_command") is not True:
             return []
-        from training.progress.tailer import log_progress_tailers
+        from ..progress.tailer import log_progress_tailers
 
         return log_progress_tailers(self.layout, self.host, self.run["plan"])
 

@@ -20,10 +20,10 @@ import os
 import sys
 import time
 
-from training.layout import RunLayout
-from training.supervisor.core import Supervisor
-from training.supervisor.files import read_json
-from training.supervisor.procfs import proc_pgid
+from ..run.layout import RunLayout
+from .core import Supervisor
+from .files import read_json
+from .procfs import proc_pgid
 
 
 def _lock(layout: RunLayout, host: str) -> int | None:

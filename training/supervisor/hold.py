@@ -25,9 +25,9 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from training.layout import RunLayout
-from training.supervisor.files import write_json_atomic
-from training.supervisor.procfs import run_processes, signal_pids
+from ..run.layout import RunLayout
+from .files import write_json_atomic
+from .procfs import run_processes, signal_pids
 
 if TYPE_CHECKING:
     from typing import Any

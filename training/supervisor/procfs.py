@@ -9,7 +9,7 @@ import contextlib
 import os
 from typing import TYPE_CHECKING
 
-from training.layout import RUN_DIR_ENV
+from ..run.layout import RUN_DIR_ENV
 
 if TYPE_CHECKING:
     from typing import Any

@@ -17,9 +17,9 @@ import signal
 import time
 from typing import TYPE_CHECKING
 
-from training.layout import RUN_DIR_ENV, RunLayout
-from training.supervisor.files import read_json
-from training.supervisor.procfs import proc_environ, proc_pgid, run_processes, signal_pids
+from ..run.layout import RUN_DIR_ENV, RunLayout
+from .files import read_json
+from .procfs import proc_environ, proc_pgid, run_processes, signal_pids
 
 if TYPE_CHECKING:
     from typing import Any
@@ -48,7 +48,7 @@ def probe(run_dir: str) -> dict[str, Any]:
                               "tasks": tasks, "processes": run_processes(run_dir), "now": time.time()}
     host = next((str(s.get("host")) for s in supervisors if s.get("host")), None)
     if host is not None:
-        from training.telemetry.host_facts import read_facts
+        from ..telemetry.host_facts import read_facts
 
         # What the dashboard's agent would say now, and each task's last progress: `status` judges
         # liveness from the same facts as the dashboard.

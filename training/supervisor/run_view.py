@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from training.supervisor.peers import PeerChannel
-from training.supervisor.policy import outcome
+from .peers import PeerChannel
+from .policy import outcome
 
 if TYPE_CHECKING:
     from typing import Any

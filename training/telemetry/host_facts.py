@@ -17,8 +17,8 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from training.layout import RUN_DIR_ENV, RunLayout
-from training.telemetry.task_cpu import TaskCpu
+from ..run.layout import RUN_DIR_ENV, RunLayout
+from .task_cpu import TaskCpu
 
 if TYPE_CHECKING:
     from typing import Any
@@ -101,7 +101,7 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
     out["supervisor"] = {"pid": pid, "alive": alive}
     if not alive and out["tasks"]:
         # Its last facts are stale: count each task's processes now (what still runs is never "lost").
-        from training.supervisor.procfs import run_processes
+        from ..supervisor.procfs import run_processes
 
         live = [p["task"].split("#", 1)[0] for p in run_processes(layout.root) if p["task"]]
         for name, facts in out["tasks"].items():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-from training.layout import RUN_DIR_ENV
+from ..run.layout import RUN_DIR_ENV
 
 TASK_ID_ENV = "TFCLUSTER_TASK_ID"
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import IO, Any
 
-from training.telemetry.accounting import scale
-from training.telemetry.schema import KIND_PROGRESS, dumps, make_event
+from .accounting import scale
+from .schema import KIND_PROGRESS, dumps, make_event
 
 _Sample = tuple[int, int, int | None, float]  # local_step, global_step, examples, loss
 

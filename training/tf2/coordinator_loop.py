@@ -25,10 +25,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.context import TaskContext
-from training.tf2.coordinator_telemetry import CoordinatorTelemetry
-from training.tf2.settings import CheckpointClock, TrainSettings
-from training.tf2.summaries import write_scalar
+from ..run.context import TaskContext
+from .coordinator_telemetry import CoordinatorTelemetry
+from .settings import CheckpointClock, TrainSettings
+from .summaries import write_scalar
 
 log = logging.getLogger("tfcluster.ps_strategy")
 

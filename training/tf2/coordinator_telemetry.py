@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from training.telemetry.writer import ProgressReporter
+from ..telemetry.writer import ProgressReporter
 
 
 class TaggedProgressReporter(ProgressReporter):

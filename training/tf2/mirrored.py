@@ -36,13 +36,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.context import TaskContext, TaskSetupError
-from training.models.sizes import VariableShape
-from training.telemetry.writer import ProgressReporter
-from training.tf2.models import Tf2Model, get_tf2_model
-from training.tf2.optimizer import PlainOptimizer
-from training.tf2.settings import CheckpointClock, TrainSettings
-from training.tf2.summaries import write_scalar
+from ..models.sizes import VariableShape
+from ..run.context import TaskContext, TaskSetupError
+from ..telemetry.writer import ProgressReporter
+from .models import Tf2Model, get_tf2_model
+from .optimizer import PlainOptimizer
+from .settings import CheckpointClock, TrainSettings
+from .summaries import write_scalar
 
 log = logging.getLogger("tfcluster.mirrored")
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.models.mlp import teacher_labels
-from training.models.sizes import VariableShape, mlp_shapes, wide_shapes
-from training.tf2.settings import BUILTIN_TF2_MODELS
+from ..models.mlp import teacher_labels
+from ..models.sizes import VariableShape, mlp_shapes, wide_shapes
+from .settings import BUILTIN_TF2_MODELS
 
 # Keeps the data streams' stateless seeds apart from the teacher's ([seed, 1], [seed, 2]).
 _DATA_SEED_OFFSET = 1 << 40

@@ -1,6 +1,6 @@
 """`[training] optimizer` for the TF2 strategy modes without Keras: plain tf update rules.
 
-The same four names and defaults as the graph-mode optimizers (training/optimizers.py, tf.compat.v1.train):
+The same four names and defaults as the graph-mode optimizers (training/cluster/optimizers.py, tf.compat.v1.train):
 - sgd:      var -= lr * g
 - momentum: acc = 0.9 * acc + g; var -= lr * acc
 - adagrad:  acc += g^2 (acc starts at 0.1); var -= lr * g / sqrt(acc)
@@ -24,7 +24,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.optimizers import OPTIMIZERS
+from ..cluster.optimizers import OPTIMIZERS
 
 MOMENTUM = 0.9
 ADAGRAD_INITIAL = 0.1

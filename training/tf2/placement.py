@@ -1,7 +1,7 @@
 """Variables of a ParameterServerStrategy placed greedy by bytes, as the graph modes and the plan place them.
 
 ParameterServerStrategy puts the k-th variable created in its scope on `ps:(k mod n)` (round robin by count,
-whatever device scope is active). The project's rule (training/placement.py `greedy_assign`, which the plan's
+whatever device scope is active). The project's rule (training/cluster/placement.py `greedy_assign`, which the plan's
 PS-load estimate uses) is: each new variable goes to the PS holding the fewest bytes so far, lowest index on
 ties. The two agree as long as some PS holds nothing yet (the emptiest PS is then the next one round robin
 names), so `GreedyPsPlacer` creates each variable plainly while that holds and, once every PS holds one
@@ -17,8 +17,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.models.sizes import VariableShape
-from training.telemetry.accounting import PlacedVariable, ps_task_of
+from ..models.sizes import VariableShape
+from ..telemetry.accounting import PlacedVariable, ps_task_of
 
 
 def _nbytes(var: tf.Variable) -> int:

@@ -1,6 +1,6 @@
 """`mode = "parameter-server-strategy"`: the `chief` task is the coordinator of a
 tf.distribute.ParameterServerStrategy; the `ps` and `worker` tasks run standard TF servers
-(training/ps.py `serve`, with its done queues). No Keras.
+(training/cluster/ps.py `serve`, with its done queues). No Keras.
 
 - Variables (step counter first, then the model's in sizes.py order) on the ps tasks greedy by bytes
   (training/tf2/placement.py, the plan's rule); optimizer slots next to their variable.
@@ -20,8 +20,8 @@ tf.distribute.ParameterServerStrategy; the `ps` and `worker` tasks run standard 
   supervisor restarts it, and the new coordinator restores the last checkpoint into the restarted ps
   (riding out the workers' reconnect backoff to it: training/tf2/coordinator_loop.py).
 - End: after the final checkpoint the coordinator enqueues its token on every ps and worker done queue
-  (training/ps.py signal_done, through each target's own server), so the servers exit 0 by themselves.
-- Slowdown: a slowed worker sleeps (factor - 1) x its own step time inside the step (training/straggler.py
+  (training/cluster/ps.py signal_done, through each target's own server), so the servers exit 0 by themselves.
+- Slowdown: a slowed worker sleeps (factor - 1) x its own step time inside the step (training/cluster/straggler.py
   sleep_op, on the worker), the factor picked by worker index from a per-step constant.
 """
 
@@ -34,18 +34,18 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.context import TaskContext, TaskSetupError
-from training.devices import pulled_variables
-from training.ps import serving_targets, signal_done
-from training.roles import PS_STRATEGY
-from training.straggler import sleep_op
-from training.telemetry.accounting import ps_bytes_per_step
-from training.tf2.coordinator_loop import CoordinatorLoop
-from training.tf2.coordinator_telemetry import CoordinatorTelemetry
-from training.tf2.models import Tf2Model, get_tf2_model
-from training.tf2.optimizer import PlainOptimizer
-from training.tf2.placement import GreedyPsPlacer
-from training.tf2.settings import TrainSettings
+from ..cluster.devices import pulled_variables
+from ..cluster.ps import serving_targets, signal_done
+from ..cluster.straggler import sleep_op
+from ..run.context import TaskContext, TaskSetupError
+from ..run.roles import PS_STRATEGY
+from ..telemetry.accounting import ps_bytes_per_step
+from .coordinator_loop import CoordinatorLoop
+from .coordinator_telemetry import CoordinatorTelemetry
+from .models import Tf2Model, get_tf2_model
+from .optimizer import PlainOptimizer
+from .placement import GreedyPsPlacer
+from .settings import TrainSettings
 
 log = logging.getLogger("tfcluster.ps_strategy")
 

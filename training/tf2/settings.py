@@ -13,8 +13,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from training.context import TaskContext, TaskSetupError
-from training.straggler import slowdown_factor
+from ..cluster.straggler import slowdown_factor
+from ..run.context import TaskContext, TaskSetupError
 
 DEFAULT_CHECKPOINT_SECS = 60.0
 BUILTIN_TF2_MODELS = ("mlp", "wide")

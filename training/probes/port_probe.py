@@ -1,8 +1,8 @@
 """Can a port be bound on this host? The one port test of the start's prepare phase (training/launcher.py:
-refuse a start whose ports are taken, or pick free ones) and of `tfcluster check` (training/host_probe.py).
+refuse a start whose ports are taken, or pick free ones) and of `tfcluster check` (training/probes/host_probe.py).
 
 Both of those run as the source of `python -c` on a host where nothing is installed, so this module is
-not imported there: the orchestrator inlines its source in place of their `from training.port_probe import`
+not imported there: the orchestrator inlines its source in place of their `from .port_probe import`
 line (orchestrator/run/inline_source.py). Hence: standard library only, Python 3.6+, no `__future__`
 import, type comments.
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from training.layout import RUN_DIR_ENV, RunLayout
+from .layout import RUN_DIR_ENV, RunLayout
 
 
 class TaskSetupError(Exception):
@@ -28,7 +28,7 @@ class TaskContext:
     mode: str  # "between-graph" | "in-graph"
     layout: RunLayout
     plan: dict[str, Any]  # ClusterPlan.to_json()
-    run_id: str  # run.json's run_id: every message between this run's tasks carries it (training/ps.py)
+    run_id: str  # run.json's run_id: every message between this run's tasks carries it (training/cluster/ps.py)
     task_plan: dict[str, Any]  # this task's TaskPlan, as in plan["tasks"]
 
     @classmethod

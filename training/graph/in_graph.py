@@ -24,17 +24,17 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.checkpointing import ResumingChiefSessionCreator, checkpoint_hook
-from training.context import TaskContext
-from training.devices import pulled_variables, session_config
-from training.models import get_model
-from training.models.base import Model
-from training.optimizers import make_optimizer
-from training.placement import GreedyByBytes
-from training.ps import serving_targets, signal_done
-from training.straggler import DelayPacer, sleep_op, slowdown_factor
-from training.telemetry.accounting import PlacedVariable, ps_bytes_per_step
-from training.telemetry.writer import ProgressReporter
+from ..cluster.devices import pulled_variables, session_config
+from ..cluster.optimizers import make_optimizer
+from ..cluster.placement import GreedyByBytes
+from ..cluster.ps import serving_targets, signal_done
+from ..cluster.straggler import DelayPacer, sleep_op, slowdown_factor
+from ..models import get_model
+from ..models.base import Model
+from ..run.context import TaskContext
+from ..telemetry.accounting import PlacedVariable, ps_bytes_per_step
+from ..telemetry.writer import ProgressReporter
+from .checkpointing import ResumingChiefSessionCreator, checkpoint_hook
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.in_graph")
@@ -306,7 +306,7 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
     """Run in-graph training to `training.steps` as the cluster's single client (the `chief` task).
 
     `stop_cluster` is called at the end (after the final checkpoint) to tell the ps and worker servers to
-    exit; by default it uses training.ps's done-queue contract. Returns the exit code.
+    exit; by default it uses training.cluster.ps's done-queue contract. Returns the exit code.
     """
     import time
 
@@ -351,7 +351,7 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
     reporter.start()
     try:
         # A restarted client joins the variables the ps still hold; it restores the latest checkpoint only
-        # when a ps lost them (training/checkpointing.py).
+        # when a ps lost them (training/graph/checkpointing.py).
         creator = ResumingChiefSessionCreator(scaffold=scaffold, master=server.target, config=session_config(),
                                               checkpoint_dir=checkpoint_dir)
         with v1.train.MonitoredSession(session_creator=creator, hooks=hooks) as sess:

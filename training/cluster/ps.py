@@ -32,9 +32,9 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.context import TaskContext
-from training.devices import session_config
-from training.roles import FINISHER_JOBS, SERVING_JOBS
+from ..run.context import TaskContext
+from ..run.roles import FINISHER_JOBS, SERVING_JOBS
+from .devices import session_config
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.serve")
@@ -62,7 +62,7 @@ def expected_finishers(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> 
 
 
 def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> list[tuple[str, int]]:
-    """The queues a finishing client signals: every task of the mode's serving jobs (training/roles.py)."""
+    """The queues a finishing client signals: every task of the mode's serving jobs (training/run/roles.py)."""
     jobs = SERVING_JOBS.get(mode, ("ps",))
     return [(job, i) for job in jobs for i in range(len(cluster_spec.get(job, [])))]
 

@@ -1,7 +1,7 @@
 """Which tasks the serving tasks wait for (stdlib only: the supervisor needs it without TensorFlow).
 
 A *finisher* is a task whose end of training the serving tasks wait for on their done queues
-(training/ps.py): every between-graph worker and the chief; in in-graph mode the single client
+(training/cluster/ps.py): every between-graph worker and the chief; in in-graph mode the single client
 (`chief:0`); in parameter-server-strategy mode the coordinator (`chief:0`). Multi-worker-mirrored mode
 has no serving task: every task trains and ends by itself.
 

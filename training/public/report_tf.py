@@ -1,4 +1,4 @@
-"""A Keras callback and a tf.compat.v1 SessionRunHook that call `report()` (training/report.py).
+"""A Keras callback and a tf.compat.v1 SessionRunHook that call `report()` (training/public/report.py).
 
 TensorFlow is imported only when one of the classes is first asked for (`tf_class(name)`, which the
 `tfcluster_report` module's `__getattr__` calls), so `import tfcluster_report` stays stdlib-only.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from training.report import current_step, report
+from .report import current_step, report
 
 _built: dict[str, type] = {}
 
@@ -35,7 +35,7 @@ def _callback_class() -> type:
     import tensorflow as tf
 
     class TfclusterCallback(tf.keras.callbacks.Callback):  # type: ignore[misc]
-        """Reports every training batch's progress to tfcluster (see training/report_tf.py)."""
+        """Reports every training batch's progress to tfcluster (see training/public/report_tf.py)."""
 
         def __init__(self, batch_size: int | None = None) -> None:
             super().__init__()
@@ -62,7 +62,7 @@ def _hook_class() -> type:
     v1 = tf.compat.v1
 
     class TfclusterHook(v1.train.SessionRunHook):  # type: ignore[misc, name-defined]
-        """Reports every session run's progress to tfcluster (see training/report_tf.py)."""
+        """Reports every session run's progress to tfcluster (see training/public/report_tf.py)."""
 
         def __init__(self, loss: Any = None, batch_size: int | None = None) -> None:
             self.loss = loss

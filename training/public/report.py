@@ -29,8 +29,8 @@ import threading
 import warnings
 from typing import Any
 
-from training.layout import RUN_DIR_ENV, RunLayout
-from training.telemetry.writer import ProgressReporter
+from ..run.layout import RUN_DIR_ENV, RunLayout
+from ..telemetry.writer import ProgressReporter
 
 TASK_ID_ENV = "TFCLUSTER_TASK_ID"  # as training/supervisor.py sets it (not imported: keep this module light)
 

@@ -1,14 +1,14 @@
 """Between-graph replication: one client per worker task, each with its own graph and training loop.
 
 Each worker (and the chief) builds its own input pipeline, model, loss and optimizer; the variables and
-the global step live on the PS tasks (greedy by bytes, training/devices.py), compute on the task's own
+the global step live on the PS tasks (greedy by bytes, training/cluster/devices.py), compute on the task's own
 device from the plan. Asynchronous updates by default; `sync_replicas = true` wraps the optimizer in
 SyncReplicasOptimizer.
 
 - Sessions: a MonitoredSession on this task's own server, with `device_filters` naming the ps job and
   this task only (without them a non-chief worker was seen to hang once the chief had exited).
 - The chief alone initialises (or restores from the latest checkpoint: only when the ps tasks lost their
-  variables, training/checkpointing.py), checkpoints (by steps or time) and writes summaries.
+  variables, training/graph/checkpointing.py), checkpoints (by steps or time) and writes summaries.
   Checkpoints: by default a NON-sharded Saver pinned to the chief's CPU, so the whole checkpoint is written
   on the chief's machine (RunLayout.checkpoints(checkpoint_dir)); with `shared_checkpoint_dir = true` the
   default sharded saver has every PS write its own shard into `checkpoint_dir`, which must then be one
@@ -21,7 +21,7 @@ SyncReplicasOptimizer.
   replicas advance in lock step and none is left waiting on the token queue after the last update; the
   chief's aggregation thread, still waiting for gradients that will never come, is abandoned after a short
   grace period instead of the default two minutes.
-- At the end each task signals the PS done queues (training/ps.py) and returns 0.
+- At the end each task signals the PS done queues (training/cluster/ps.py) and returns 0.
 - Slowdown: `slowdown = {"worker:1" = 4.0}` sleeps (N-1) x the step's own duration after each step.
 """
 
@@ -36,9 +36,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.checkpointing import ResumingChiefSessionCreator, checkpoint_hook
-from training.context import TaskContext, TaskSetupError
-from training.devices import (
+from ..cluster.devices import (
     bytes_per_ps,
     placed_variables,
     placement_lines,
@@ -46,12 +44,14 @@ from training.devices import (
     session_config,
     variable_setter,
 )
-from training.models import get_model
-from training.optimizers import make_optimizer
-from training.ps import serving_targets, signal_done
-from training.straggler import slowdown_factor
-from training.telemetry.accounting import ps_bytes_per_step
-from training.telemetry.writer import ProgressReporter
+from ..cluster.optimizers import make_optimizer
+from ..cluster.ps import serving_targets, signal_done
+from ..cluster.straggler import slowdown_factor
+from ..models import get_model
+from ..run.context import TaskContext, TaskSetupError
+from ..telemetry.accounting import ps_bytes_per_step
+from ..telemetry.writer import ProgressReporter
+from .checkpointing import ResumingChiefSessionCreator, checkpoint_hook
 
 v1 = tf.compat.v1
 log = logging.getLogger("tfcluster.between_graph")

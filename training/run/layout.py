@@ -82,7 +82,7 @@ class RunLayout:
         return os.path.join(self.state, f"{job}-{task}.hold")
 
     def self_progress_file(self, job: str, task: int) -> str:
-        """Written by a task process that writes its own progress events (training/report.py): holds its
+        """Written by a task process that writes its own progress events (training/public/report.py): holds its
         TFCLUSTER_TASK_ID, so the supervisor's log tailer (training/progress/tailer.py) stands down for it."""
         return os.path.join(self.state, f"{job}-{task}.self-progress")
 

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any  # noqa: F401 - named in type comments
 
-from training.port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
+from .port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
 
 
 def tf_report(distributions, import_tf):

@@ -1,7 +1,7 @@
 """A short TCP transfer between two hosts, both ways at once: how many bytes per second their link carries.
 
 Not shipped as a file: `tfcluster bench --measure-nic` sends this module's source to each host's own
-`python -c` (like training/host_probe.py), so it runs on any Python 3.6+ with the standard library only.
+`python -c` (like training/probes/host_probe.py), so it runs on any Python 3.6+ with the standard library only.
 
     python -c SRC serve SECONDS           # listens on every interface (as TF's servers do), prints
                                           # "PORT <n>", accepts one connection, then sends and receives

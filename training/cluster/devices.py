@@ -15,8 +15,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from training.placement import GreedyByBytes
-from training.telemetry.accounting import PlacedVariable
+from ..telemetry.accounting import PlacedVariable
+from .placement import GreedyByBytes
 
 v1 = tf.compat.v1
 
@@ -84,7 +84,7 @@ def placement_lines(variables: Iterable[PlacedVariable], towers: Mapping[str, st
 
 
 def bytes_per_ps(variables: Iterable[PlacedVariable]) -> dict[str, int]:
-    from training.telemetry.accounting import ps_task_of
+    from ..telemetry.accounting import ps_task_of
 
     out: dict[str, int] = {}
     for var in variables:
