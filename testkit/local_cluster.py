@@ -1,8 +1,10 @@
 """A real TensorFlow cluster on this machine: one plain subprocess per task, run exactly as the supervisor
-would run it (`python -m training.task`, cwd = <run>/code, the plan's env + TFCLUSTER_RUN_DIR).
+would run it (`python -m <HOST_PACKAGE>.task`, cwd = <run>/code, lib/ on PYTHONPATH, the plan's env +
+TFCLUSTER_RUN_DIR).
 
 The plan is a real ClusterPlan (orchestrator.plan.build_plan) of `local` hosts on 127.0.0.1; run.json is
-written from it; `code/` is a copy of the `training` package (what the orchestrator ships). Every process
+written from it; `lib/` holds a copy of the `training` package under its name on the hosts (what the
+orchestrator ships). Every process
 leads its own process group and `stop()` kills the groups that are still alive: no orphan survives a test.
 """
 
@@ -25,6 +27,7 @@ from orchestrator.config.schema import Config
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.run.local_ports import free_port_block
+from training.run.layout import HOST_PACKAGE
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,10 +63,14 @@ class LocalCluster:
     def code(self) -> Path:
         return self.run_dir / "code"
 
+    @property
+    def lib(self) -> Path:
+        return self.run_dir / "lib"
+
     def prepare(self) -> None:
-        for sub in ("code", "events", "logs", "state"):
+        for sub in ("code", "lib", "events", "logs", "state"):
             (self.run_dir / sub).mkdir(parents=True, exist_ok=True)
-        shutil.copytree(REPO / "training", self.code / "training", dirs_exist_ok=True,
+        shutil.copytree(REPO / "training", self.lib / HOST_PACKAGE, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
         run = {"run_id": self.run_id, "created": time.time(), "plan": self.plan.to_json()}
         (self.run_dir / "run.json").write_text(json.dumps(run), encoding="utf-8")
@@ -72,7 +79,7 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "TFCLUSTER_"))}
         env.update(task.env)
         env["TFCLUSTER_RUN_DIR"] = str(self.run_dir)
-        env["PYTHONPATH"] = str(self.code)
+        env["PYTHONPATH"] = str(self.lib)
         return env
 
     def start_task(self, task: TaskPlan) -> subprocess.Popen[bytes]:

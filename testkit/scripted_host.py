@@ -160,6 +160,13 @@ class ScriptedHost:
             self.make_run_dir(root).code = True
             return True
 
+    def remove_unlaunched(self, root: str) -> None:
+        """An aborted start: the run dir goes unless a supervisor was launched there."""
+        with self.lock:
+            run = self.runs.get(root)
+            if run is not None and not self.supervisor_state(run):
+                del self.runs[root]
+
     def receive_files(self, hashes: list[str]) -> None:
         with self.lock:
             self.cache.update(hashes)
@@ -241,9 +248,9 @@ class ScriptedHost:
             out.append({"pid": run.leftover, "pgid": run.leftover, "task": "", "args": "stubborn leftover"})
         return out
 
-    def prepare(self, workdir: str, run_id: str, tree: str, run_json: bytes) -> tuple[str, bool]:
-        """The launcher's first step: (run dir, whether the code is in place: the host had the tree)."""
-        root = f"{self.path(workdir)}/runs/{run_id}"
+    def prepare(self, workdir: str, run_id: str, host: str, tree: str, run_json: bytes) -> tuple[str, bool]:
+        """The launcher's first step: (the host's run dir, whether the code is in place: the host had the tree)."""
+        root = f"{self.path(workdir)}/runs/{run_id}/{host}"
         self.make_run_dir(root)
         placed = self.place_code(root, tree)
         self.write_run_file(root, run_json)

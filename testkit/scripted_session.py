@@ -1,9 +1,9 @@
 """The start conversation of a scripted host (testkit/scripted_transport.py): what training/launcher.py
 and the supervisor's `--detach` launcher say over the one command a host's start is, in memory.
 
-Frames in (`head`, `run`, and after `@have`: `manifest`, `bundle`), then maybe `run`/`env` frames and
-`go <s>` or `abort`; lines out
-(`@have`, `@prepared <run dir>`, `PID <pid>`, state JSON lines, `ALIVE`), each ready one round trip plus
+Frames in (`head`, `run`, and after `@send`: `manifest`, after `@need`: one `blob` frame per file), then
+maybe `run`/`env` frames and `go <s>` or `abort` (which removes the run dir the host made); lines out
+(`@send`, `@need`, `@prepared <run dir>`, `PID <pid>`, state JSON lines, `ALIVE`), each ready one round trip plus
 the step's remote cost after what it answers. Faults (ScriptedHost.fail) at "prepare", "ship" and
 "launch": `exit` ends the command with that code and stderr instead of the step, `lost` breaks the
 connection (with `after=True`: once the step ran), `timeout` leaves the host silent.
@@ -11,11 +11,9 @@ connection (with `after=True`: once the step ran), `timeout` leaves the host sil
 
 from __future__ import annotations
 
-import io
 import json
 import re
 import shlex
-import tarfile
 import time
 from collections import deque
 from typing import Protocol
@@ -38,7 +36,7 @@ class SessionOwner(Protocol):
     connected: bool
 
 LAUNCHER_MARK = "The per-host start program"  # the first words of training/launcher.py, sent as source
-_START = re.compile(r"^cd (\S+) 2>/dev/null .*?/runs/(\S+) exec (\S+) -S -c ", re.S)
+_START = re.compile(r"^umask 077\ncd (\S+) 2>/dev/null .*?/runs/(\S+)/(\S+) exec (\S+) -S -c ", re.S)
 ABORTED = 3
 
 
@@ -55,6 +53,7 @@ class ScriptedSession:
         self._h = transport.scripted
         self._workdir = shlex.split(match.group(1))[0]
         self._run_id = shlex.split(match.group(2))[0]
+        self._host_name = shlex.split(match.group(3))[0]
         self._in = bytearray()
         self._out: deque[tuple[float, str | None]] = deque()  # (ready at, line; None = end of output)
         self._last = time.monotonic()
@@ -62,6 +61,7 @@ class ScriptedSession:
         self._head: dict[str, object] = {}
         self._run_json = b""
         self._manifest: list[list[object]] = []
+        self._need: list[str] = []
         self._root = ""
         self._lost_at: float | None = None
         self._ended = False
@@ -127,9 +127,15 @@ class ScriptedSession:
                     self._h.forwarded_env = json.loads(got[1])
                 return True
             del self._in[: newline + 1]
-            self._launch() if word == "go" else self._end(ABORTED)
+            if word == "go":
+                self._launch()
+            else:
+                self._h.remove_unlaunched(self._root)
+                self._end(ABORTED)
             return True
-        if self._stage not in ("head", "run", "manifest", "bundle"):
+        if self._stage == "blobs":
+            return self._blob()
+        if self._stage not in ("head", "run", "manifest"):
             return False
         got = self._frame()
         if got is None:
@@ -141,10 +147,32 @@ class ScriptedSession:
         elif name == "run":
             self._run_json = data
             self._prepare()
-        elif name == "manifest":
-            self._manifest, self._stage = json.loads(data)["files"], "bundle"
         else:
-            self._receive(data)
+            manifest = json.loads(data)
+            self._manifest = [*manifest["tree"], *manifest["package"]]
+            self._need = sorted({str(f[1]) for f in self._manifest} - self._h.cache)
+            self._emit("@need " + " ".join(self._need), "prepare")
+            self._stage = "blobs"
+            if not self._need:
+                self._receive()
+        return True
+
+    def _blob(self) -> bool:
+        """One `blob <sha> <mode> <size>` frame, its bytes and its `ok` line, once all of it is here."""
+        newline = self._in.find(b"\n")
+        if newline < 0:
+            return False
+        _blob, sha, _mode, size = self._in[:newline].decode().split()
+        end = newline + 1 + int(size)
+        trailer = self._in.find(b"\n", end)
+        if trailer < 0:
+            return False
+        assert bytes(self._in[end:trailer]) == b"ok", "scripted host: a blob without its `ok`"
+        del self._in[: trailer + 1]
+        self._h.receive_files([sha])
+        self._need.remove(sha)
+        if not self._need:
+            self._receive()
         return True
 
     # --- the host's side ---------------------------------------------------------------------------
@@ -154,24 +182,26 @@ class ScriptedSession:
         if fault is not None:
             self._fault(fault, "prepare")
             return
-        self._root, placed = h.prepare(self._workdir, self._run_id, str(self._head["tree"]), self._run_json)
+        self._root, placed = h.prepare(self._workdir, self._run_id, self._host_name, self._tree, self._run_json)
         h.record("prepare")
         if placed:
             self._prepared("prepare")
         else:
-            self._emit("@have " + " ".join(sorted(h.cache)), "prepare")
+            self._emit("@send", "prepare")
             self._stage = "manifest"
 
-    def _receive(self, bundle: bytes) -> None:
+    @property
+    def _tree(self) -> str:
+        """The code tree and the package, as one key (the launcher keeps them apart; nothing here needs to)."""
+        return f"{self._head['tree']}+{self._head['package']}"
+
+    def _receive(self) -> None:
         h = self._h
         fault = h.take_fault("ship")
         if fault is not None:
             self._fault(fault, "ship")
             return
-        if bundle:
-            with tarfile.open(fileobj=io.BytesIO(bundle)) as tar:
-                h.receive_files([m.name for m in tar.getmembers()])
-        tree = str(self._head["tree"])
+        tree = self._tree
         h.build_tree(tree, [str(f[1]) for f in self._manifest])
         h.place_code(self._root, tree)
         h.record("ship")
@@ -239,6 +269,11 @@ class ScriptedSession:
                 raise HostError(self.host, "timeout", f"no answer within {timeout:g}s")
             upcoming = [t for t in (self._out[0][0] if self._out else None, self._lost_at) if t is not None]
             time.sleep(max(0.0, min([*upcoming, deadline]) - now))
+
+    def close_input(self) -> None:
+        if self._stage in ("head", "run", "manifest", "blobs", "barrier") and not self.closed:
+            self._h.remove_unlaunched(self._root)
+            self._end(ABORTED)
 
     def close(self) -> None:
         self.closed = True

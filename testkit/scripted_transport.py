@@ -32,6 +32,7 @@ from orchestrator.plan.model import ClusterPlan, HostPlan
 from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
 from testkit.scripted_host import Fault, ScriptedHost, Step
 from testkit.scripted_session import ScriptedSession, is_start_command
+from training.run.layout import host_module
 from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_TASK_STATE, dumps, make_event
 
 _RUN_DIR = re.compile(r"--run-dir ('[^']*'|[^\s;]+)")
@@ -86,7 +87,7 @@ def _token(command: str, pattern: re.Pattern[str]) -> str | None:
 
 def classify(command: str) -> Step | None:
     """Which step a shell command is, by what it runs on the host."""
-    if "training.supervisor" in command:
+    if host_module("supervisor") in command:
         for flag, step in (("--probe", "probe"), ("--stop", "stop")):
             if flag in command:
                 return step  # type: ignore[return-value]
@@ -202,7 +203,7 @@ class ScriptedTransport(ShellTransport):
         self.cluster.wait("stream")
         command = shell_command(argv, env=env, cwd=cwd)
         source: Callable[[ScriptedStream], Iterator[str]]
-        if "training.agent" in argv:
+        if host_module("agent") in argv:
             step: Step = "agent"
             source = partial(self._agent, argv=list(argv))
         elif "tfcluster-probe" in command:

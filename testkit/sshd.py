@@ -9,7 +9,9 @@ API (use it from any integration test; the fixture lives in tests/conftest.py):
         m.user                          # the user the tests log in as (the current user; root in CI)
         m.identity_file                 # private key authorised on every machine
         m.known_hosts                   # known_hosts listing every machine's host key
-        m.workdir(i)                    # a per-machine workdir (loopback machines share one filesystem)
+        m.workdir(i)                    # machine i's workdir: by default ONE directory for all of them, as an
+                                        # NFS home is on a real cluster; start_machines(n, shared_workdir=False)
+                                        # gives each its own (for tests that need local disks)
         m.stop(i); m.start(i)           # simulate a dead machine (sshd i, its sessions and their
                                         # commands killed / sshd started again)
         m.new_host_key(i)               # give machine i a fresh host key (restarts it): "key changed"
@@ -17,7 +19,7 @@ API (use it from any integration test; the fixture lives in tests/conftest.py):
         path = m.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]])
 
 `hosts_toml` writes a valid hosts.toml for the machines: hosts named m0, m1, ..., `python` = this
-venv's interpreter, each host with its own workdir, and an `[ssh]` section that never touches the
+venv's interpreter, each host's workdir (the shared one by default), and an `[ssh]` section that never touches the
 developer's ~/.ssh (`config_file = "none"`, explicit `identity_file` and `known_hosts`, no agent).
 Keyword arguments override the policy, timeouts, mode, base port and add `[training]` keys.
 
@@ -121,8 +123,9 @@ class Machines:
     """A set of loopback machines, each a real sshd process. Build with `start_machines(n)`."""
 
     def __init__(self, n: int, root: Path, user_key: Path, first_address: int = 2, owns_root: bool = False,
-                 home: str | None = None, sftp: bool = True) -> None:
+                 home: str | None = None, sftp: bool = True, shared_workdir: bool = True) -> None:
         self.root = root
+        self.shared_workdir = shared_workdir  # one workdir for every machine, as an NFS home
         self.sftp = sftp  # False: sshd without an SFTP subsystem (some hardened servers); exec only
         self.home = home  # None: the login shell skips ~/.bashrc (SHLVL=1); else HOME for every session
         self._owns_root = owns_root
@@ -150,7 +153,7 @@ class Machines:
         return self.root / f"sshd{i}.log"
 
     def workdir(self, i: int) -> str:
-        path = self.root / f"work{i}"
+        path = self.root / ("work" if self.shared_workdir else f"work{i}")
         path.mkdir(exist_ok=True)
         return str(path)
 
@@ -356,9 +359,11 @@ def _user_key() -> Path:
 _next_address = 2
 
 
-def start_machines(n: int, root: Path | None = None, *, home: str | None = None, sftp: bool = True) -> Machines:
+def start_machines(n: int, root: Path | None = None, *, home: str | None = None, sftp: bool = True,
+                   shared_workdir: bool = True) -> Machines:
     """Start n fresh machines on loopback addresses no other live set in this process uses (`home`: see
-    the module docstring; `sftp=False`: their sshd has no SFTP subsystem)."""
+    the module docstring; `sftp=False`: their sshd has no SFTP subsystem; `shared_workdir=False`: each
+    machine its own workdir instead of one shared by all)."""
     global _next_address
     missing = sshd_available()
     if missing:
@@ -369,7 +374,8 @@ def start_machines(n: int, root: Path | None = None, *, home: str | None = None,
     _next_address += n
     owns_root = root is None
     root = root or Path(tempfile.mkdtemp(prefix="tfcluster-sshd-"))
-    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root, home=home, sftp=sftp)
+    machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root, home=home, sftp=sftp,
+                        shared_workdir=shared_workdir)
     _LIVE.append(machines)
     try:
         machines.start_all()

@@ -34,10 +34,19 @@ for _name in COMMAND_MODULES:
 def main() -> None:
     interrupt_on_hangup()
     try:
-        app(standalone_mode=True)
+        # Not Click's standalone mode: it turns a Ctrl-C anywhere into "Aborted!" and exit 1.
+        code = app(standalone_mode=False)
     except TfclusterError as exc:
         err_console.print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, typer.Abort):
         err_console.print("interrupted")
         sys.exit(130)
+    except Exception as exc:
+        # Usage errors (Click's own exceptions, vendored by newer Typer): its message, its exit code (2).
+        exit_code, show = getattr(exc, "exit_code", None), getattr(exc, "show", None)
+        if not isinstance(exit_code, int) or show is None:
+            raise
+        show()
+        sys.exit(exit_code)
+    sys.exit(code if isinstance(code, int) else 0)

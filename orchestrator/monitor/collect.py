@@ -27,7 +27,7 @@ from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.ssh_channel import SSHLineStream
-from training.run.layout import RunLayout
+from training.run.layout import RunLayout, host_module
 from training.telemetry.state_files import HoldReport, StateFileError
 
 BACKOFF_MAX_S = 30.0
@@ -36,7 +36,7 @@ PUMPED_WAIT_S = 30.0  # a pumped stream's thread checks this often that its pump
 
 
 def agent_argv(python: str, run_dir: str, host: str, interval: float) -> list[str]:
-    return [python, "-m", "training.agent", "--run-dir", run_dir, "--host", host, "--interval", f"{interval:g}"]
+    return [python, "-m", host_module("agent"), "--run-dir", run_dir, "--host", host, "--interval", f"{interval:g}"]
 
 
 class HostStream(threading.Thread):
@@ -87,7 +87,7 @@ class HostStream(threading.Thread):
                 if self._transport is None:
                     self._transport = self.opener(self.host)
                 transport = self._transport
-            stream = transport.stream(argv, cwd=RunLayout(self.run_dir).code)
+            stream = transport.stream(argv, cwd=RunLayout(self.run_dir).lib)
             with self._lock:
                 self._stream = stream
             if self.stop_event.is_set():
@@ -189,7 +189,7 @@ class Collector:
         run_dirs, pythons = {}, {}
         for h in hosts:
             rec = record.host(h.name)
-            run_dirs[h.name] = rec.run_dir or RunLayout.for_run(h.workdir, record.run_id).root
+            run_dirs[h.name] = rec.run_dir or RunLayout.for_host(h.workdir, record.run_id, h.name).root
             pythons[h.name] = rec.python or h.python
         state = ClusterState.from_plan(record.plan, record.run_id, interval)
         return cls(state, hosts, run_dirs, pythons, interval, opener)
@@ -278,9 +278,9 @@ class Collector:
         if tv.liveness in ("exited", "unreachable"):
             return f"{tv.name}: nothing to stop ({tv.liveness})"
         run_dir = self.run_dirs[tv.host]
-        argv = [self.pythons[tv.host], "-S", "-m", "training.supervisor.hold", "--run-dir", run_dir,
+        argv = [self.pythons[tv.host], "-S", "-m", host_module("supervisor.hold"), "--run-dir", run_dir,
                 "--job", job, "--task", str(int(task))]
-        res = self._aux_run(tv.host, argv, cwd=RunLayout(run_dir).code)
+        res = self._aux_run(tv.host, argv, cwd=RunLayout(run_dir).lib)
         if not res.ok:
             return f"{tv.name}: stop for good failed: {(res.stderr.strip().splitlines() or ['?'])[-1][:200]}"
         try:

@@ -34,6 +34,7 @@ from orchestrator.plan.rules import (
     check_slowdown,
     plan_warnings,
 )
+from training.run.layout import host_module
 
 # Modes whose chief job is a separate client/coordinator on CPU; in the others the chief trains.
 CLIENT_CHIEF_MODES = ("in-graph", "parameter-server-strategy")
@@ -93,7 +94,7 @@ def build_plan(
                 "PYTHONUNBUFFERED": "1",
             }
             if shell_text is None:
-                command = [host_python(config, h), "-m", "training.task"]
+                command = [host_python(config, h), "-m", host_module("task")]
             else:
                 command = ["/bin/sh", "-c", shell_text]
                 # Only what the command refers to: {ps_hosts} in every task's env makes the plan O(hosts^2).

@@ -28,7 +28,7 @@ from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
 from orchestrator.run.port_check import PortsTaken, offer_count, plan_base, ports_to_try, refusal, replan
 from orchestrator.run.run_file import RunFiles
-from orchestrator.run.ship import package_id, sync_files, training_package_files, tree_id
+from orchestrator.run.ship import file_sets
 from orchestrator.run.start_host import HostOutcome, ProgressFn, StartContext, StartShard
 from orchestrator.run.start_shards import ShardedStart
 from orchestrator.run.stop import HostStop, stop_hosts
@@ -101,8 +101,7 @@ def start(
     user's `[training] sync` paths are relative to)."""
     options = options or StartOptions()
     t0 = time.monotonic()
-    files = training_package_files() + sync_files(plan.training.sync, os.path.dirname(os.path.abspath(config_path)),
-                                                  config_path)
+    files = file_sets(plan.training.sync, os.path.dirname(os.path.abspath(config_path)), config_path)
     forward_env = forwarded_env(plan, config_path)  # before the record: a missing variable starts nothing
     run_id = records.new_run_id(plan.cluster_name, options.run_name)
     if records.exists(run_id):
@@ -121,8 +120,8 @@ def start(
                                 "supervisor": {"grace": options.stop_grace, **options.supervisor},
                                 "channel_key": secrets.token_hex(32)}
     ctx = StartContext(
-        run_id=run_id, run_file=RunFiles(run_data, plan, record.plan_json).for_host, files=files, tree=tree_id(files),
-        package=package_id(files), op_timeout=options.op_timeout, timeout=options.timeout,
+        run_id=run_id, run_file=RunFiles(run_data, plan, record.plan_json).for_host, files=files,
+        op_timeout=options.op_timeout, timeout=options.timeout,
         deadline=time.monotonic() + options.timeout, allow_partial=options.allow_partial,
         progress=progress or (lambda host, phase, done, total: None),
         host_ports=ports_to_try(plan), free_from=plan_base(plan),
@@ -148,8 +147,8 @@ def start(
                 for name in prepared:
                     by_name[name].started = True  # stop must visit it, even if we die mid-launch
                 records.save(record)
-                try:
-                    runner.launch(prepared)
+                try:  # the start's timeout is for the tasks: the time files took to arrive is added
+                    runner.launch(prepared, extend=max((runner.outcomes[n].ship_s for n in prepared), default=0.0))
                 finally:
                     _note_outcomes(record, runner.outcomes)  # supervisor pids
             else:
@@ -193,7 +192,7 @@ def _ports_free_or_replanned(record: records.RunRecord, runner: StartShard | Sha
             raise refusal(taken)
         record.replace_plan(replan(record.plan, {n: runner.outcomes[n].free for n in prepared}))
     except PortsTaken as refused:
-        runner.release(purge=True)  # every host removes the run dir it made: nothing of the run is left
+        runner.release()  # every host removes the run dir it made: nothing of the run is left
         record.status = "failed-to-start"
         record.notes.append(str(refused))
         records.save(record)

@@ -8,6 +8,7 @@ a probe or a stop is one command whatever the number of tasks.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from orchestrator.plan.model import HostPlan
 from orchestrator.run.sh_stop import parse_sh_stop, sh_stop_script
 from orchestrator.transport.base import CommandResult, Transport, shell_command
 from orchestrator.transport.factory import Opener, transport_for
-from training.run.layout import RunLayout
+from training.run.layout import HOST_PACKAGE, RunLayout, host_module
 from training.telemetry.state_files import ProbeReport, StateFileError, StopReport
 
 T = TypeVar("T")
@@ -89,13 +90,14 @@ class RemoteRun:
 
     def _supervisor_call(self, flags: list[str], timeout: float,
                          absent: str = "echo '{\"absent\": true}'") -> object:
-        """Run `training.supervisor <flags>` from the run's code dir (one command, one interpreter: -S,
-        the supervisor is stdlib only); the `absent` script when the run dir (or its code) is not here."""
-        code = shlex.quote(self.layout.code)
-        cmd = shell_command([self.host.python, "-S", "-m", "training.supervisor", *flags, "--run-dir",
+        """Run tfcluster's supervisor module with `flags` from the host's lib/ (one command, one interpreter:
+        -S, the supervisor is stdlib only); the `absent` script when the run dir (or its lib/) is not here."""
+        lib = shlex.quote(self.layout.lib)
+        package = shlex.quote(os.path.join(self.layout.lib, HOST_PACKAGE))
+        cmd = shell_command([self.host.python, "-S", "-m", host_module("supervisor"), *flags, "--run-dir",
                              self.layout.root])
-        script = f"if [ -d {code}/training ]; then cd {code} && exec {cmd}; else {absent}; fi"
-        result = self.run_shell(script, timeout).check("remote", f"training.supervisor {flags[0]}")
+        script = f"if [ -d {package} ]; then cd {lib} && exec {cmd}; else {absent}; fi"
+        result = self.run_shell(script, timeout).check("remote", f"supervisor {flags[0]}")
         try:
             return json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError) as exc:
@@ -112,7 +114,9 @@ class RemoteRun:
         """One command: `training.supervisor --stop --verify` (TERM, grace, KILL, then a fresh look at
         the host's processes) and, with `purge`, the run dir removed when nothing of the run is left."""
         flags = ["--stop", "--grace", str(grace), "--verify", *(["--purge"] if purge else [])]
-        remove = f"rm -rf -- {shlex.quote(self.layout.root)} && " if purge else ""
+        run_dir = shlex.quote(self.layout.root)
+        remove = f"rm -rf -- {run_dir} && {{ rmdir -- {shlex.quote(os.path.dirname(self.layout.root))} 2>/dev/null; }}; " \
+            if purge else ""
         try:
             raw = self._supervisor_call(flags, timeout + grace, absent=f"{remove}echo '{{\"absent\": true}}'")
         except CommandFailed:

@@ -5,7 +5,8 @@ the tools every Linux host has (`tr`, `grep`, `kill`, `rm`), so a run can always
 A process belongs to the run when its environment has the line `TFCLUSTER_RUN_DIR=<run dir>` (the same
 marker training/supervisor/procfs.py reads): every one found is sent SIGTERM, given `grace` seconds, then
 SIGKILL until none is left (a few rounds: a fork may race with the scan); then a fresh scan is the
-verdict, and with `purge` the run dir is removed only when that scan found nothing.
+verdict, and with `purge` the host's run dir is removed only when that scan found nothing (and the run's
+directory above it once it is empty: hosts sharing a workdir each remove only their own part).
 Output, one item a line: `KILLED <pid>`, `LEFT <pid> <pgid> <args>`, `PURGED`, `ABSENT` (no run dir).
 """
 
@@ -51,7 +52,10 @@ for p in $left; do
   a=$(tr '\000' ' ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-200)
   echo "LEFT $p ${g:-0} $a"
 done
-if [ "$purge" = 1 ] && [ -z "$left" ]; then rm -rf -- "$rd" && [ ! -e "$rd" ] && echo PURGED; fi
+if [ "$purge" = 1 ] && [ -z "$left" ]; then
+  rm -rf -- "$rd" && [ ! -e "$rd" ] && echo PURGED
+  rmdir -- "${rd%/*}" 2>/dev/null  # the run's directory, once no other host has a part in it
+fi
 exit 0
 """.replace("@ROUNDS@", str(KILL_ROUNDS))
 

@@ -1,42 +1,74 @@
-"""What `start` ships, by content hash: only files whose bytes a host has never seen are sent.
+"""What `start` ships, by content hash: only files whose bytes a host has never seen are sent, streamed.
+
+Two file sets travel: the user's `[training] sync` files (the code tree, linked into the host's run dir
+as `code/`, the tasks' cwd) and tfcluster's own `training` package, shipped under HOST_PACKAGE with
+`tfcluster_report.py` beside it (linked as `lib/`): a user's own `training/`, `tfcluster_report.py` or
+any other name ships and imports as theirs.
 
 Remote side (training/launcher.py, which builds it): `<workdir>/cache/<sha256>` holds every file ever
-shipped; `cache/trees/<tree id>` is a complete code tree for one exact file set, hard links into the
-cache, and a run's `code/` is hard links to that tree. A warm start sends no file at all; the first
-start on a host sends every file once, as one tar (`bundle`) on the start command's own stdin.
+shipped; `cache/trees/<id>` and `cache/packages/<id>` are the sets, hard links into the cache. A warm
+start sends no file and no manifest; otherwise the host asks for the manifest and names the hashes it
+lacks, and each of those goes as one `blob` frame, read from disk and sent a chunk at a time: memory
+stays bounded whatever the size of `sync`, and a cancelled start stops between two chunks.
 """
 
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
-import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, TfclusterError
+from orchestrator.run.file_hashes import FileHashes
+from training.run.layout import HOST_PACKAGE
 
 SKIP_DIRS = {"__pycache__", ".git", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+CHUNK = 1 << 20  # read and sent at a time: the memory a host's stream holds
 
 
 @dataclass(frozen=True)
 class ShipFile:
     local: str
-    rel: str  # path under the run's code/ dir, with '/' separators
+    rel: str  # path under the host's code/ (or lib/) dir, with '/' separators
     sha256: str
     size: int
     mode: int
+    mtime_ns: int = 0  # as hashed: a file that changes while it is shipped is caught by it
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+class ShippedFileChanged(TfclusterError):
+    """A synced file changed between its hashing and its sending: the host discards it, the start fails."""
+
+
+@dataclass(frozen=True)
+class FileSets:
+    """What one start ships: the user's code tree and tfcluster's package, each named by its content."""
+
+    tree: list[ShipFile]
+    package: list[ShipFile]
+
+    @cached_property
+    def tree_id(self) -> str:
+        return set_id(self.tree)
+
+    @cached_property
+    def package_id(self) -> str:
+        return set_id(self.package)
+
+    @cached_property
+    def manifest(self) -> bytes:
+        """What a host needs to build the sets from its cache: every file's path, hash and mode."""
+        return json.dumps({kind: [[f.rel, f.sha256, f.mode] for f in files]
+                           for kind, files in (("tree", self.tree), ("package", self.package))},
+                          separators=(",", ":")).encode()
+
+    @cached_property
+    def by_hash(self) -> dict[str, ShipFile]:
+        return {f.sha256: f for f in (*self.package, *self.tree)}
 
 
 def _walk(root: Path, rel_root: str) -> Iterable[tuple[str, str]]:
@@ -52,20 +84,24 @@ def _walk(root: Path, rel_root: str) -> Iterable[tuple[str, str]]:
             yield str(full), f"{rel_root}/{full.relative_to(root).as_posix()}"
 
 
-def _entry(local: str, rel: str) -> ShipFile:
+def _entry(local: str, rel: str, hashes: FileHashes) -> ShipFile:
     st = os.stat(local)
-    return ShipFile(local=local, rel=rel, sha256=_sha256(local), size=st.st_size, mode=st.st_mode & 0o777)
+    return ShipFile(local=local, rel=rel, sha256=hashes.sha256(local, st), size=st.st_size, mode=st.st_mode & 0o777,
+                    mtime_ns=st.st_mtime_ns)
 
 
-def training_package_files() -> list[ShipFile]:
-    """The `training/` package as installed next to this orchestrator (what every host runs)."""
+def training_package_files(hashes: FileHashes) -> list[ShipFile]:
+    """tfcluster's `training/` package as installed next to this orchestrator, named HOST_PACKAGE on the
+    hosts, and `tfcluster_report.py` beside it (on every task's PYTHONPATH)."""
     import training
 
     root = Path(training.__file__).resolve().parent
-    return [_entry(local, rel) for local, rel in _walk(root, "training")]
+    files = [_entry(local, rel, hashes) for local, rel in _walk(root, HOST_PACKAGE)]
+    report = root / "public" / "tfcluster_report.py"
+    return [*files, _entry(str(report), report.name, hashes)]
 
 
-def sync_files(sync: Iterable[str], base_dir: str, source: str = "hosts.toml") -> list[ShipFile]:
+def sync_files(sync: Iterable[str], base_dir: str, hashes: FileHashes, source: str = "hosts.toml") -> list[ShipFile]:
     """The user's `[training] sync` entries, relative to hosts.toml's directory; dirs are walked."""
     out: list[ShipFile] = []
     for entry in sync:
@@ -79,50 +115,41 @@ def sync_files(sync: Iterable[str], base_dir: str, source: str = "hosts.toml") -
         # Outside the project dir: shipped under its own name into code/.
         outside = path.is_absolute() or ".." in path.parts
         rel = full.resolve().name if outside else path.as_posix().rstrip("/")
-        if rel.split("/")[0] == "training":
-            raise ConfigError(source, "training.sync", f"{entry!r} would overwrite tfcluster's own `training/` package")
-        out.extend(_entry(local, r) for local, r in _walk(full, rel))
+        out.extend(_entry(local, r.removeprefix("./"), hashes) for local, r in _walk(full, rel))
     return out
 
 
-def tree_id(files: list[ShipFile]) -> str:
-    """Names one exact set of (path, content): equal ids mean an identical code tree."""
+def file_sets(sync: Iterable[str], base_dir: str, source: str) -> FileSets:
+    hashes = FileHashes()
+    sets = FileSets(tree=sync_files(sync, base_dir, hashes, source), package=training_package_files(hashes))
+    hashes.save()
+    return sets
+
+
+def set_id(files: list[ShipFile]) -> str:
+    """Names one exact set of (path, content): equal ids mean an identical tree."""
     h = hashlib.sha256()
     for f in sorted(files, key=lambda f: f.rel):
         h.update(f"{f.rel}\0{f.sha256}\n".encode())
     return h.hexdigest()[:32]
 
 
-def package_id(files: list[ShipFile]) -> str | None:
-    """Names one version of tfcluster's own `training/` package (None when it is not among the files)."""
-    package = [f for f in files if f.rel.startswith("training/")]
-    return tree_id(package) if package else None
-
-
-def manifest(files: list[ShipFile]) -> bytes:
-    """What the host needs to build a code tree from its cache: every file's path, hash and mode."""
-    return json.dumps({"files": [[f.rel, f.sha256, f.mode] for f in files]}, separators=(",", ":")).encode()
-
-
-def bundle(files: list[ShipFile]) -> bytes:
-    """One tar of the files, each named by its hash (the cache's layout), modes kept; b"" for none."""
-    if not files:
-        return b""
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w") as tar:
-        for f in files:
-            info = tar.gettarinfo(f.local, arcname=f.sha256)
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            with open(f.local, "rb") as data:
-                tar.addfile(info, data)
-    return out.getvalue()
-
-
-def missing(files: list[ShipFile], have: set[str]) -> list[ShipFile]:
-    """The files whose bytes the host has never seen, one per content hash."""
-    out: dict[str, ShipFile] = {}
-    for f in files:
-        if f.sha256 not in have:
-            out.setdefault(f.sha256, f)
-    return list(out.values())
+def send_blob(f: ShipFile, send: Callable[[bytes], None], check: Callable[[], None]) -> None:
+    """One `blob <sha> <mode> <size>` frame: the file read and sent CHUNK bytes at a time (`check` runs
+    between chunks and raises to stop: a cancelled start), then `ok`, or `changed` when the file is not
+    the one hashed any more (the host then keeps nothing of it)."""
+    with open(f.local, "rb") as data:
+        send(f"blob {f.sha256} {f.mode:o} {f.size}\n".encode())
+        left, shrank = f.size, False
+        while left > 0:
+            check()
+            chunk = data.read(min(CHUNK, left))
+            if not chunk:  # the file shrank: the host still reads `size` bytes, then hears `changed`
+                chunk, shrank = bytes(min(CHUNK, left)), True
+            send(chunk)
+            left -= len(chunk)
+        st = os.fstat(data.fileno())
+        changed = shrank or (st.st_size, st.st_mtime_ns) != (f.size, f.mtime_ns)
+        send(b"changed\n" if changed else b"ok\n")
+    if changed:
+        raise ShippedFileChanged(f"{f.local} changed while it was shipped: start again")

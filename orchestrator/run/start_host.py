@@ -1,8 +1,8 @@
 """One host's start: a conversation with training/launcher.py over ONE command (Transport.open_session).
 
 Phase 1, `prepare()`: open the command, send the header and run.json; a host without this exact code
-tree answers `@have <hashes>` and gets the manifest and the missing files as one tar; the host says
-`@prepared <run dir>` (after `@ports ...`: which of the plan's ports are taken there, and free ones for
+tree or package answers `@send`, gets the manifest, answers `@need <hashes>` and gets exactly those files,
+streamed a chunk at a time (orchestrator.run.ship); the host says `@prepared <run dir>` (after `@ports ...`: which of the plan's ports are taken there, and free ones for
 `--auto-ports`: orchestrator.run.port_check), and its command then waits at the barrier with its stdin open.
 Phase 2, `launch()`: `go <seconds>` (after a `run` frame when the ports were re-planned, and an `env` frame
 with the `forward_env` values, which no file ever holds); the host execs the supervisor's launcher (training/supervisor/
@@ -32,11 +32,11 @@ from orchestrator.errors import HostError
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.inline_source import standalone_source
 from orchestrator.run.remote import RemoteRun, with_retry
-from orchestrator.run.ship import ShipFile, bundle, manifest, missing
+from orchestrator.run.ship import FileSets, ShippedFileChanged, send_blob
 from orchestrator.transport.base import Session, remote_path
 from orchestrator.transport.factory import Opener
 from orchestrator.transport.fan_out import fan_out
-from training.run.layout import RUN_DIR_ENV
+from training.run.layout import RUN_DIR_ENV, host_module
 from training.telemetry.state_files import (
     StateFileError,
     SupervisorStateFile,
@@ -48,6 +48,7 @@ ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
 LAUNCHER_SOURCE = standalone_source("training.launcher")
 WORKDIR_FAILED = 70  # the start command's exit code when it cannot create or enter the workdir
 READ_SLICE_S = 0.25  # how often a waiting host looks at the cancel flag
+END_GRACE_S = 1.0  # a launcher told to end (stdin closed) cleans up within this, or is killed
 PREPARE_LIMIT, LAUNCH_LIMIT = 64, 256  # threads per process: handshakes are CPU, launches mostly waiting
 
 
@@ -56,8 +57,9 @@ class HostOutcome:
     host: str
     ok: bool = False
     error: HostError | None = None
-    uploaded: int = 0
-    shipped: int = 0
+    uploaded: int = 0  # files sent to it
+    shipped: int = 0  # files it holds for the run
+    ship_s: float = 0.0  # seconds spent sending them (not counted against start's timeout)
     supervisor_pid: int | None = None
     seconds: float = 0.0
     run_dir: str = ""  # absolute, as the host resolved it
@@ -71,9 +73,7 @@ class StartContext:
 
     run_id: str
     run_file: Callable[[str], bytes]  # a host's run.json (run.run_file.RunFiles.for_host)
-    files: list[ShipFile]
-    tree: str
-    package: str | None
+    files: FileSets
     op_timeout: float
     timeout: float
     deadline: float  # time.monotonic()
@@ -87,16 +87,6 @@ class StartContext:
     free_count: int = 0
     replanned: bool = False  # the ports were re-planned after prepare: each host gets its new run.json at `go`
     forward_env: dict[str, str] = field(default_factory=dict)  # [training] forward_env: sent at `go`, never stored
-    _bundles: dict[tuple[str, ...], bytes] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def bundle(self, files: list[ShipFile]) -> bytes:
-        """The tar of these files, built once for every host that misses the same ones."""
-        key = tuple(sorted(f.sha256 for f in files))
-        with self._lock:
-            if key not in self._bundles:
-                self._bundles[key] = bundle(files)
-            return self._bundles[key]
 
 
 def frame(name: str, data: bytes) -> bytes:
@@ -104,11 +94,12 @@ def frame(name: str, data: bytes) -> bytes:
 
 
 def start_command(host: HostPlan, run_id: str) -> str:
-    """Enter (or create) the workdir, set the run marker for everything this command starts, and run the
-    launcher under the host's python with -S (it is stdlib only)."""
+    """A private umask before anything is written, enter (or create) the workdir, set the run marker (the
+    host's own run dir) for everything this command starts, and run the launcher under the host's python
+    with -S (it is stdlib only)."""
     wd = remote_path(host.workdir)
-    return (f"cd {wd} 2>/dev/null || {{ mkdir -p {wd} && cd {wd}; }} || exit {WORKDIR_FAILED}\n"
-            f'{RUN_DIR_ENV}="$PWD"/runs/{shlex.quote(run_id)} '
+    return (f"umask 077\ncd {wd} 2>/dev/null || {{ mkdir -p {wd} && cd {wd}; }} || exit {WORKDIR_FAILED}\n"
+            f'{RUN_DIR_ENV}="$PWD"/runs/{shlex.quote(run_id)}/{shlex.quote(host.name)} '
             f"exec {remote_path(host.python)} -S -c {shlex.quote(LAUNCHER_SOURCE)}")
 
 
@@ -118,7 +109,7 @@ class HostStart:
         self.ctx = ctx
         self.remote = RemoteRun(host, "", opener)
         self.session: Session | None = None
-        self.outcome = HostOutcome(host.name, shipped=len(ctx.files))
+        self.outcome = HostOutcome(host.name, shipped=len(ctx.files.tree) + len(ctx.files.package))
         self.said: list[str] = []  # the host's `@error` lines
 
     def progress(self, phase: str, done: int, total: int) -> None:
@@ -128,17 +119,18 @@ class HostStart:
     def prepare(self) -> None:
         started = time.monotonic()
         self.progress("connect", 0, 1)
-        with_retry(self.host.name, self._prepare_once, self.ctx.deadline)
+        with_retry(self.host.name, self._prepare_once, self._deadline())
         self.outcome.seconds += time.monotonic() - started
 
     def _prepare_once(self) -> None:
         self._check_cancel()
         self.close()
-        deadline = min(self.ctx.deadline, time.monotonic() + self.ctx.op_timeout)
+        deadline = min(self._deadline(), time.monotonic() + self.ctx.op_timeout)
         try:
             session = self.session = self.remote.transport.open_session(start_command(self.host, self.ctx.run_id))
             self.progress("prepare", 0, 1)
-            head: dict[str, object] = {"host": self.host.name, "tree": self.ctx.tree, "package": self.ctx.package,
+            head: dict[str, object] = {"host": self.host.name, "tree": self.ctx.files.tree_id,
+                                       "package": self.ctx.files.package_id, "supervisor": host_module("supervisor"),
                                        "python": self.host.python}
             if self.host.name in self.ctx.host_ports:
                 head.update(ports=self.ctx.host_ports[self.host.name], free_from=self.ctx.free_from,
@@ -148,8 +140,11 @@ class HostStart:
                 line = self._read(session, deadline, "prepare")
                 if line is None:
                     raise self._ended(session)
-                if line.startswith("@have"):
-                    self._ship(session, set(line.split()[1:]))
+                if line == "@send":
+                    session.send(frame("manifest", self.ctx.files.manifest))
+                elif line.startswith("@need"):
+                    self._ship(session, line.split()[1:])
+                    deadline = min(self._deadline(), time.monotonic() + self.ctx.op_timeout)
                 elif line.startswith("@ports "):
                     self._ports(line[len("@ports "):])
                 elif line.startswith("@prepared "):
@@ -158,7 +153,7 @@ class HostStart:
                 elif line.startswith("@error "):
                     self.said.append(line[len("@error "):])
         except HostError:
-            self.close()
+            self.end_unlaunched()
             raise
 
     def _ports(self, text: str) -> None:
@@ -169,12 +164,26 @@ class HostStart:
         except (ValueError, KeyError, TypeError) as exc:
             raise HostError(self.host.name, "prepare", f"unreadable port report {text[:80]!r}: {exc}") from None
 
-    def _ship(self, session: Session, have: set[str]) -> None:
-        need = missing(self.ctx.files, have)
+    def _ship(self, session: Session, need: list[str]) -> None:
+        """The files the host lacks, one blob frame each, streamed; the time it takes extends this host's
+        deadlines (the start's timeout is for the tasks to run, however long the files take to arrive)."""
+        started = time.monotonic()
+        by_hash = self.ctx.files.by_hash
+        unknown = [sha for sha in need if sha not in by_hash]
+        if unknown:
+            raise HostError(self.host.name, "prepare", f"the host asked for a file this start does not ship: {unknown[0]}")
         self.progress("ship", 0, len(need))
-        session.send(frame("manifest", manifest(self.ctx.files)) + frame("bundle", self.ctx.bundle(need)))
+        try:
+            for done, sha in enumerate(need, 1):
+                send_blob(by_hash[sha], session.send, self._check_cancel)
+                self.outcome.ship_s = time.monotonic() - started
+                self.progress("ship", done, len(need))
+        except ShippedFileChanged as exc:
+            raise HostError(self.host.name, "prepare", str(exc)) from None
         self.outcome.uploaded = len(need)
-        self.progress("ship", len(need), len(need))
+
+    def _deadline(self) -> float:
+        return self.ctx.deadline + self.outcome.ship_s
 
     def _ended(self, session: Session) -> HostError:
         """The command ended before saying what it must: why, from its exit code and its own words."""
@@ -284,20 +293,33 @@ class HostStart:
 
     def _check_cancel(self) -> None:
         if self.ctx.cancel.is_set():
-            self.close()
+            self.end_unlaunched()
             raise HostError(self.host.name, "cancelled", "start was cancelled")
-        if time.monotonic() > self.ctx.deadline:
+        if time.monotonic() > self._deadline():
             raise HostError(self.host.name, "timeout", f"not ready within {self.ctx.timeout:g}s")
 
-    def release(self, purge: bool = False) -> None:
-        """No `go` for this host: its command ends (stdin closed) with nothing started; with `purge` it
-        also removes the run dir it made (a refused start leaves nothing), and is given a moment to."""
+    def end_unlaunched(self, grace: float = END_GRACE_S) -> None:
+        """End a command that has launched nothing (a failure, a cancelled start, even in the middle of a
+        file): its stdin ends, so the launcher removes what it made, then it is closed (killed if it
+        still runs after `grace`)."""
         if self.session is not None:
             with contextlib.suppress(HostError):
-                self.session.send(b"abort purge\n" if purge else b"abort\n")
-                deadline = time.monotonic() + min(10.0, self.ctx.op_timeout)
-                while purge and self.session.read_line(max(0.05, deadline - time.monotonic())) is not None:
-                    pass  # until the command has ended (a timeout ends the wait: HostError)
+                self.session.close_input()
+        self.await_end(time.monotonic() + grace)
+
+    def abort(self) -> None:
+        """No `go` for this host: its command removes what it made (a start that does not happen leaves
+        nothing, not even an empty directory) and ends; `await_end` waits for that."""
+        if self.session is not None:
+            with contextlib.suppress(HostError):
+                self.session.send(b"abort\n")
+
+    def await_end(self, deadline: float) -> None:
+        """Until the command has ended (or the deadline), then close it."""
+        if self.session is not None:
+            with contextlib.suppress(HostError):
+                while self.session.read_line(max(0.05, deadline - time.monotonic())) is not None:
+                    pass
         self.close()
 
     def close(self) -> None:
@@ -342,15 +364,22 @@ class StartShard:
         self.ctx.run_file = run_file
         self.ctx.replanned = True
 
-    def launch(self, names: list[str]) -> None:
-        """Launch these hosts (all prepared); release the others."""
+    def launch(self, names: list[str], extend: float = 0.0) -> None:
+        """Launch these hosts (all prepared); release the others. `extend`: seconds added to the start's
+        deadline (the time the slowest host spent receiving files)."""
+        self.ctx.deadline += extend
         go = set(names)
         self.release([n for n in self.starts if n not in go])
         self._phase([n for n in self.starts if n in go], HostStart.launch, LAUNCH_LIMIT)
 
-    def release(self, names: list[str] | None = None, purge: bool = False) -> None:
-        for name in self.starts if names is None else names:
-            self.starts[name].release(purge)
+    def release(self, names: list[str] | None = None) -> None:
+        """These hosts (default: all) do not go: each removes what it prepared, all at once."""
+        starts = [self.starts[name] for name in (self.starts if names is None else names)]
+        for start in starts:
+            start.abort()
+        deadline = time.monotonic() + min(10.0, self.ctx.op_timeout)
+        for start in starts:
+            start.await_end(deadline)
 
     def close(self) -> None:
         for start in self.starts.values():

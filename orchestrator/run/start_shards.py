@@ -13,7 +13,6 @@ Ctrl-C reaches the parent only: it tells the workers to cancel, waits for their 
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
 
@@ -28,7 +27,7 @@ def _worker(ctx: StartContext, hosts: list[HostPlan], opener: Opener, link: Shar
     def progress(host: str, phase: str, done: int, total: int) -> None:
         link.send(("progress", host, phase, done, total))
 
-    mine = dataclasses.replace(ctx, progress=progress, cancel=link.cancelled, _bundles={}, _lock=threading.Lock())
+    mine = dataclasses.replace(ctx, progress=progress, cancel=link.cancelled)
     shard = StartShard(mine, hosts, opener, on_outcome=lambda outcome: link.send(("outcome", outcome)))
     try:
         shard.prepare()
@@ -38,9 +37,9 @@ def _worker(ctx: StartContext, hosts: list[HostPlan], opener: Opener, link: Shar
         if isinstance(order, tuple) and order[0] == "go":
             if order[2] is not None:  # --auto-ports re-planned: the new run files
                 shard.replan(order[2])
-            shard.launch(list(order[1]))
-        else:  # ("release", purge), or the parent is gone: nothing more starts
-            shard.release(purge=isinstance(order, tuple) and len(order) > 1 and bool(order[1]))
+            shard.launch(list(order[1]), extend=float(order[3]))
+        else:  # ("release",), or the parent is gone: nothing more starts
+            shard.release()
         link.send(("launched",))
     finally:
         shard.close()
@@ -51,7 +50,8 @@ class ShardedStart:
 
     def __init__(self, ctx: StartContext, hosts: list[HostPlan], opener: Opener, shards: int) -> None:
         self.ctx = ctx
-        self.outcomes = {h.name: HostOutcome(h.name, shipped=len(ctx.files)) for h in hosts}
+        shipped = len(ctx.files.tree) + len(ctx.files.package)
+        self.outcomes = {h.name: HostOutcome(h.name, shipped=shipped) for h in hosts}
         by_name = {h.name: h for h in hosts}
         self.groups = split([h.name for h in hosts], shards)
         self.shards = Shards(self.groups, lambda keys, link: _worker(ctx, [by_name[k] for k in keys], opener, link))
@@ -97,17 +97,18 @@ class ShardedStart:
     def prepare(self) -> None:
         self._guarded("prepared")
 
-    def launch(self, names: list[str]) -> None:
+    def launch(self, names: list[str], extend: float = 0.0) -> None:
         go = set(names)
+        self.ctx.deadline += extend
         for worker, keys in enumerate(self.groups):
-            self.shards.tell(worker, ("go", [k for k in keys if k in go], self.run_file))
+            self.shards.tell(worker, ("go", [k for k in keys if k in go], self.run_file, extend))
         self._guarded("launched")
 
     def replan(self, run_file: Callable[[str], bytes]) -> None:
         self.run_file = run_file
 
-    def release(self, names: list[str] | None = None, purge: bool = False) -> None:
-        self.shards.broadcast(("release", purge))
+    def release(self, names: list[str] | None = None) -> None:
+        self.shards.broadcast(("release",))
         self._pump("launched", deadline=time.monotonic() + self.ctx.op_timeout)
 
     def close(self) -> None:

@@ -98,6 +98,10 @@ class Session(Protocol):
         when no line came within `timeout` seconds, HostError("lost") when the connection broke."""
         ...
 
+    def close_input(self) -> None:
+        """End the command's stdin (it reads end-of-file and may clean up before it exits)."""
+        ...
+
     def close(self) -> None:
         """End the conversation; a command still running is killed with its process group."""
         ...

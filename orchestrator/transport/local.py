@@ -150,6 +150,11 @@ class LocalSession(LocalLineStream):
         except (BrokenPipeError, ValueError) as exc:
             raise HostError(self.host, "lost", f"the command closed its input: {exc}") from exc
 
+    def close_input(self) -> None:
+        if self._proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                self._proc.stdin.close()
+
     def read_line(self, timeout: float) -> str | None:
         assert self._proc.stdout is not None
         fd = self._proc.stdout.fileno()

@@ -20,6 +20,7 @@ from orchestrator.transport.base import login_wrap
 from orchestrator.transport.ssh_faults import SSH_FAULTS
 
 READ_CHUNK = 65536
+SEND_SLICE = 32768  # OpenSSH's channel packet size: what one send() can move at most
 
 
 PID_MARKER = b"__tfcluster_pid__ "
@@ -215,10 +216,21 @@ class SSHSession:
         self._pid: int | None = None
 
     def send(self, data: bytes) -> None:
+        """All of `data`, a packet's worth at a time: Paramiko's `sendall` copies the unsent rest for every
+        packet, which is quadratic in the size of what is sent."""
+        view = memoryview(data)
         try:
-            self._chan.sendall(data)
+            while view:
+                sent = self._chan.send(view[:SEND_SLICE].tobytes())
+                if sent <= 0:
+                    raise OSError("the channel is closed")
+                view = view[sent:]
         except SSH_FAULTS as exc:
             raise HostError(self.host, "lost", f"cannot write to the command: {exc or type(exc).__name__}") from exc
+
+    def close_input(self) -> None:
+        with contextlib.suppress(*SSH_FAULTS):
+            self._chan.shutdown_write()
 
     def _drain(self) -> None:
         drain(self._chan, self._out, self._err)

@@ -29,13 +29,13 @@ from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests.faults import measure
 from tests.faults.netns import NetworkCut
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
     isolated_state_dir,
     run_processes,
     started_run_id,
     status_json,
-    wait_for,
 )
 
 BETWEEN_GRAPH = [["ps"], ["worker"], ["worker"]]  # m0: ps:0, m1: worker:0 (the chief), m2: worker:1

@@ -18,6 +18,7 @@ import psutil
 from orchestrator.run import records as runs
 from tests.faults.cluster import FaultRun
 from tests.integration.lifecycle_helpers import cli
+from training.run.layout import host_module
 
 AS_ROOT = os.geteuid() == 0
 
@@ -57,7 +58,7 @@ def agents_of(run: FaultRun) -> list[psutil.Process]:
             cmd = p.cmdline()
         except psutil.Error:
             continue
-        if "training.agent" in cmd and any(d in cmd for d in dirs):
+        if host_module("agent") in cmd and any(d in cmd for d in dirs):
             found.append(p)
     return found
 

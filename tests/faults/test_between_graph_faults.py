@@ -45,7 +45,8 @@ from tests.faults.probes import (
     latest_checkpoint_step,
     ps_running_again,
 )
-from tests.integration.lifecycle_helpers import REPO, cli, cli_env, run_processes, wait_for
+from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import REPO, cli, cli_env, run_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()

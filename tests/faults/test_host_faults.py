@@ -23,7 +23,8 @@ from testkit.sshd import Machines
 from tests import requires
 from tests.faults import measure
 from tests.faults.cluster import FaultRun, kill, started_run
-from tests.integration.lifecycle_helpers import cli, wait_for
+from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +30,20 @@ from testkit.sshd import Machines
 from tests import requires
 from tests.faults import measure
 from tests.faults.cluster import BETWEEN_GRAPH, PACED
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     REPO,
     cli,
     cli_env,
     isolated_state_dir,
     run_processes,
-    wait_for,
 )
+from training.run.layout import host_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
 @pytest.fixture
@@ -75,7 +73,7 @@ def supervisors(run_id: str) -> list[psutil.Process]:
     found = []
     for p in run_processes(run_id):
         with contextlib.suppress(psutil.Error):
-            if "training.supervisor" in p.cmdline():
+            if host_module("supervisor") in p.cmdline():
                 found.append(p)
     return found
 

@@ -12,8 +12,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Literal
@@ -81,20 +80,22 @@ def records(state_dir: Path) -> list[dict[str, Any]]:
     out = []
     for path in directory.glob("*.json") if directory.is_dir() else []:
         try:
-            out.append(json.loads(path.read_text()))
+            record = json.loads(path.read_text())
         except ValueError:
-            continue  # being rewritten right now
-    return sorted(out, key=lambda r: r["created"])
+            continue  # being rewritten right now, or a test's damaged record
+        if isinstance(record, dict) and isinstance(record.get("run_id"), str):
+            out.append(record)
+    return sorted(out, key=lambda r: float(r["created"]) if isinstance(r.get("created"), (int, float)) else 0.0)
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
-    """Every live process whose environment marks it as part of run `run_id` (any loopback machine:
-    they all share this kernel)."""
+    """Every live process whose environment marks it as part of run `run_id` (`<workdir>/runs/<id>/<host>`,
+    on any loopback machine: they all share this kernel)."""
     found = []
     for p in psutil.process_iter():
         try:
             marker = p.environ().get("TFCLUSTER_RUN_DIR", "")
-            if marker.endswith(f"/runs/{run_id}") and p.status() != psutil.STATUS_ZOMBIE:
+            if f"/runs/{run_id}/" in marker and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -106,16 +107,6 @@ def kill_run(run_id: str) -> None:
     for p in run_processes(run_id):
         with suppress(psutil.NoSuchProcess):
             p.kill()
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 def status_json(state_dir: Path, run_id: str) -> tuple[int, dict[str, Any]]:

@@ -19,13 +19,13 @@ import pytest
 
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
     isolated_state_dir,
     records,
     run_processes,
-    wait_for,
 )
 
 pytestmark = pytest.mark.integration

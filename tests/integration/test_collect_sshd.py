@@ -17,16 +17,12 @@ from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.build import build_plan
 from testkit.sshd import Machines
+from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 0.5
-
-
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(2)
 
 
 def wait_until(collector: Collector, pred: Callable[[Any], bool], timeout: float, what: str) -> float:
@@ -43,10 +39,10 @@ def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None
     run_id = f"collect-sshd-{int(time.time())}"
     run_dirs: dict[str, str] = {}
     for i, host in enumerate(plan.hosts):
-        d = Path(machines.workdir(i)) / "runs" / run_id
-        for sub in ("code", "events", "logs", "state"):
+        d = Path(machines.workdir(i)) / "runs" / run_id / host.name
+        for sub in ("code", "lib", "events", "logs", "state"):
             (d / sub).mkdir(parents=True)
-        (d / "code" / "training").symlink_to(ROOT / "training")
+        (d / "lib" / HOST_PACKAGE).symlink_to(ROOT / "training")
         run_dirs[host.name] = str(d)
     stop = threading.Event()
 

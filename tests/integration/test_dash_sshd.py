@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,8 @@ from orchestrator.monitor.collect import Collector
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
-from tests.integration.lifecycle_helpers import cli, isolated_state_dir, started_run_id, status_json, wait_for
+from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import cli, started_run_id, status_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 requires.tensorflow()
@@ -31,15 +31,8 @@ TRAINING = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpo
             "steps": 1_000_000, "restart": "on-failure"}
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="always") as state:
-        yield state
 
 
 def test_dash_once_json_and_killed_worker(machines: Machines, tmp_path: Path, state_dir: Path) -> None:

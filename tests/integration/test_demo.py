@@ -23,7 +23,7 @@ def demo_processes(run_id: str) -> list[psutil.Process]:
     found = []
     for p in psutil.process_iter():
         try:
-            if p.environ().get("TFCLUSTER_RUN_DIR", "").endswith(f"/runs/{run_id}"):
+            if p.environ().get("TFCLUSTER_RUN_DIR", "").find(f"/runs/{run_id}/") >= 0:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue

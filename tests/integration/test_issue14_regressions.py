@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,12 +41,14 @@ import pytest
 from testkit.sshd import Machines
 from tests import requires
 from tests.faults import measure
-from tests.integration.lifecycle_helpers import REPO, kill_run, run_processes, wait_for
+from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import REPO, kill_run, run_processes
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()
 
 CHECKOUT = Path(os.environ.get("TFCLUSTER_CHECKOUT") or REPO).resolve()
+SHARED_WORKDIR = False  # the checkouts it compares predate shared workdirs: each machine its own (conftest.machines)
 TINY = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
 ALIVE = {"starting", "running", "stalled", "restarting"}
 CHECKPOINT_EVERY = 100  # steps, in the shared run of tests 2 and 5
@@ -126,9 +128,6 @@ def clean_up(state: Path) -> None:
             kill_run(run)
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
 @pytest.fixture

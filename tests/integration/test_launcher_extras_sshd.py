@@ -14,7 +14,7 @@ import json
 import os
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +26,13 @@ from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.transport.ssh import SSHTransport
 from testkit import sshd
 from testkit.sshd import Machines
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
-    isolated_state_dir,
     records,
     run_processes,
     started_run_id,
     status_json,
-    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -85,15 +84,8 @@ while True:
 '''
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state:
-        yield state
 
 
 def _record(state_dir: Path, run_id: str) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,12 @@ import pytest
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
-    isolated_state_dir,
     run_processes,
     started_run_id,
     status_json,
-    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -34,16 +32,8 @@ FINISH_TIMEOUT = 180.0
 TINY = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    # a failed test's run: stopped for real (while it has processes), then killed to make sure
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state:
-        yield state
 
 
 def _start(state_dir: Path, hosts: Path, *args: str) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,12 @@ from orchestrator.monitor.collect import Collector, CollectorActions
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
-    isolated_state_dir,
     run_processes,
     started_run_id,
     status_json,
-    wait_for,
 )
 from training.run.layout import RunLayout
 
@@ -48,15 +46,8 @@ while not os.path.exists(release):
 """
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state:
-        yield state
 
 
 def _task(st: dict[str, Any], name: str) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from orchestrator.monitor.pump import StreamPump
 from orchestrator.transport.ssh import SSHTransport
 from orchestrator.transport.ssh_channel import SSHLineStream
 from testkit.sshd import Machines
-from tests.integration.lifecycle_helpers import wait_for
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

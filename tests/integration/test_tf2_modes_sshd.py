@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,12 @@ import pytest
 from orchestrator.run import records
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
-    isolated_state_dir,
     run_processes,
     started_run_id,
     status_json,
-    wait_for,
 )
 from tests.integration.test_user_programs import dash_json, until_rates
 
@@ -59,15 +57,8 @@ print("done", json.loads(os.environ["TF_CONFIG"])["task"], float(loss), flush=Tr
 '''
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch) as state:
-        yield state
 
 
 def _start(state_dir: Path, hosts: Path) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,12 @@ import pytest
 
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
-    isolated_state_dir,
     run_processes,
     started_run_id,
     status_json,
-    wait_for,
 )
 
 pytestmark = pytest.mark.integration
@@ -82,15 +80,8 @@ model.fit(x, y, batch_size=16, epochs=20, verbose=0, callbacks=[TfclusterCallbac
 '''
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
 
 
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch) as state:
-        yield state
 
 
 def dash_json(state_dir: Path, run_id: str) -> dict[str, Any]:

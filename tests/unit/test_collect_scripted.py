@@ -22,10 +22,6 @@ from tests.plans import tiny_plan
 INTERVAL = 0.05
 
 
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
 
 
 @pytest.fixture

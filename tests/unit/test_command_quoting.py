@@ -9,22 +9,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.config.schema import SSHOptions
 from orchestrator.errors import ConfigError
 from orchestrator.plan.command import COMMAND_PLACEHOLDERS, command_env, fill_command
-from orchestrator.plan.model import HostPlan
-from orchestrator.run.ship import package_id, sync_files, tree_id
-from orchestrator.run.start_host import HostStart, StartContext
 from orchestrator.transport.base import shell_command
-from orchestrator.transport.factory import transport_for
+from tests.helpers.local_start import file_sets, prepared
 
 HOSTILE = "$`\"'\\;|&()<>*?[]{}~#! \t\n=%^,.:@éλ中🙂"
 # Each value also tries to run something: if any shell re-read it, the canary would appear.
@@ -95,21 +89,11 @@ def test_paths_in_the_orchestrators_own_commands_stay_inert(python_name: str, wo
 @given(file_name=one_line.filter(lambda v: not v.startswith("~")))  # a leading ~ means a home directory
 def test_synced_file_names_ship_inertly(file_name: str, tmp_path: Path) -> None:
     """A synced file with a hostile name, in a hostile workdir, goes through the start conversation's
-    shipping (tar on the launcher's stdin, cache, tree, links: training/launcher.py) unharmed."""
+    shipping (blob frames on the launcher's stdin, cache, tree, links: training/launcher.py) unharmed."""
     src = tmp_path / "src"
     src.mkdir(exist_ok=True)
     (src / file_name).write_text("payload\n")
     workdir = tmp_path / "work $(touch CANARY) `x`"
-    files = sync_files([file_name], str(src))
-    ctx = StartContext(run_id="r", run_file=lambda host: b"{}", files=files, tree=tree_id(files),
-                       package=package_id(files), op_timeout=60, timeout=60, deadline=time.monotonic() + 60,
-                       allow_partial=False, progress=lambda *a: None, cancel=threading.Event())
-    host = HostPlan(name="local", address="127.0.0.1", transport="local", python=sys.executable,
-                    workdir=str(workdir), ssh=SSHOptions(), roles=("worker",), tasks=())
-    start = HostStart(host, ctx, transport_for)
-    try:
-        start.prepare()
-    finally:
-        start.release()
-    assert (workdir / "runs" / "r" / "code" / file_name).read_text() == "payload\n"
+    with prepared(workdir, file_sets(src, [file_name]), "r"):
+        assert (workdir / "runs" / "r" / "local" / "code" / file_name).read_text() == "payload\n"
     assert not any(p.name == "CANARY" for p in tmp_path.rglob("CANARY"))

@@ -17,6 +17,7 @@ from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
 from training.cluster.placement import greedy_assign
 from training.models.sizes import mlp_shapes, wide_shapes
+from training.run.layout import host_module
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -134,8 +135,8 @@ def test_tf_config_and_env_per_task() -> None:
 def test_builtin_command_uses_the_hosts_python() -> None:
     hosts = [host("ps", "10.0.0.20", ["ps"], python="/usr/bin/python3.11"), host("w", "10.0.0.11", ["worker"])]
     plan = plan_of(hosts, remote={"python": "/opt/venv/bin/python"})
-    assert plan.task("ps", 0).command == ["/usr/bin/python3.11", "-m", "training.task"]
-    assert plan.task("worker", 0).command == ["/opt/venv/bin/python", "-m", "training.task"]
+    assert plan.task("ps", 0).command == ["/usr/bin/python3.11", "-m", host_module("task")]
+    assert plan.task("worker", 0).command == ["/opt/venv/bin/python", "-m", host_module("task")]
 
 
 def _words(task: TaskPlan) -> list[str]:

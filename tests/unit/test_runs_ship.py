@@ -14,16 +14,12 @@ from orchestrator.monitor.status import HostStatus, TaskStatus, TaskStatusWord, 
 from orchestrator.monitor.views import TaskView
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
+from orchestrator.run.file_hashes import FileHashes
 from orchestrator.run.logs import select_tasks
 from orchestrator.run.ship import sync_files, training_package_files
 from tests.plans import tiny_plan
+from training.run.layout import HOST_PACKAGE
 from training.telemetry.state_files import ProbeReport, TaskStateFile
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
 
 
 def _record(run_id: str, created: float, plan: ClusterPlan | None = None) -> runs.RunRecord:
@@ -63,14 +59,14 @@ def test_sync_files_errors_and_paths(tmp_path: Path) -> None:
     (tmp_path / "data" / "sub" / "x.csv").write_text("1,2\n")
     (tmp_path / "data" / "__pycache__").mkdir()
     (tmp_path / "data" / "__pycache__" / "junk.pyc").write_bytes(b"\0")
-    files = sync_files(["train.py", "data/"], str(tmp_path))
+    files = sync_files(["train.py", "data/"], str(tmp_path), FileHashes())
     assert sorted(f.rel for f in files) == ["data/sub/x.csv", "train.py"]
     with pytest.raises(ConfigError, match=r"hosts.toml: training.sync: 'nope.py' does not exist"):
-        sync_files(["nope.py"], str(tmp_path))
-    (tmp_path / "training").mkdir()
+        sync_files(["nope.py"], str(tmp_path), FileHashes())
+    (tmp_path / "training").mkdir()  # a user's own `training/` ships as theirs (tfcluster's goes to lib/)
     (tmp_path / "training" / "a.py").write_text("")
-    with pytest.raises(ConfigError, match="overwrite tfcluster's own `training/`"):
-        sync_files(["training"], str(tmp_path))
+    assert [f.rel for f in sync_files(["training"], str(tmp_path), FileHashes())] == ["training/a.py"]
+    assert {f.rel for f in sync_files(["."], str(tmp_path), FileHashes())} >= {"train.py", "training/a.py"}
 
 
 def test_record_round_trips_compactly(state_dir: Path) -> None:
@@ -81,9 +77,10 @@ def test_record_round_trips_compactly(state_dir: Path) -> None:
     assert loaded == record
 
 
-def test_training_package_is_shipped_without_bytecode() -> None:
-    rels = {f.rel for f in training_package_files()}
-    assert {"training/__init__.py", "training/supervisor/__main__.py", "training/run/layout.py"} <= rels
+def test_training_package_is_shipped_under_its_host_name_without_bytecode() -> None:
+    rels = {f.rel for f in training_package_files(FileHashes())}
+    assert {f"{HOST_PACKAGE}/__init__.py", f"{HOST_PACKAGE}/supervisor/__main__.py", "tfcluster_report.py"} <= rels
+    assert not any(r.startswith("training/") for r in rels)
     assert not any("__pycache__" in r or r.endswith(".pyc") for r in rels)
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import pytest
 from orchestrator.config.schema import SSHOptions
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.remote import RemoteRun
+from tests.helpers.waiting import wait_for
+from training.run.layout import HOST_PACKAGE
 
 
 def _host(tmp_path: Path) -> HostPlan:
@@ -42,12 +43,13 @@ def _run(run_dir: Path, script: str, procs: list[subprocess.Popen[bytes]]) -> su
 
 def test_stop_without_python_kills_every_marked_process_and_purges(
         tmp_path: Path, spawned: list[subprocess.Popen[bytes]]) -> None:
-    run_dir = tmp_path / "runs" / "r1"
-    (run_dir / "code" / "training").mkdir(parents=True)  # the run's code is there: its python is not
+    run_dir = tmp_path / "runs" / "r1" / "local"
+    (run_dir / "lib" / HOST_PACKAGE).mkdir(parents=True)  # the run's code is there: its python is not
     polite = _run(run_dir, "exec sleep 300", spawned)
-    stubborn = _run(run_dir, "trap '' TERM; sleep 300 & wait; sleep 300", spawned)
-    other = _run(tmp_path / "runs" / "r1-other", "exec sleep 300", spawned)  # another run: a longer marker
-    time.sleep(0.3)  # let the shells exec and set their traps
+    trapped = tmp_path / "trapped"
+    stubborn = _run(run_dir, f"trap '' TERM; : > {trapped}; sleep 300 & wait; sleep 300", spawned)
+    other = _run(tmp_path / "runs" / "r1" / "local-other", "exec sleep 300", spawned)  # another host: a longer marker
+    wait_for(trapped.exists, 30, "the stubborn task to ignore SIGTERM")
     verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=1, timeout=30, purge=True)
     assert {polite.pid, stubborn.pid} <= set(verdict.report.killed)
     assert verdict.verified is not None and verdict.verified.processes == ()
@@ -60,9 +62,8 @@ def test_stop_without_python_kills_every_marked_process_and_purges(
 
 def test_stop_without_python_keeps_the_run_dir_unless_purging(
         tmp_path: Path, spawned: list[subprocess.Popen[bytes]]) -> None:
-    run_dir = tmp_path / "runs" / "r2"
-    (run_dir / "code" / "training").mkdir(parents=True)
+    run_dir = tmp_path / "runs" / "r2" / "local"
+    (run_dir / "lib" / HOST_PACKAGE).mkdir(parents=True)
     task = _run(run_dir, "exec sleep 300", spawned)
-    time.sleep(0.2)
     verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=0, timeout=30)
     assert task.pid in verdict.report.killed and not verdict.purged and run_dir.is_dir()

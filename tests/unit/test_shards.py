@@ -79,7 +79,7 @@ def test_sharded_start_keeps_the_barrier_across_processes(tmp_path: Path) -> Non
     assert {h for h, phase in events if phase == "running"} == {f"m{i}" for i in range(HOSTS)}
     record = runs.load("sharded")
     assert record.status == "started"
-    assert all(h.started and h.supervisor_pid and h.run_dir.endswith("/runs/sharded") for h in record.hosts)
+    assert all(h.started and h.supervisor_pid and h.run_dir.endswith(f"/runs/sharded/{h.name}") for h in record.hosts)
 
 
 def test_a_failure_in_one_worker_launches_nothing_in_any(tmp_path: Path) -> None:

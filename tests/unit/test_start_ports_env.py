@@ -11,32 +11,21 @@ import io
 import json
 import os
 import socket
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from orchestrator.config.schema import SSHOptions
 from orchestrator.errors import ConfigError
-from orchestrator.plan.model import ClusterPlan, HostPlan
+from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run import records as runs
 from orchestrator.run.port_check import PortsTaken, ports_to_try, replan
 from orchestrator.run.run_file import RunFiles
-from orchestrator.run.ship import training_package_files, tree_id
-from orchestrator.run.start_host import HostStart, StartContext
-from orchestrator.transport.factory import transport_for
+from orchestrator.run.ship import FileSets
 from testkit.scripted_transport import ScriptedCluster
+from tests.helpers.local_start import prepared
 from tests.plans import tiny_plan
 from training import launcher
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
 
 
 def _plan(command: str = "sleep 60 {ps_hosts}") -> ClusterPlan:
@@ -60,22 +49,12 @@ def test_the_launcher_reports_taken_ports_and_offers_free_ones(tmp_path: Path) -
     takes its control port; the free ports offered skip both."""
     with _listen("0.0.0.0") as tf_holder, _listen("127.0.0.1") as control_holder:
         busy_tf, busy_control = tf_holder.getsockname()[1], control_holder.getsockname()[1]
-        files = training_package_files()[:3]
-        host = HostPlan(name="local", address="127.0.0.1", transport="local", python=sys.executable,
-                        workdir=str(tmp_path / "work"), ssh=SSHOptions(), roles=("worker",), tasks=())
         start_from = min(busy_tf, busy_control)
-        ctx = StartContext(
-            run_id="r1", run_file=lambda host: b"{}", files=files, tree=tree_id(files), package=None, op_timeout=60,
-            timeout=60, deadline=time.monotonic() + 60, allow_partial=False, progress=lambda *a: None,
-            cancel=threading.Event(),
-            host_ports={"local": [["ps:0", "", busy_tf], ["supervisor", "127.0.0.1", busy_control]]},
-            free_from=start_from, free_count=3)
-        start = HostStart(host, ctx, transport_for)
-        try:
-            start.prepare()
-            assert (tmp_path / "work" / "runs" / "r1" / "run.json").is_file()
-        finally:
-            start.release(purge=True)  # a refused start: the host removes the run dir it made
+        ports = {"local": [["ps:0", "", busy_tf], ["supervisor", "127.0.0.1", busy_control]]}
+        with prepared(tmp_path / "work", FileSets(tree=[], package=[]), "r1", host_ports=ports, free_from=start_from,
+                      free_count=3) as start:
+            assert (tmp_path / "work" / "runs" / "r1" / "local" / "run.json").is_file()
+    # a refused start: the host removes the run dir it made (and the run's, now empty)
     assert not (tmp_path / "work" / "runs" / "r1").exists() and (tmp_path / "work" / "cache").is_dir()
     assert [(label, port) for label, port, _why in start.outcome.taken] == [("ps:0", busy_tf),
                                                                            ("supervisor", busy_control)]
@@ -171,11 +150,12 @@ def test_the_launcher_barrier_takes_a_new_run_file_and_forwarded_variables(
     monkeypatch.setattr(os, "environ", dict(os.environ))  # the barrier writes into the environment
     env = json.dumps({"UNIT_FORWARDED_SECRET": "s3cret"}).encode()
     stdin = io.BytesIO(b'run 8\n{"a": 1}' + f"env {len(env)}\n".encode() + env + b"go 12.5\n")
-    assert launcher.barrier(stdin, str(tmp_path)) == "go 12.5"
+    scratch = launcher.Scratch(str(tmp_path), "h")
+    assert launcher.barrier(stdin, str(tmp_path), scratch) == "go 12.5"
     assert (tmp_path / "run.json").read_text() == '{"a": 1}'
     assert os.environ["UNIT_FORWARDED_SECRET"] == "s3cret"
-    assert launcher.barrier(io.BytesIO(b"abort\n"), str(tmp_path)) == "abort"
-    assert launcher.barrier(io.BytesIO(b""), str(tmp_path)) == ""
+    assert launcher.barrier(io.BytesIO(b"abort\n"), str(tmp_path), scratch) == "abort"
+    assert launcher.barrier(io.BytesIO(b""), str(tmp_path), scratch) == ""
 
 
 def test_forward_env_goes_with_go_and_into_no_local_file(tmp_path: Path, state_dir: Path,

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from orchestrator.monitor.status import status
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
@@ -15,12 +13,6 @@ from orchestrator.run import records as runs
 from orchestrator.run.stop import stop
 from testkit.scripted_transport import ScriptedCluster
 from tests.plans import tiny_plan
-
-
-@pytest.fixture(autouse=True)
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
 
 
 def _plan() -> ClusterPlan:
@@ -33,7 +25,7 @@ def _started(tmp_path: Path, cluster: ScriptedCluster, name: str = "run") -> run
 
 
 def _root(cluster: ScriptedCluster, host: str, run_id: str) -> str:
-    return next(root for root in cluster.host(host).runs if root.endswith(f"/runs/{run_id}"))
+    return next(root for root in cluster.host(host).runs if root.endswith(f"/runs/{run_id}/{host}"))
 
 
 def test_stop_verifies_and_is_idempotent(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ def _watch_stdin(stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m training.agent", description=(__doc__ or '').split("\n")[0])
+    ap = argparse.ArgumentParser(prog=f"python -m {__package__}", description=(__doc__ or '').split("\n")[0])
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--host", required=True, help="this host's name from hosts.toml")
     ap.add_argument("--interval", type=float, default=1.0)

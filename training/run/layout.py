@@ -1,13 +1,24 @@
-"""The run directory on every host: `<workdir>/runs/<run-id>/`. Stdlib only (shipped to the hosts).
+"""A host's run directory: `<workdir>/runs/<run-id>/<host>/`. Stdlib only (shipped to the hosts).
 
 Shared by the orchestrator (which creates and reads it over the transport) and by the supervisor,
 agent and task programs (which write it), so both sides agree on every path.
+
+Every host has a directory of its own inside the run's, so any number of hosts may share one workdir (an
+NFS home, the nodes of a Slurm allocation, loopback machines in the tests): everything a host writes
+(run.json, code/, lib/, logs, events, state, checkpoints) is its own, and the run marker below names one
+host's part of the run, so a `stop` on one machine never touches another host's processes even where
+several hosts share one machine.
+
+- `code/`: the user's files (`[training] sync`), hard links to the host's content cache; the tasks' cwd.
+- `lib/`: tfcluster's own package under HOST_PACKAGE, plus `tfcluster_report.py` beside it; on every
+  task's PYTHONPATH, after the program's own directory, so a user's `training/` package is theirs.
 """
 
 from __future__ import annotations
 
 import os
 
+HOST_PACKAGE = "_tfcluster_training"  # the name tfcluster's `training` package is shipped under
 RUN_FILE = "run.json"  # {"run_id", "created", "plan": ClusterPlan.to_json()}
 # Every process of a run has `TFCLUSTER_RUN_DIR=<run dir>` in its environment (set when it is exec'd):
 # `stop` and `probe` find the run's processes by it in /proc, orphans included.
@@ -22,7 +33,7 @@ class RunLayout:
     __slots__ = ("root",)
 
     def __init__(self, root: str) -> None:
-        self.root = root  # <workdir>/runs/<run-id>
+        self.root = root  # <workdir>/runs/<run-id>/<host>
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, RunLayout) and other.root == self.root
@@ -34,18 +45,18 @@ class RunLayout:
         return f"RunLayout({self.root!r})"
 
     @classmethod
-    def for_run(cls, workdir: str, run_id: str) -> RunLayout:
-        return cls(os.path.join(workdir, "runs", run_id))
+    def for_host(cls, workdir: str, run_id: str, host: str) -> RunLayout:
+        return cls(os.path.join(workdir, "runs", run_id, host))
 
     @property
     def code(self) -> str:
         return os.path.join(self.root, "code")
 
     @property
-    def public(self) -> str:
-        """Modules for the user's programs (`tfcluster_report`): the supervisor puts this directory on
-        every task's PYTHONPATH."""
-        return os.path.join(self.code, "training", "public")
+    def lib(self) -> str:
+        """tfcluster's package (HOST_PACKAGE) and `tfcluster_report`: every task's PYTHONPATH, and the cwd
+        of `python -m <HOST_PACKAGE>.<module>` commands the orchestrator runs on the host."""
+        return os.path.join(self.root, "lib")
 
     @property
     def events(self) -> str:
@@ -99,4 +110,9 @@ class RunLayout:
         return os.path.join(self.events, f"supervisor-{host}.jsonl")
 
     def dirs(self) -> list[str]:
-        return [self.root, self.code, self.events, self.logs, self.state]
+        return [self.root, self.code, self.lib, self.events, self.logs, self.state]
+
+
+def host_module(name: str) -> str:
+    """A module of tfcluster's package as the hosts name it (`python -m` in RunLayout.lib)."""
+    return f"{HOST_PACKAGE}.{name}"

@@ -14,7 +14,7 @@ from .remote_ops import probe, stop, stop_verified
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.supervisor")
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--host", default="")
     parser.add_argument("--probe", action="store_true")
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         again = ["--run-dir", run_dir, "--host", args.host]
         if args.detach:
             again += ["--detach", "--ready-timeout", str(args.ready_timeout)]
-        os.execve(sys.executable, [sys.executable, *flags, "-m", "training.supervisor", *again], env)
+        os.execve(sys.executable, [sys.executable, *flags, "-m", str(__package__), *again], env)
     if args.detach:
         return detach(run_dir, args.host, args.ready_timeout)
     return Supervisor(run_dir, args.host).serve()

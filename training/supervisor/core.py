@@ -125,9 +125,10 @@ class Supervisor:
     # -- task control
     def _env(self, task: Task, attempt: str) -> dict[str, str]:
         """A task process's environment: ours (with any forwarded variables), the plan's, the run marker,
-        its `<job>-<i>#<attempt>` id, and `tfcluster_report` on its PYTHONPATH."""
+        its `<job>-<i>#<attempt>` id, and lib/ (tfcluster's package, `tfcluster_report`) on its PYTHONPATH, which
+        comes after the program's own directory: a user's module named like one of ours is theirs."""
         env = {**os.environ, **task.env, RUN_DIR_ENV: self.layout.root, TASK_ID_ENV: f"{task.name}#{attempt}"}
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.layout.public, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (self.layout.lib, env.get("PYTHONPATH")) if p)
         if env.get(PYTHON_ARG, "").startswith("~/"):
             env[PYTHON_ARG] = os.path.expanduser(env[PYTHON_ARG])
         return env

@@ -59,7 +59,7 @@ def hold_and_stop(run_dir: str, job: str, index: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     import argparse  # here, not at the top: the supervisor imports this module at every start
 
-    parser = argparse.ArgumentParser(prog="python -m training.supervisor.hold")
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.hold")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--job", required=True)
     parser.add_argument("--task", type=int, required=True)

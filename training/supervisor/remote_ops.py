@@ -119,4 +119,6 @@ def stop_verified(run_dir: str, grace: float, purge: bool) -> dict[str, Any]:
     if purge and not seen["processes"]:
         shutil.rmtree(run_dir, ignore_errors=True)
         report["purged"] = not os.path.exists(run_dir)
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.dirname(run_dir))  # the run's directory, once no other host has a part in it
     return report

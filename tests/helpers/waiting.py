@@ -1,0 +1,24 @@
+"""Waiting for an event, never for a fixed time: `wait_for` polls a predicate until it holds; its deadline
+only bounds a failure (the assertion then says what never happened)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
+             explain: Callable[[], str] | None = None) -> T:
+    """The predicate's first truthy value; AssertionError naming `what` (and `explain()`) at the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}{detail}")
+        time.sleep(interval)
