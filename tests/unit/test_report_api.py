@@ -1,5 +1,6 @@
 """`tfcluster_report.report()` without TensorFlow: a real interpreter importing the shim the way a user's
-program on a host does (only training/public on PYTHONPATH, run from elsewhere), writing real files."""
+program on a host does (only the run's lib/ on PYTHONPATH: tfcluster_report.py beside the package under its
+host name; run from elsewhere, with a `training` package of the program's own), writing real files."""
 
 from __future__ import annotations
 
@@ -10,18 +11,35 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.run.layout import RunLayout
+from training.public import tfcluster_report
+from training.run.layout import HOST_PACKAGE, RunLayout
 
 ROOT = Path(__file__).resolve().parents[2]
-PUBLIC = ROOT / "training" / "public"
 
 
-def run(code: str, tmp_path: Path, env_extra: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+def _host(tmp_path: Path) -> tuple[Path, Path]:
+    """(lib, code): a run's lib/ as the launcher builds it, and the program's cwd with its own `training`."""
+    lib, code = tmp_path.parent / f"{tmp_path.name}-lib", tmp_path.parent / f"{tmp_path.name}-code"
+    if not lib.exists():
+        lib.mkdir()
+        (lib / HOST_PACKAGE).symlink_to(ROOT / "training")
+        (lib / "tfcluster_report.py").symlink_to(ROOT / "training" / "public" / "tfcluster_report.py")
+        (code / "training").mkdir(parents=True)
+        (code / "training" / "__init__.py").write_text("raise ImportError('the program imported its own training')\n")
+    return lib, code
+
+
+def test_the_report_module_knows_the_package_host_name() -> None:
+    assert tfcluster_report.HOST_PACKAGE == HOST_PACKAGE
+
+
+def run(source: str, tmp_path: Path, env_extra: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TFCLUSTER_")}
-    env["PYTHONPATH"] = str(PUBLIC)
+    lib, code = _host(tmp_path)
+    env["PYTHONPATH"] = str(lib)
     env.update(env_extra or {})
-    return subprocess.run([sys.executable, "-c", code], check=False, cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-c", source], check=False, cwd=code, env=env, capture_output=True,
+                          text=True, timeout=60)
 
 
 def task_env(run_dir: Path) -> dict[str, str]:

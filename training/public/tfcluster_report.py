@@ -19,7 +19,7 @@ Contract (details in training/public/report.py and training/public/report_tf.py,
 - Outside tfcluster (no TFCLUSTER_* environment) every call does nothing, after one warning.
 
 It ships with tfcluster's code on every host: the supervisor puts this directory on the tasks'
-PYTHONPATH, and this module finds tfcluster's package one directory up, whatever its name there.
+PYTHONPATH (the run's lib/), and this module finds tfcluster's package beside it.
 """
 
 from __future__ import annotations
@@ -30,9 +30,15 @@ import sys
 import warnings
 from typing import Any
 
-# tfcluster's own package is the directory above this one, whatever it is called there (on the hosts it is
-# shipped under a private name, so that a program's own `training` package never collides with it).
-_PACKAGE_PARENT, _PACKAGE = os.path.split(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# tfcluster's own package: on the hosts this file sits beside it in the run's lib/, where it is shipped under
+# a private name (so that a program's own `training` package never collides with it); in a checkout, this
+# file is in the package's public/.
+HOST_PACKAGE = "_tfcluster_training"  # training/run/layout.py's (a test keeps the two equal)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if os.path.isdir(os.path.join(_HERE, HOST_PACKAGE)):
+    _PACKAGE_PARENT, _PACKAGE = _HERE, HOST_PACKAGE
+else:
+    _PACKAGE_PARENT, _PACKAGE = os.path.split(os.path.dirname(_HERE))
 
 
 def _implementation() -> Any:
