@@ -19,3 +19,13 @@ def tensorflow() -> ModuleType:
         pytest.fail(f"TensorFlow is missing ({exc}): run `make test`, or pip install -e '.[cpu,test]'",
                     pytrace=False)
     return tf
+
+
+def tensorboard() -> ModuleType:
+    """`import tensorboard`, or a collection failure that names what to install (the `tensorboard` extra)."""
+    try:
+        import tensorboard
+    except ImportError as exc:
+        pytest.fail(f"tensorboard is missing ({exc}): run `make venv`, or pip install -e '.[tensorboard]'",
+                    pytrace=False)
+    return tensorboard
