@@ -17,7 +17,7 @@ from orchestrator.results.board import Board
 from orchestrator.results.board_state import find_open, state_path
 from orchestrator.run import records
 from tests import requires
-from tests.helpers.tensorboard_api import scalar_tags, scalars
+from tests.helpers.results import scalar_tags, scalars
 from tests.plans import tiny_plan
 from training.run.layout import RunLayout
 from training.telemetry.tfevents import EventFileWriter

@@ -10,26 +10,17 @@ import sys
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 
 from orchestrator.errors import HostError
 from orchestrator.results.remote_files import PART, HostFiles, Root, safe_relative
 from orchestrator.transport.local import LocalTransport
+from tests.helpers.results import file_senders
 
 
 def fetch(src: Path, dest: Path, *, verify: bool = True, match: str = "") -> tuple[HostFiles, object]:
     files = HostFiles(LocalTransport("m0"), sys.executable)
     return files, files.fetch([Root(str(src), dest, match)], verify=verify)
-
-
-def senders() -> list[psutil.Process]:
-    """Live processes running the sender's source (its cmdline carries it), on this machine."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        if any("INDEX_FIRST" in part for part in p.info["cmdline"] or []) and p.pid != os.getpid():
-            found.append(p)
-    return found
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -131,5 +122,5 @@ def test_cancel_ends_the_copy_and_the_sender_with_it(tmp_path: Path) -> None:
     assert not thread.is_alive()
     assert isinstance(outcome[0], HostError) and outcome[0].reason == "cancelled", outcome
     assert not (tmp_path / "here" / "blob").exists()  # a cut copy is never taken for the file
-    assert not senders()
+    assert not file_senders()
     assert hashlib.sha256(part.read_bytes()).hexdigest() != hashlib.sha256((src / "blob").read_bytes()).hexdigest()

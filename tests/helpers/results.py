@@ -1,11 +1,15 @@
-"""Reading a running TensorBoard through its HTTP API, as a browser does (tests of `tfcluster tensorboard`)."""
+"""For tests of a run's results here: a running TensorBoard read through its HTTP API, as a browser does,
+and the file senders (training/results/sender.py) still running on this machine (every loopback "host")."""
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 import urllib.request
 from typing import Any
+
+import psutil
 
 
 def get(url: str, path: str, **query: str) -> Any:
@@ -22,3 +26,13 @@ def scalar_tags(url: str) -> dict[str, list[str]]:
 def scalars(url: str, run: str, tag: str) -> list[tuple[int, float]]:
     """[(step, value)] of one run's tag, as TensorBoard serves them."""
     return [(int(step), float(value)) for _, step, value in get(url, "/data/plugin/scalars/scalars", run=run, tag=tag)]
+
+
+def file_senders() -> list[psutil.Process]:
+    """Live processes running the sender's source (their command line carries it), zombies excluded."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        if (p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE
+                and any("INDEX_FIRST" in part for part in p.info["cmdline"] or [])):
+            found.append(p)
+    return found
