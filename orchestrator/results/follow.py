@@ -53,6 +53,8 @@ class SummaryFollower:
         results = fan_out(self.hosts, self._sync_host, on_interrupt=self._cancel_all, interrupt_grace=10.0,
                           thread_name="tfcluster-summaries")
         for host, result in results.items():
+            if self._stop.is_set():
+                break  # closing: a command cut short is not the host's trouble
             if isinstance(result, HostError):
                 problem: str | None = result.one_line()
             else:

@@ -7,9 +7,13 @@ import json
 import os
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import psutil
+
+from orchestrator.run import records
+from tests.plans import tiny_plan
 
 
 def get(url: str, path: str, **query: str) -> Any:
@@ -36,3 +40,15 @@ def file_senders() -> list[psutil.Process]:
                 and any("INDEX_FIRST" in part for part in p.info["cmdline"] or [])):
             found.append(p)
     return found
+
+
+def local_record(root: Path, run_id: str = "r1", training: dict[str, Any] | None = None) -> records.RunRecord:
+    """A saved record of a run on two local-transport "hosts", m0 and m1 (one worker each), whose run dirs
+    are `root/m0` and `root/m1` (nothing runs: tests write the files the tasks would)."""
+    plan = tiny_plan([["worker"], ["worker"]], mode="multi-worker-mirrored", training=training)
+    record = records.RunRecord(run_id=run_id, config_path="/x/hosts.toml", cluster="demo", mode=plan.mode,
+                               created=1.0, plan=plan,
+                               hosts=[records.HostRecord(name=h, workdir=str(root), run_dir=str(root / h), started=True)
+                                      for h in ("m0", "m1")])
+    records.save(record)
+    return record

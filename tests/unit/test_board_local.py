@@ -17,8 +17,7 @@ from orchestrator.results.board import Board
 from orchestrator.results.board_state import find_open, state_path
 from orchestrator.run import records
 from tests import requires
-from tests.helpers.results import scalar_tags, scalars
-from tests.plans import tiny_plan
+from tests.helpers.results import local_record, scalar_tags, scalars
 from training.run.layout import RunLayout
 from training.telemetry.tfevents import EventFileWriter
 
@@ -38,13 +37,7 @@ def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
 @pytest.fixture
 def record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> records.RunRecord:
     monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
-    plan = tiny_plan([["worker"], ["worker"]], mode="multi-worker-mirrored", training={"logdir": "tb"})
-    rec = records.RunRecord(run_id="r1", config_path="/x/hosts.toml", cluster="demo", mode="between-graph",
-                            created=1.0, plan=plan,
-                            hosts=[records.HostRecord(name=h, workdir=str(tmp_path), run_dir=str(tmp_path / h),
-                                                      started=True) for h in ("m0", "m1")])
-    records.save(rec)
-    return rec
+    return local_record(tmp_path, training={"logdir": "tb"})
 
 
 @pytest.fixture

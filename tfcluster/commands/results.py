@@ -64,7 +64,7 @@ def tensorboard(
             console.print(f"TensorBoard for run {escape(record.run_id)}: [bold]{board.url}[/]")
             console.print(f"  runs: {escape(', '.join(runs)) if runs else 'none yet (they appear as tasks write them)'}")
             console.print(f"  copied from {escape(', '.join(board.follower.hosts) or 'no host')} every "
-                          f"{interval:g} s into {escape(str(board.logdir))}; Ctrl-C to stop")
+                          f"{interval:g} s into {escape(_home_relative(board.logdir))}; Ctrl-C to stop")
             if open_browser:
                 _browse(board.url)
             while board.serving:
@@ -77,6 +77,11 @@ def tensorboard(
         finally:
             board.close()
     console.print("TensorBoard stopped; nothing of it is left running")
+
+
+def _home_relative(path: Path) -> str:
+    home = Path.home()
+    return f"~/{path.relative_to(home)}" if path.is_relative_to(home) else str(path)
 
 
 def _browse(url: str) -> None:
@@ -100,13 +105,18 @@ def pull(
     resumable (a file already here with the same size and sha256 is not copied again). Exit 3 when a host
     could not be reached, 1 when a file could not be copied."""
     from orchestrator.results.pull import pull as pull_run
-    from orchestrator.results.sources import KINDS
+    from orchestrator.results.sources import KINDS, sources
     from orchestrator.run import records
 
     record = records.load(run)
     kinds = tuple(k for k, asked in zip(KINDS, (checkpoints, logs, summaries), strict=True) if asked) or KINDS
     target = dest if dest is not None else Path(record.run_id)
     results = pull_run(record, target, kinds, on_host=_show_host)
+    if "checkpoints" in kinds:
+        for source in sources(record, ("checkpoints",)):
+            got = results.get(source.host)
+            if not isinstance(got, HostError) and got is not None and source.remote in got.missing:
+                console.print(f"no checkpoint on {escape(source.host)} yet ({escape(source.remote)})")
     total = sum(r.bytes for r in results.values() if not isinstance(r, HostError))
     console.print(f"{', '.join(kinds)} of {escape(record.run_id)} in {escape(str(target))}: "
                   f"{fmt.byte_size(total)} copied")
@@ -123,8 +133,6 @@ def _show_host(host: str, result: Fetched | HostError) -> None:
         return
     console.print(f"{escape(host)}: {result.files} file(s) copied ({fmt.byte_size(result.bytes)}), "
                   f"{result.same} already here")
-    for where in result.missing:
-        console.print(f"  [dim]nothing at {escape(where)}[/]")
     for warning in result.warnings:
         err.print(f"  [yellow]{escape(warning)}[/]")
 
