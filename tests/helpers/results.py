@@ -52,3 +52,26 @@ def local_record(root: Path, run_id: str = "r1", training: dict[str, Any] | None
                                       for h in ("m0", "m1")])
     records.save(record)
     return record
+
+
+def task_runs(summaries: Path) -> dict[str, dict[str, list[tuple[int, float]]]]:
+    """{task: {tag: [(step, value)]}} of the TensorBoard runs under a run dir's `summaries/`, as TensorFlow's
+    own reader reads them (which checks every record's CRC)."""
+    import tensorflow as tf
+
+    out: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for path in sorted(summaries.glob("*/*tfevents*")):
+        tags = out.setdefault(path.parent.name, {})
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                tags.setdefault(value.tag, []).append((int(event.step), float(value.simple_value)))
+    return out
+
+
+def points_are_progress(points: list[tuple[int, float]], events: list[dict[str, Any]]) -> bool:
+    """Every (step, loss) point is the (global_step, loss) of one of the task's progress events."""
+    import math
+
+    shown = [(e["global_step"], e["loss"]) for e in events if e.get("loss") is not None]
+    return bool(points) and all(any(step == s and math.isclose(value, loss, rel_tol=1e-6) for s, loss in shown)
+                                for step, value in points)
