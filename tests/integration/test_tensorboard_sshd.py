@@ -15,7 +15,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,17 +68,6 @@ print(int(step.numpy()))
 """
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
-
-
-@pytest.fixture
-def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state:
-        yield state
-
-
 def read_line_matching(proc: subprocess.Popen[str], text: str, timeout: float) -> str:
     """The first line of the process's stdout that contains `text`."""
     assert proc.stdout is not None
@@ -125,8 +114,14 @@ def restored_step(script: str, checkpoints: Path) -> int:
                  id="multi-worker-mirrored"),
 ])
 def test_tensorboard_during_and_after_the_run_and_pull(
-        machines: Machines, tmp_path: Path, state_dir: Path, mode: str, roles: list[list[str]], trainers: set[str],
-        restore: str) -> None:
+        sshd_machines: Callable[[int], Machines], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str,
+        roles: list[list[str]], trainers: set[str], restore: str) -> None:
+    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state_dir:
+        tensorboard_and_pull(sshd_machines(len(roles)), tmp_path, state_dir, mode, roles, trainers, restore)
+
+
+def tensorboard_and_pull(machines: Machines, tmp_path: Path, state_dir: Path, mode: str, roles: list[list[str]],
+                         trainers: set[str], restore: str) -> None:
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode, training=TRAINING)
     res = cli(state_dir, "start", str(hosts), "--timeout", "120")
     assert res.returncode == 0, res.stdout + res.stderr

@@ -5,10 +5,8 @@ points reach TensorBoard while it runs; the state file names the open board; clo
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
@@ -18,20 +16,11 @@ from orchestrator.results.board_state import find_open, state_path
 from orchestrator.run import records
 from tests import requires
 from tests.helpers.results import local_record, scalar_tags, scalars
+from tests.integration.lifecycle_helpers import wait_for
 from training.run.layout import RunLayout
 from training.telemetry.tfevents import EventFileWriter
 
 requires.tensorboard()
-
-
-def wait_for(pred: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 
 @pytest.fixture
