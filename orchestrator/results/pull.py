@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from orchestrator.errors import HostError, UsageError
-from orchestrator.results.remote_files import Fetched, HostFiles, Root
+from orchestrator.results.remote_files import Fetched, HostFiles, Root, private_dirs
 from orchestrator.results.sources import KINDS, Kind, by_host, sources
 from orchestrator.run.records import RunRecord
 from orchestrator.run.remote import TRANSIENT_REASONS
@@ -29,7 +29,7 @@ def pull(record: RunRecord, dest: Path, kinds: tuple[Kind, ...] = KINDS, *, open
     """{host: what arrived, or why not}, for every host that holds some of `kinds`."""
     if dest.exists() and not dest.is_dir():
         raise UsageError(f"{dest}: exists and is not a directory")
-    dest.mkdir(parents=True, exist_ok=True, mode=0o700)
+    private_dirs(dest)
     groups = by_host(sources(record, kinds))
     active: dict[str, HostFiles] = {}
     interrupted = threading.Event()

@@ -60,6 +60,16 @@ def safe_relative(rel: str) -> PurePosixPath:
     return path
 
 
+def private_dirs(path: Path) -> None:
+    """Make `path` and every missing parent 0700 (`mkdir(parents=True)` gives the parents the umask's)."""
+    missing = []
+    while not path.exists():
+        missing.append(path)
+        path = path.parent
+    for directory in reversed(missing):
+        directory.mkdir(mode=0o700, exist_ok=True)
+
+
 def _hash_file(path: Path) -> Any:
     digest = hashlib.sha256()
     with open(path, "rb") as f:
@@ -75,7 +85,7 @@ class _Incoming:
         self.target, self.offset, self.size = target, offset, size
         self.path = target.with_name(target.name + PART) if verify else target
         self.digest = (resumed.copy() if offset and resumed is not None else hashlib.sha256()) if verify else None
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dirs(target.parent)
         if verify and offset and target.exists():  # a complete copy that the remote file has grown past
             os.replace(target, self.path)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)

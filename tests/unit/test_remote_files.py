@@ -45,7 +45,7 @@ def test_a_tree_arrives_whole_and_private_and_is_not_sent_twice(src: Path, tmp_p
     expected = {k: v for k, v in tree(src).items() if k != "link"}
     assert tree(dest) == expected
     assert first.files == 4 and first.same == 0 and first.bytes == sum(map(len, expected.values()))  # type: ignore[attr-defined]
-    assert all(p.stat().st_mode & 0o077 == 0 for p in dest.rglob("*"))
+    assert all(p.stat().st_mode & 0o077 == 0 for p in [dest, *dest.rglob("*")])  # directories too
     _, again = fetch(src, dest)
     assert (again.files, again.same, again.bytes) == (0, 4, 0)  # type: ignore[attr-defined]
 
