@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@PYTHON='$(PYTHON)' $(PROVISION) venv
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[cpu,test]'
+	$(PY) -m pip install -q -e '.[cpu,test,tensorboard]'
 	touch $(STAMP)
 
 # The integration tests start real sshd processes: sshd and ssh-keygen, installed if missing.

@@ -4,14 +4,14 @@
     python3 scripts/min_versions.py [--venv DIR] [--print-constraints] [--tests-only] [PYTEST_ARGS...]
 
 Contract:
-- Reads the floors (`NAME>=X`) of `[project] dependencies` and of the `cpu` and `test` extras from
-  pyproject.toml, and nothing else: the pins are generated from the file on every run, so the declared
-  floors and the tested versions never drift apart. Every such requirement must declare a floor (a
+- Reads the floors (`NAME>=X`) of `[project] dependencies` and of the `cpu`, `test` and `tensorboard`
+  extras from pyproject.toml, and nothing else: the pins are generated from the file on every run, so the
+  declared floors and the tested versions never drift apart. Every such requirement must declare a floor (a
   requirement without one exits 2 with one line naming it).
 - Writes them as a pip constraints file pinning each to exactly its floor (`NAME==X`, environment
   markers kept, extras dropped: pip refuses extras in constraints), creates the venv DIR (default
-  `.venv-min`, separate from `.venv`), installs the project `.[cpu,test]` there from PyPI under those
-  constraints (transitive dependencies resolve to whatever the pinned versions allow), then runs
+  `.venv-min`, separate from `.venv`), installs the project `.[cpu,test,tensorboard]` there from PyPI
+  under those constraints (transitive dependencies resolve to whatever the pinned versions allow), then runs
   `pytest -q tests/unit` (or PYTEST_ARGS) and, unless --tests-only, `make lint`'s three checks (ruff,
   mypy --strict, import-linter) with the tools at their floors and mypy reading the floors' types.
 - The install is skipped when DIR was built from the same pyproject.toml (a stamp holds its digest).
@@ -35,7 +35,7 @@ from pathlib import Path
 
 ME = "scripts/min_versions.py"
 ROOT = Path(__file__).resolve().parent.parent
-EXTRAS = ("cpu", "test")
+EXTRAS = ("cpu", "test", "tensorboard")
 STAMP = ".pyproject-sha256"
 TAIL_LINES = 30
 
@@ -133,9 +133,9 @@ def build_venv(venv_dir: Path, pins: str, digest: str) -> Path:
     pip = [str(python), "-m", "pip", "install", "--progress-bar", "off"]
     must("upgrading pip", [*pip, "--upgrade", "pip"], quiet=True)
     must(
-        "installing .[cpu,test] with every dependency at its declared floor (a floor must be a release "
+        f"installing .[{','.join(EXTRAS)}] with every dependency at its declared floor (a floor must be a release "
         "on PyPI that installs on this Python)",
-        [*pip, "-c", str(constraints_file), "-e", ".[cpu,test]"],
+        [*pip, "-c", str(constraints_file), "-e", f".[{','.join(EXTRAS)}]"],
         quiet=True,
     )
     stamp.write_text(digest)

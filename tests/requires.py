@@ -1,21 +1,29 @@
 """What a test needs that the machine may lack: a missing piece FAILS the test run, never skips it.
 
 A suite that skips its TensorFlow tests where TensorFlow is missing would pass in CI without having
-trained anything. `make test` installs TensorFlow; if it is still missing, say so loudly.
+trained anything. `make test` installs TensorFlow (and TensorBoard); if one is still missing, say so loudly.
 """
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType
 
 import pytest
 
 
+def _module(name: str, what: str, install: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        pytest.fail(f"{what} is missing ({exc}): run `make test`, or {install}", pytrace=False)
+
+
 def tensorflow() -> ModuleType:
     """`import tensorflow`, or a collection failure that names what to install."""
-    try:
-        import tensorflow as tf
-    except ImportError as exc:
-        pytest.fail(f"TensorFlow is missing ({exc}): run `make test`, or pip install -e '.[cpu,test]'",
-                    pytrace=False)
-    return tf
+    return _module("tensorflow", "TensorFlow", "pip install -e '.[cpu,test]'")
+
+
+def tensorboard() -> ModuleType:
+    """`import tensorboard`, or a collection failure that names what to install (the `tensorboard` extra)."""
+    return _module("tensorboard", "tensorboard", "pip install -e '.[tensorboard]'")

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.live import Live
@@ -20,6 +22,9 @@ from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import task_sort_key
 from orchestrator.run import records
 from tui.task_actions import RestartPolicy
+
+if TYPE_CHECKING:
+    from orchestrator.results.board import Board
 
 ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
 
@@ -48,12 +53,50 @@ def state_table(st: ClusterState) -> Table:
     return table
 
 
-def print_state(st: ClusterState, as_json: bool) -> None:
-    """A final or one-off state on stdout: JSON for scripts, else the table (dash --once, demo --headless)."""
+def print_state(st: ClusterState, as_json: bool, tensorboard: str | None = None) -> None:
+    """A final or one-off state on stdout: JSON for scripts, else the table (dash --once, demo --headless),
+    with the URL of the run's TensorBoard when one is open (`tensorboard`: null in the JSON otherwise)."""
     if as_json:
-        sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
+        sys.stdout.write(json.dumps({**st.to_json(), "tensorboard": tensorboard}, indent=1) + "\n")
     else:
         Console().print(state_table(st))
+        if tensorboard:
+            Console().print(f"TensorBoard: {tensorboard}")
+
+
+def open_tensorboard_url(run_id: str) -> str | None:
+    """The URL of the run's open TensorBoard (`tfcluster tensorboard` or a dashboard's), if any."""
+    from orchestrator.results.board_state import find_open
+
+    board = find_open(run_id)
+    return board.url if board is not None else None
+
+
+class DashboardBoard:
+    """The dashboard's `t`: the run's TensorBoard that is already open (another process's), or one opened
+    here on first use and closed with the dashboard (`close`)."""
+
+    def __init__(self, record: records.RunRecord) -> None:
+        self.record = record
+        self.board: Board | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            if self.board is None:
+                url = open_tensorboard_url(self.record.run_id)
+                if url is not None:
+                    return url
+                from orchestrator.results.board import Board
+
+                self.board = Board(self.record).open()
+            return self.board.url
+
+    def close(self) -> None:
+        with self._lock:
+            if self.board is not None:
+                self.board.close()
+                self.board = None
 
 
 def collect_once(run: str | None, interval: float, timeout: float | None = None) -> ClusterState:
@@ -97,6 +140,7 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
     record = records.resolve(run)
     collector = Collector.for_record(record, interval).start()
     exporter = None
+    board = DashboardBoard(record)
     try:
         if prometheus is not None:
             from orchestrator.monitor.prometheus import PrometheusExporter
@@ -111,8 +155,9 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
         from tui.app import DashboardApp
 
         DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval,
-                     restart_policy=restart_policy(record)).run()
+                     restart_policy=restart_policy(record), open_tensorboard=board).run()
     finally:
+        board.close()
         collector.close()
         if exporter is not None:
             exporter.close()

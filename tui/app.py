@@ -3,8 +3,10 @@
 The app owns the poll: it reads ClusterState from a `StateSource` on a timer (one thread: the UI's)
 and posts one `StateUpdated` (tui/messages.py) per poll to each view (tui/widgets/*, and the task
 screen when it is open), which updates itself. It also owns the user's settings (interval, pause,
-filter), the keys, and the actions on a task (restart / kill / stop for good, through `TaskActions`,
-after a question that says what will happen: tui/task_actions.py). No view imports the app.
+filter, the TensorBoard URL), the keys, and the actions on a task (restart / kill / stop for good, through `TaskActions`,
+after a question that says what will happen: tui/task_actions.py). `t` opens the run's TensorBoard
+through the `open_tensorboard` callable it was given (the key is hidden without one) and shows its URL in
+the header. No view imports the app.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual import events
@@ -53,11 +56,14 @@ class DashboardApp(App[None]):
         Binding("plus,equals_sign", "faster", "+/- rate"),
         Binding("minus", "slower", "", show=False),
         Binding("p", "pause", "Pause"),
+        Binding("t", "tensorboard", "TensorBoard"),
     ]
 
     def __init__(self, source: StateSource, actions: TaskActions | None = None, *, readonly: bool = False,
-                 interval: float = 1.0, poll_on_timer: bool = True, restart_policy: RestartPolicy | None = None) -> None:
+                 interval: float = 1.0, poll_on_timer: bool = True, restart_policy: RestartPolicy | None = None,
+                 open_tensorboard: Callable[[], str] | None = None) -> None:
         super().__init__()
+        self.open_tensorboard = open_tensorboard  # the run's TensorBoard URL, opening it if need be (slow: a thread)
         self.source = source
         self.actions = actions
         self.restart_policy = restart_policy  # the run's; None: unknown (the questions then say less)
@@ -208,6 +214,32 @@ class DashboardApp(App[None]):
         self._change_settings(paused=not self.paused)
         if not self.paused:
             self.refresh_state()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action == "tensorboard" and self.open_tensorboard is None)
+
+    def action_tensorboard(self) -> None:
+        opener = self.open_tensorboard
+        if self.settings.tensorboard_url:
+            self.notify(f"TensorBoard: {self.settings.tensorboard_url}")
+            return
+        if opener is None or self.workers_in_group("tensorboard"):
+            return
+
+        def run() -> None:
+            try:
+                url = opener()
+            except Exception as exc:
+                self.call_from_thread(self.notify, f"TensorBoard: {exc}", severity="error")
+                return
+            self.call_from_thread(self._change_settings, tensorboard_url=url)
+            self.call_from_thread(self.notify, f"TensorBoard: {url}")
+
+        self.notify("opening TensorBoard: copying the run's summaries here...")
+        self.run_worker(run, thread=True, group="tensorboard")
+
+    def workers_in_group(self, group: str) -> bool:
+        return any(w.group == group and not w.is_finished for w in self.workers)
 
     def action_restart(self) -> None:
         self._confirm_action("restart")

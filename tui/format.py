@@ -45,13 +45,15 @@ def rate(x: float | None, digits: int = 1) -> str:
     return f"{x:.{digits}f}"
 
 
-def byte_rate(x: float | None) -> str:
-    if x is None:
-        return "-"
-    for unit, div in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+def byte_size(x: float) -> str:
+    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if x >= div:
             return f"{x / div:.1f} {unit}"
-    return f"{x:.0f} B/s"
+    return f"{x:.0f} B"
+
+
+def byte_rate(x: float | None) -> str:
+    return "-" if x is None else f"{byte_size(x)}/s"
 
 
 def age(seconds: float | None) -> str:

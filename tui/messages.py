@@ -29,6 +29,7 @@ class Settings:
     paused: bool = False
     readonly: bool = False
     filter_text: str = ""
+    tensorboard_url: str = ""  # the run's TensorBoard, once the user opened it (key `t`)
 
 
 class FrameCost:

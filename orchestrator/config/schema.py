@@ -129,6 +129,9 @@ class TrainingSection(Strict):
     checkpoint_every_steps: Annotated[int, Field(ge=1)] | None = 500
     checkpoint_every_secs: Annotated[float, Field(gt=0)] | None = 60.0
     summary_every_steps: Annotated[int, Field(ge=1)] = 100
+    # Where the user's own program writes TensorBoard event files: relative to its working directory (the
+    # run's code/ dir on each host) or absolute. `tfcluster tensorboard` and `pull --summaries` read it there.
+    logdir: Annotated[OneLine, Field(min_length=1)] | None = None
     progress_interval: Annotated[float, Field(gt=0, le=60)] = 1.0
     slowdown: dict[str, Annotated[float, Field(ge=1.0, le=1000.0)]] = Field(default_factory=dict)
     restart: Literal["never", "on-failure"] = "on-failure"

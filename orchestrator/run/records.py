@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import socket
 import time
 from dataclasses import dataclass, field
@@ -243,5 +244,12 @@ def resolve(run_id: str | None) -> RunRecord:
     return load(run_id) if run_id else latest()
 
 
+def local_dir(run_id: str) -> Path:
+    """Where this machine keeps files of one run beside its record (what `tensorboard` follows, its state
+    file); whoever creates it makes it 0700. Removed with the record."""
+    return state_dir() / f"{run_id}.d"  # never *.json: listings read those
+
+
 def remove(run_id: str) -> None:
     _path(run_id).unlink(missing_ok=True)
+    shutil.rmtree(local_dir(run_id), ignore_errors=True)

@@ -12,7 +12,7 @@ import typer
 from orchestrator.errors import UsageError
 from tfcluster import exit_codes
 from tfcluster.common import LatestRunId
-from tfcluster.live import collect_once, open_dashboard, print_state
+from tfcluster.live import collect_once, open_dashboard, open_tensorboard_url, print_state
 
 
 def register(app: typer.Typer) -> None:
@@ -28,15 +28,16 @@ def dash(
     prometheus: Annotated[int | None, typer.Option(help="Also export the state as Prometheus metrics on this port.")] = None,
     timeout: Annotated[float | None, typer.Option(help="With --once: give up waiting for data after this long.")] = None,
 ) -> None:
-    """Watch a run live: per task step rates, liveness, PS traffic (measured and accounted), events.
-    With --once: exit 1 when a task failed, 3 when a host is unreachable or a task lost."""
+    """Watch a run live: per task step rates, liveness, PS traffic (measured and accounted), events;
+    `t` opens the run's TensorBoard (see `tfcluster tensorboard`). With --once (and the URL of the run's
+    TensorBoard when one is open): exit 1 when a task failed, 3 when a host is unreachable or a task lost."""
     if as_json and not once:
         raise UsageError("dash --json needs --once (the live dashboard is a terminal app)")
     if once and prometheus is not None:
         raise UsageError("dash --prometheus serves metrics while the dashboard runs; it cannot go with --once")
     if once:
         st = collect_once(run, interval, timeout)
-        print_state(st, as_json)
+        print_state(st, as_json, tensorboard=open_tensorboard_url(st.run_id))
         failed = any(t.liveness == "exited" and t.exit_code not in (0, None) and t.stopped_by is None
                      for t in st.tasks.values())
         code = exit_codes.for_states([t.liveness for t in st.tasks.values()], failed=failed)

@@ -50,6 +50,7 @@ from ..cluster.straggler import slowdown_factor
 from ..models import get_model
 from ..run.context import TaskContext, TaskSetupError
 from ..telemetry.accounting import ps_bytes_per_step
+from ..telemetry.task_summaries import TaskSummaries
 from ..telemetry.writer import ProgressReporter
 from .checkpointing import ResumingChiefSessionCreator, checkpoint_hook
 
@@ -167,6 +168,7 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
         ctx.events_file, host=ctx.host, job=ctx.job, task=ctx.index,
         interval=float(tr.get("progress_interval", 1.0)),
         ps_bytes_per_step=ps_bytes_per_step(pulled_variables(variables)),
+        summaries=TaskSummaries(ctx.summaries_dir, int(tr.get("summary_every_steps", 100))),
     )
     slowdown = slowdown_factor(tr.get("slowdown") or {}, ctx.job, ctx.index)
     if slowdown > 1.0:

@@ -33,6 +33,7 @@ from ..models import get_model
 from ..models.base import Model
 from ..run.context import TaskContext
 from ..telemetry.accounting import PlacedVariable, ps_bytes_per_step
+from ..telemetry.task_summaries import TaskSummaries
 from ..telemetry.writer import ProgressReporter
 from .checkpointing import ResumingChiefSessionCreator, checkpoint_hook
 
@@ -339,6 +340,7 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
         # every tower reads every variable from its PS each step; the client pushes one averaged update
         ps_bytes_per_step=ps_bytes_per_step(pulled_variables(graph.variables), pulls_per_step=n_towers),
         input_bytes_per_step=graph.input_bytes_per_step(),
+        summaries=TaskSummaries(layout.summaries_dir("chief", 0), int(training.get("summary_every_steps", 100))),
     )
     pacer = DelayPacer()
     slowed = [t for t in graph.towers if t.delay_us is not None]

@@ -89,3 +89,7 @@ class TaskContext:
     @property
     def events_file(self) -> str:
         return self.layout.events_file(self.job, self.index)
+
+    @property
+    def summaries_dir(self) -> str:
+        return self.layout.summaries_dir(self.job, self.index)

@@ -9,6 +9,9 @@ Fields (DESIGN.md): `local_step`, `global_step` (as last seen by this task), `ex
 task; null when the program does not say, e.g. progress read from its log), `loss` (last step's), `interval_s` (since the previous event), `steps` (local steps in the
 interval) and `ps_bytes` ({"ps-0": {"pulled": n, "pushed": m}}: accounted bytes in the interval, see
 training/telemetry/accounting.py).
+
+With `summaries` (training/telemetry/task_summaries.py), each event written is also a TensorBoard point of
+this task's run, so TensorBoard's curves and the dashboard read the same numbers.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import IO, Any
 
 from .accounting import scale
 from .schema import KIND_PROGRESS, dumps, make_event
+from .task_summaries import TaskSummaries
 
 _Sample = tuple[int, int, int | None, float]  # local_step, global_step, examples, loss
 
@@ -39,8 +43,10 @@ class ProgressReporter:
         interval: float = 1.0,
         ps_bytes_per_step: dict[str, dict[str, int]] | None = None,
         clock: Callable[[], float] = time.time,
+        summaries: TaskSummaries | None = None,
     ) -> None:
         self.path = path
+        self.summaries = summaries
         self.host = host
         self.job = job
         self.task = task
@@ -87,6 +93,8 @@ class ProgressReporter:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            if self.summaries is not None:
+                self.summaries.close()
 
     def __enter__(self) -> ProgressReporter:
         return self.start()
@@ -118,6 +126,9 @@ class ProgressReporter:
             self._emitted = sample
             self._last_t = now
             self.events_written += 1
+            if self.summaries is not None:
+                with contextlib.suppress(OSError):  # a lost point must not write the event twice
+                    self.summaries.add(event)
             return True
 
     def _event(self, sample: _Sample, now: float) -> dict[str, Any]:

@@ -9,6 +9,8 @@ So it writes, on its own host, with its own clock:
   completed (counted at the coordinator by the index the step returns,
   tf.distribute.coordinator.experimental_get_current_worker_index), `examples`, its last loss and global
   step, accounted `ps_bytes` for those steps (training/telemetry/accounting.py), and `reported_by`.
+Each reporter also writes its task's TensorBoard run (`summaries/<task>/`, training/telemetry/task_summaries.py)
+on this host, so the workers' curves come from the coordinator too.
 A consumer that adds up examples/s over tasks must skip the `coordinator: true` events (they count the
 same steps again); per-task views use both. The counts are per coordinator process: a worker that restarts
 keeps counting on; a restarted coordinator starts again from 0 (as any new process does).
@@ -19,6 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..run.layout import RunLayout
+from ..telemetry.task_summaries import TaskSummaries
 from ..telemetry.writer import ProgressReporter
 
 
@@ -38,15 +42,20 @@ class TaggedProgressReporter(ProgressReporter):
 class CoordinatorTelemetry:
     """One reporter for the coordinator and one per worker task; `completed` is called per finished step."""
 
-    def __init__(self, *, events_file: Any, host: str, job: str, index: int, workers: int, batch_size: int,
-                 interval: float, ps_bytes_per_step: dict[str, dict[str, int]]) -> None:
+    def __init__(self, *, layout: RunLayout, summary_every_steps: int, host: str, job: str, index: int,
+                 workers: int, batch_size: int, interval: float, ps_bytes_per_step: dict[str, dict[str, int]]) -> None:
         self.batch_size = batch_size
         me = f"{job}:{index}"
-        self.own = TaggedProgressReporter(events_file(job, index), tags={"coordinator": True}, host=host,
-                                          job=job, task=index, interval=interval)
+
+        def summaries(job: str, task: int) -> TaskSummaries:
+            return TaskSummaries(layout.summaries_dir(job, task), summary_every_steps)
+
+        self.own = TaggedProgressReporter(layout.events_file(job, index), tags={"coordinator": True}, host=host,
+                                          job=job, task=index, interval=interval, summaries=summaries(job, index))
         self.per_worker = [
-            TaggedProgressReporter(events_file("worker", k), tags={"reported_by": me}, host=host, job="worker",
-                                   task=k, interval=interval, ps_bytes_per_step=ps_bytes_per_step)
+            TaggedProgressReporter(layout.events_file("worker", k), tags={"reported_by": me}, host=host,
+                                   job="worker", task=k, interval=interval, ps_bytes_per_step=ps_bytes_per_step,
+                                   summaries=summaries("worker", k))
             for k in range(workers)
         ]
         self.total = 0

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from ..models.sizes import VariableShape
 from ..run.context import TaskContext, TaskSetupError
+from ..telemetry.task_summaries import TaskSummaries
 from ..telemetry.writer import ProgressReporter
 from .models import Tf2Model, get_tf2_model
 from .optimizer import PlainOptimizer
@@ -174,7 +175,8 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
     if slowdown > 1.0:
         log.info("%s: straggler: each step takes %gx its own duration", ctx.name, slowdown)
     reporter = ProgressReporter(ctx.events_file, host=ctx.host, job=ctx.job, task=ctx.index,
-                                interval=s.progress_interval).start()
+                                interval=s.progress_interval,
+                                summaries=TaskSummaries(ctx.summaries_dir, s.summary_every_steps)).start()
     local_step = 0
     log.info("%s: training from global step %d to %d, %d examples per replica and step (global batch %d)",
              ctx.name, global_step, s.steps, s.batch_size, s.batch_size * trainer.workers)

@@ -157,9 +157,10 @@ def run(ctx: TaskContext) -> int:
 def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: Any, start_step: int) -> int:
     iterator = iter(coordinator.create_per_worker_dataset(trainer.dataset_fn(start_step)))
     per_step = ps_bytes_per_step(pulled_variables(trainer.placed()))
-    telemetry = CoordinatorTelemetry(events_file=ctx.layout.events_file, host=ctx.host, job=ctx.job,
-                                     index=ctx.index, workers=trainer.workers, batch_size=s.batch_size,
-                                     interval=s.progress_interval, ps_bytes_per_step=per_step).start()
+    telemetry = CoordinatorTelemetry(layout=ctx.layout, summary_every_steps=s.summary_every_steps, host=ctx.host,
+                                     job=ctx.job, index=ctx.index, workers=trainer.workers,
+                                     batch_size=s.batch_size, interval=s.progress_interval,
+                                     ps_bytes_per_step=per_step).start()
     slowed = {f"worker:{k}": f for k, f in enumerate(trainer.factors) if f > 1.0}
     if slowed:
         log.info("%s: stragglers (each step takes N x its own duration): %s", ctx.name, slowed)

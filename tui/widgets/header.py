@@ -1,5 +1,6 @@
 """The header: run id, mode, global step, loss and examples/s; then tasks per state and the settings
-(refresh interval, paused, read-only, filter). Redrawn only when its text changes."""
+(refresh interval, paused, read-only, filter) and the run's TensorBoard URL once it is open. Redrawn only
+when its text changes."""
 
 from __future__ import annotations
 
@@ -50,6 +51,8 @@ class ClusterHeader(Static):
         if st.malformed:
             tail += f"  bad lines {st.malformed}"
         line2.append(tail, style="dim")
+        if settings.tensorboard_url:
+            line2.append(f"  TensorBoard {settings.tensorboard_url}", style="bold")
         shown = (line1.plain, line2.plain)
         if shown != self._shown:
             self._shown = shown
