@@ -57,30 +57,21 @@ from pathlib import Path
 import psutil
 
 from orchestrator.run.local_ports import free_port_on
+from testkit.tools import find_tool, search_path
 
-# Where distributions put sshd; Debian's is not on a normal user's PATH.
-SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 START_TIMEOUT_S = 10.0
 
 _LIVE: list[Machines] = []  # every machine set started in this process, for the exit-time safety net
+OPENSSH_PATH_ENV = "TFCLUSTER_OPENSSH_PATH"
 
 
 def openssh_search_path() -> str:
-    """Where sshd and ssh-keygen are looked for: $TFCLUSTER_OPENSSH_PATH when set, else $PATH then the sbin
-    directories. The same rule as scripts/provision, which installs them there (tests check they agree)."""
-    override = os.environ.get("TFCLUSTER_OPENSSH_PATH")
-    if override is not None:
-        return override
-    return os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
+    """Where sshd and ssh-keygen are looked for (testkit.tools: the rule scripts/provision installs by)."""
+    return search_path(OPENSSH_PATH_ENV)
 
 
 def find_openssh_tool(name: str) -> str | None:
-    """The first executable file `name` in openssh_search_path() (empty entries skipped), or None."""
-    for directory in openssh_search_path().split(os.pathsep):
-        candidate = os.path.join(directory, name)
-        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_tool(name, OPENSSH_PATH_ENV)
 
 
 SSHD = find_openssh_tool("sshd") or "sshd"

@@ -1,5 +1,5 @@
 """Shared fixtures: real sshd machines on loopback addresses (see testkit/sshd.py), for tests/integration and
-tests/faults."""
+tests/faults; a real three-node Slurm cluster on this machine (see testkit/slurm.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from testkit import sshd
+from testkit import slurm, sshd
+from testkit.slurm import SlurmCluster
 from testkit.sshd import Machines
 
 # The issue-14 before/after evidence runs only when asked (benchmarks/issue14_regressions.py sets this and
@@ -33,3 +34,17 @@ def sshd_machines() -> Iterator[Callable[[int], Machines]]:
         yield start
     finally:
         sshd.stop_all()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """munged, slurmctld and three slurmd (nodes n1, n2, n3), started when a test first asks for them and
+    stopped at the end of the session: every job cancelled, every daemon and job process killed."""
+    missing = slurm.slurm_available()
+    if missing:
+        pytest.fail(missing)
+    cluster = slurm.start_cluster()
+    try:
+        yield cluster
+    finally:
+        slurm.remove(cluster)
