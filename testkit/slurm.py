@@ -293,7 +293,7 @@ def _environ_words(pid: int) -> list[str]:
 
 def _cmdline(proc: psutil.Process) -> list[str]:
     try:
-        return proc.cmdline()
+        return [str(word) for word in proc.cmdline()]
     except psutil.Error:
         return []
 
