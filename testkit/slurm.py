@@ -9,6 +9,7 @@ API (the session fixture `slurm_cluster` in tests/conftest.py starts one on firs
         c.addresses                      # {"n1": "127.0.0.11", "n2": "127.0.0.12", "n3": "127.0.0.13"}
         c.env                            # os.environ + SLURM_CONF: the environment for every client command
         c.run("srun", "-N3", "hostname")  # a client command (text, captured); its exit code is not checked
+        c.hosts_toml(path, slurm={"nodes": 3, "workers": 2}, training={...})   # a [slurm] hosts.toml for it
         job = c.submit(script_path)      # `sbatch --parsable`: the job id
         c.wait_job(job, timeout=120)     # `scontrol show job -o` fields once the job has ended
         c.job_processes(job)             # the job's processes still alive (none once it ended and was reaped)
@@ -50,6 +51,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -58,6 +60,7 @@ from pathlib import Path
 import psutil
 
 from orchestrator.run.local_ports import free_port_block
+from testkit.sshd import toml_value
 from testkit.tools import find_tool, search_path
 
 SLURM_PATH_ENV = "TFCLUSTER_SLURM_PATH"
@@ -235,6 +238,21 @@ class SlurmCluster:
         """A Slurm client command against this cluster (exit code not checked: read .returncode)."""
         return subprocess.run([_tool(command[0]), *command[1:]], env={**self.env, **(env or {})}, cwd=cwd,
                               capture_output=True, text=True, timeout=timeout, check=False)
+
+    def hosts_toml(self, path: str | os.PathLike[str], *, slurm: Mapping[str, object], mode: str = "between-graph",
+                   training: Mapping[str, object] | None = None, workdir: str | None = None) -> Path:
+        """A hosts.toml whose [slurm] job runs here: this venv's python, a free block of ports, `workdir`
+        (default: beside the file) for the runs."""
+        sections: dict[str, Mapping[str, object]] = {
+            "cluster": {"name": "slurmtest", "mode": mode, "base_port": free_port_block(64)},
+            "remote": {"python": sys.executable, "workdir": workdir or str(Path(path).parent / "work")},
+            "slurm": slurm, "training": training or {},
+        }
+        lines = []
+        for name, keys in sections.items():
+            lines += [f"[{name}]", *(f"{k} = {toml_value(v)}" for k, v in keys.items()), ""]
+        Path(path).write_text("\n".join(lines))
+        return Path(path)
 
     def submit(self, script: str | os.PathLike[str], *args: str, cwd: str | os.PathLike[str] | None = None) -> str:
         """`sbatch --parsable [args] script`: the job id (raises with sbatch's message when it refuses)."""
