@@ -25,6 +25,9 @@ from pathlib import Path
 from orchestrator.plan import slurm_rank
 from orchestrator.plan.slurm import SlurmPlan
 
+# What srun runs in every rank: the rank program, with SIGUSR1 ignored until it installs its handler.
+RANK_COMMAND = "/bin/sh -c 'trap \"\" USR1; exec \"$0\" -c \"$1\" run' \"$TFCLUSTER_PYTHON\" \"$TFCLUSTER_SLURM_RANK\""
+
 
 def job_name(cluster_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", cluster_name).strip("-") or "tfcluster"
@@ -91,7 +94,8 @@ def export_script(job: SlurmPlan, source: str) -> str:
         '"$TFCLUSTER_PYTHON" -c "$TFCLUSTER_SLURM_RANK" hostfile > "$SLURM_HOSTFILE"',
         "export SLURM_HOSTFILE",
         "unset SLURM_NTASKS_PER_NODE  # the allocation's count, not this step's (srun would warn)",
+        "# Each rank starts with SIGUSR1 (the end of the run, from the chief's rank) ignored until it handles it.",
         f"srun --ntasks={len(plan.tasks)} --distribution=arbitrary --kill-on-bad-exit=1 "
-        '"$TFCLUSTER_PYTHON" -c "$TFCLUSTER_SLURM_RANK" run',
+        + RANK_COMMAND,
     ]
     return "\n".join(lines) + "\n"

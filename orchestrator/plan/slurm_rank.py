@@ -19,7 +19,8 @@ test it). Three commands:
   --signal=USR1 <job>.<step>`; a SIGTERM would make Slurm mark the step cancelled and fail the job), and
   every other rank ends its task with SIGTERM and exits 0: serving tasks that never end by themselves (a
   user's `server.join()`) end with the run. A task killed by one of these signals has been ended, not
-  failed. Any other exit ends the rank with the task's code: srun's `--kill-on-bad-exit` then ends the
+  failed. srun starts each rank with SIGUSR1 ignored (a `trap` before the exec), so a rank still starting
+  when the step is signalled is not killed by it; the rank catches it from its first line on. Any other exit ends the rank with the task's code: srun's `--kill-on-bad-exit` then ends the
   step and the job fails.
 A setup problem is one line on stderr and exit 2.
 """
@@ -164,31 +165,47 @@ def run_rank(environ: dict[str, str]) -> int:
     cwd = environ.get("SLURM_SUBMIT_DIR", run_dir) if plan["uses_user_command"] else run_dir
     log_path = os.path.join(run_dir, "logs", f"{task['job']}-{task['index']}.log")
     print(f"tfcluster: rank {rank} is {label} on {name}, log {log_path}", flush=True)
-    with open(log_path, "ab") as log:
-        child = subprocess.Popen(task["command"], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-    return _follow(child, plan, task, label, environ)
+    if signalled:
+        return _ended(label, signalled[0], None)
+    with open(log_path, "ab") as log:  # a caught signal is reset to its default in the task (exec)
+        children.append(subprocess.Popen(task["command"], env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, start_new_session=True))
+    return _follow(children[0], plan, task, label, environ)
+
+
+# Set by `forward`, installed before anything else: the signals this rank got, and its task once started.
+signalled: list[int] = []
+children: list[subprocess.Popen[bytes]] = []
+
+
+def forward(signum: int, frame: object) -> None:
+    signalled.append(signum)
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGTERM if signum == END_SIGNAL else signum)
+
+
+def _ended(label: str, signum: int, code: int | None) -> int:
+    """Ended by the run or by Slurm: exit 0, and ignore these signals from here on (Python puts their
+    default, deadly action back while it exits, and the step's signal may still be on its way)."""
+    for ending in ENDING_SIGNALS:
+        signal.signal(ending, signal.SIG_IGN)
+    print(f"tfcluster: {label} ended by signal {signum}" + ("" if code is None else f" (exit {code})"), flush=True)
+    return 0
 
 
 def _follow(child: subprocess.Popen[bytes], plan: dict[str, Any], task: dict[str, Any], label: str,
             environ: dict[str, str]) -> int:
-    signalled = []
-
-    def forward(signum: int, frame: object) -> None:
-        signalled.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child.pid, signal.SIGTERM if signum == END_SIGNAL else signum)
-
-    for signum in ENDING_SIGNALS:
-        signal.signal(signum, forward)
     code = child.wait()
-    if signalled or -code in ENDING_SIGNALS:  # the task may see the step's signal before its rank does
-        print(f"tfcluster: {label} ended by signal {(signalled or [-code])[0]} (exit {code})", flush=True)
-        return 0
+    # The step's signal may reach the task before its rank: killed by it, or a shell's 128 + its number.
+    by_signal = -code if code < 0 else code - 128
+    if signalled or by_signal in ENDING_SIGNALS:
+        return _ended(label, (signalled or [by_signal])[0], code)
     ends_the_run = task.get("is_chief") and (
         plan["training"].get("success", "chief") == "chief" or plan["mode"] in CLIENT_CHIEF_MODES)
     if code == 0 and ends_the_run:
-        signal.signal(END_SIGNAL, signal.SIG_IGN)  # the step's signal reaches this rank too
+        for ending in ENDING_SIGNALS:
+            signal.signal(ending, signal.SIG_IGN)  # the step's signal reaches this rank too
         step = f"{environ.get('SLURM_JOB_ID')}.{environ.get('SLURM_STEP_ID')}"
         print(f"tfcluster: {label} finished: ending the other tasks (step {step})", flush=True)
         subprocess.run(["scancel", "--signal=USR1", step], check=False)  # END_SIGNAL
@@ -212,6 +229,8 @@ def main(argv: list[str]) -> int:
             sys.stdout.write("".join(name + "\n" for name in names))
             return 0
         if argv[1:] == ["run"]:
+            for signum in ENDING_SIGNALS:  # srun starts the rank with END_SIGNAL ignored until now
+                signal.signal(signum, forward)
             return run_rank(environ)
         raise RankError(f"usage: {argv[0]} nodes|hostfile|run")
     except (RankError, OSError, KeyError, IndexError, ValueError) as exc:

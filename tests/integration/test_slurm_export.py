@@ -1,7 +1,9 @@
 """`tfcluster export slurm`'s script, submitted with the real sbatch to the three-node test cluster
-(testkit/slurm.py) and run by real Slurm daemons with real TensorFlow: the built-in model in between-graph
-mode (1 ps, 2 workers) and a user's program whose ps serves forever (`server.join()`), each to a COMPLETED
-job, with every rank on its planned node dialling the others at their NodeAddr, and no process left."""
+(testkit/slurm.py) and run by real Slurm daemons: the built-in model with real TensorFlow in between-graph
+mode (1 ps, 2 workers), and a user's program whose ps serves forever (as TF1's `server.join()` does; a plain
+TCP server here, TensorFlow costs this 2-core machine 10 s more and proves nothing more), each to a
+COMPLETED job, with every rank on its planned node dialling the others at their NodeAddr, and no process
+left."""
 
 from __future__ import annotations
 
@@ -59,22 +61,33 @@ def test_the_builtin_model_trains_to_a_completed_job(slurm_cluster: SlurmCluster
     assert max(e.get("global_step") or 0 for e in progress if e["kind"] == "progress") >= 300
 
 
-# The user's program: a ps that serves until it is killed, as TF1's examples do; workers that wait until the
-# ps answers at the address {ps_hosts} gives, print what they were told, then exit. Nothing of tfcluster in it.
+# The user's program: a ps that serves until it is killed, as TF1's examples do, and counts the workers that
+# said hello; workers that reach it at the address {ps_hosts} gives, print what they were told and say hello.
+# The chief (worker 0) ends once both did, as a chief ends after its workers' steps. Nothing of tfcluster in it.
 PROGRAM = '''\
-import json, os, socket, sys, time
+import json, os, socket, socketserver, sys, time
 job, task, ps_hosts = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 config = json.loads(os.environ["TF_CONFIG"])
 assert config["task"] == {"type": job, "index": task}, config
-if job == "ps":
-    import tensorflow as tf
-    server = tf.distribute.Server(tf.train.ClusterSpec(config["cluster"]), job_name=job, task_index=task)
-    print("serving", server.target, flush=True)
-    server.join()
 host, port = ps_hosts.rsplit(":", 1)
+if job == "ps":
+    said_hello = set()
+    class Hello(socketserver.StreamRequestHandler):
+        def handle(self):
+            said_hello.update({self.rfile.readline()} - {b""})  # a bare connect (is it up?) says nothing
+            self.wfile.write(b"%d\\n" % len(said_hello))
+    server = socketserver.TCPServer(("", int(port)), Hello)
+    print("serving", ps_hosts, flush=True)
+    server.serve_forever()
+def hello():
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"worker %d\\n" % task)
+        return int(s.makefile().readline())
 while socket.socket().connect_ex((host, int(port))) != 0:
     time.sleep(0.2)
 print(f"{job} {task} on {os.environ['SLURMD_NODENAME']} sees ps at {ps_hosts}", flush=True)
+while hello() < 2 and task == 0:
+    time.sleep(0.2)
 '''
 
 

@@ -2,7 +2,8 @@
 three-node test cluster (testkit/slurm.py), with real TensorFlow in every rank: the resolver, reading the
 environment Slurm gives the step, names the same job:task for every rank and puts each job's tasks on the
 same nodes as `plan_slurm` for that allocation (its nodes and NodeAddr read from `scontrol show node`).
-Once in the step that `tfcluster export slurm`'s script starts, once in a step Slurm lays out by itself."""
+Once in the step that `tfcluster export slurm`'s script starts (the resolver in every rank), once in a step
+Slurm lays out by itself (each rank's Slurm environment captured, the resolver run on it here)."""
 
 from __future__ import annotations
 
@@ -79,12 +80,24 @@ def test_the_exported_step_is_laid_out_as_the_resolver_reads_it(slurm_cluster: S
     assert all(p["tf_config_task"] == {"type": p["task"][0], "index": p["task"][1]} for p in probes)
 
 
-def test_a_step_slurm_lays_out_alone_agrees_with_the_plan(slurm_cluster: SlurmCluster, tmp_path: Path) -> None:
+def test_a_step_slurm_lays_out_alone_agrees_with_the_plan(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """6 tasks on 3 nodes, 2 each (`srun --ntasks-per-node=2`): no hostfile, Slurm's own block layout."""
+    tf = requires.tensorflow()
     hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm={"nodes": 3, "workers": 4, "ps": 2})
     plan = allocation_plan(slurm_cluster, hosts)
-    jobs = json.dumps({job: len(addresses) for job, addresses in plan.plan.cluster_spec.items()})
-    res = slurm_cluster.run("srun", "--nodes=3", "--ntasks-per-node=2", sys.executable, "-c", PROBE, jobs, "2",
-                            timeout=240)
+    jobs = {job: len(addresses) for job, addresses in plan.plan.cluster_spec.items()}
+    capture = "import json, os; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('SLURM')}))"
+    res = slurm_cluster.run("srun", "--nodes=3", "--ntasks-per-node=2", f"--output={tmp_path}/rank-%t.json",
+                            sys.executable, "-c", capture, timeout=60)
     assert res.returncode == 0, res.stderr
-    assert_same_layout(plan, [json.loads(line) for line in res.stdout.splitlines()])
+    probes = []
+    for output in sorted(tmp_path.glob("rank-*.json")):
+        step_env = json.loads(output.read_text())
+        for name, value in step_env.items():
+            monkeypatch.setenv(name, value)
+        resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(jobs=jobs, gpus_per_node=2, auto_set_gpu=False)
+        spec = resolver.cluster_spec().as_dict()  # sets the task info too
+        probes.append({"rank": int(step_env["SLURM_PROCID"]), "node": step_env["SLURMD_NODENAME"],
+                       "task": list(resolver.get_task_info()), "spec": spec})
+    assert_same_layout(plan, probes)
