@@ -34,7 +34,10 @@ Job facts used by tests and the plan (Slurm 22.05, read in its man pages and che
 CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, OUT_OF_MEMORY; steps of one job do not share CPUs unless started
 with `--overlap` (since 20.11); `srun --jobid=<job> --overlap` joins a running job from outside; with
 `--ntasks=T --nodes=N` alone Slurm places tasks by the CPUs it allocated (7 tasks on 3 nodes of 4 CPUs:
-4, 2, 1), so an exact rank -> node layout needs `--distribution=arbitrary` with SLURM_HOSTFILE.
+4, 2, 1), so an exact rank -> node layout needs `--distribution=arbitrary` with SLURM_HOSTFILE; `scancel
+--signal=TERM <job>.<step>` makes slurmstepd mark the step CANCELLED (the job ends FAILED), SIGUSR1 does
+not; `scontrol update NodeName=n3 State=DOWN` under a running batch job requeues it (PENDING, Reason
+BeginTime, Restarts=1) rather than ending it NODE_FAIL, unless it was submitted with --no-requeue.
 
 Daemons run in the foreground as children of this process (each in its own session) with SLURM_CONF in
 their environment, which slurmstepd and every job process inherit: `stop()` cancels every job, stops the
@@ -110,9 +113,8 @@ class SlurmCluster:
         self.hostname = socket.gethostname()
         self.conf = root / "slurm.conf"
         self.munge_socket = root / "munge" / "munge.socket"
-        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
-        for name in ("SLURM_JOB_ID", "SLURM_JOBID"):  # a test run inside a job must not look like a step of it
-            self.env.pop(name, None)
+        # Nothing of a Slurm job this test run may itself be inside: srun would take it for a step of it.
+        self.env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}, "SLURM_CONF": str(self.conf)}
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
 
     # --- configuration -------------------------------------------------------------------------------
