@@ -30,7 +30,8 @@ RANK_COMMAND = "/bin/sh -c 'trap \"\" USR1; exec \"$0\" -c \"$1\" run' \"$TFCLUS
 
 
 def job_name(cluster_name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", cluster_name).strip("-") or "tfcluster"
+    """The cluster's name as a Slurm job name and a run dir name: no path separator, space or newline."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", cluster_name).strip("-.") or "tfcluster"
 
 
 def sbatch_options(job: SlurmPlan) -> list[list[str]]:
@@ -66,7 +67,8 @@ def export_script(job: SlurmPlan, source: str) -> str:
     rank_source = Path(slurm_rank.__file__).read_text(encoding="utf-8")
     plan = job.plan
     python = plan.hosts[0].python
-    encoded = slurm_rank.encode_job({"plan": plan.to_json(compact=True), "tasks_per_node": list(job.tasks_per_node)})
+    encoded = slurm_rank.encode_job({"plan": plan.to_json(compact=True), "tasks_per_node": list(job.tasks_per_node),
+                                     "run_name": job_name(plan.cluster_name)})
     what = "your command" if plan.uses_user_command else f"the built-in `{plan.training.model}` model"
     needs = "TensorFlow" if plan.uses_user_command else "TensorFlow and tfcluster (for `python -m training.task`)"
     lines = [
@@ -77,7 +79,7 @@ def export_script(job: SlurmPlan, source: str) -> str:
         "# one rank per task; nodes are numbered in the order of their names (as SlurmClusterResolver sorts them):",
         *layout_comment(job),
         f"# It needs on every node {shlex.quote(python)} with {needs}, and srun, scontrol, scancel.",
-        "# Each task's output: <workdir>/runs/<cluster>-slurm-<job id>/<node>/logs/<job>-<task>.log.",
+        f"# Each task's output: <workdir>/runs/{job_name(plan.cluster_name)}-slurm-<job id>/<node>/logs/<job>-<task>.log.",
         "set -eu",
         "umask 077",
         f"TFCLUSTER_PYTHON={shlex.quote(python)}",

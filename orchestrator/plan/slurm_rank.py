@@ -39,7 +39,7 @@ import time
 import zlib
 from typing import Any
 
-PLAN_ENV = "TFCLUSTER_SLURM_PLAN"  # the job: base64 of zlib of JSON {"plan", "tasks_per_node"}
+PLAN_ENV = "TFCLUSTER_SLURM_PLAN"  # the job: base64 of zlib of JSON {"plan", "tasks_per_node", "run_name"}
 NODES_ENV = "TFCLUSTER_SLURM_NODES"  # `name address` lines, in the resolver's order
 PLACEHOLDER = re.compile(r"<node-(\d+)(-addr)?>")
 CLIENT_CHIEF_MODES = ("in-graph", "parameter-server-strategy")
@@ -151,7 +151,7 @@ def run_rank(environ: dict[str, str]) -> int:
     plan = json.loads(substitute(json.dumps(job["plan"]), nodes))
     task = plan["tasks"][rank]
     label = f"{task['job']}:{task['index']}"
-    run_id = f"{plan['cluster_name']}-slurm-{environ.get('SLURM_JOB_ID', '0')}"
+    run_id = f"{job['run_name']}-slurm-{environ.get('SLURM_JOB_ID', '0')}"
     host = next(h for h in plan["hosts"] if h["name"] == name)
     run_dir = os.path.join(os.path.expanduser(host["workdir"]), "runs", run_id, name)
     _write_run_file(run_dir, run_id, plan, rank)

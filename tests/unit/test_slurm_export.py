@@ -128,7 +128,7 @@ def test_node_addresses_and_the_hostfile_order() -> None:
     assert slurm_rank.parse_node_addresses(out) == {"n1": "127.0.0.11", "n2": "127.0.0.12"}
     job = plan_slurm(Config.model_validate({"slurm": {"nodes": 2, "workers": 2}}))  # ps, w0 | w1
     environ = {**os.environ, slurm_rank.PLAN_ENV: slurm_rank.encode_job(
-        {"plan": job.plan.to_json(compact=True), "tasks_per_node": list(job.tasks_per_node)}),
+        {"plan": job.plan.to_json(compact=True), "tasks_per_node": list(job.tasks_per_node), "run_name": "t"}),
         slurm_rank.NODES_ENV: "n1 127.0.0.11\nn2 127.0.0.12\n"}
     res = subprocess.run([sys.executable, "-c", Path(slurm_rank.__file__).read_text(), "hostfile"], env=environ,
                          capture_output=True, text=True, check=False)
