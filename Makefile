@@ -1,6 +1,6 @@
 # Everything a fresh machine needs is behind these targets: `make test`, `make demo`.
-# scripts/provision installs what they need from the system (python3-venv, OpenSSH's sshd) when it is
-# missing, or stops with one line saying what to install; .ci/run uses the same script.
+# scripts/provision installs what they need from the system (python3-venv, OpenSSH's sshd, Slurm and munge)
+# when it is missing, or stops with one line saying what to install; .ci/run uses the same script.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,9 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[cpu,test,tensorboard]'
 	touch $(STAMP)
 
-# The integration tests start real sshd processes: sshd and ssh-keygen, installed if missing.
+# The integration tests start real sshd processes (sshd and ssh-keygen) and a three-node Slurm cluster
+# (slurmctld, slurmd, the client commands, munged): installed if missing.
 provision:
-	@$(PROVISION) openssh
+	@$(PROVISION) openssh slurm
 
 test: provision venv
 	$(PY) -m pytest -q tests

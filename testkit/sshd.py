@@ -59,30 +59,21 @@ from pathlib import Path
 import psutil
 
 from orchestrator.run.local_ports import free_port_on
+from testkit.tools import find_tool, search_path
 
-# Where distributions put sshd; Debian's is not on a normal user's PATH.
-SBIN_DIRS = ("/usr/sbin", "/usr/local/sbin", "/sbin")
 START_TIMEOUT_S = 10.0
 
 _LIVE: list[Machines] = []  # every machine set started in this process, for the exit-time safety net
+OPENSSH_PATH_ENV = "TFCLUSTER_OPENSSH_PATH"
 
 
 def openssh_search_path() -> str:
-    """Where sshd and ssh-keygen are looked for: $TFCLUSTER_OPENSSH_PATH when set, else $PATH then the sbin
-    directories. The same rule as scripts/provision, which installs them there (tests check they agree)."""
-    override = os.environ.get("TFCLUSTER_OPENSSH_PATH")
-    if override is not None:
-        return override
-    return os.pathsep.join([os.environ.get("PATH", ""), *SBIN_DIRS])
+    """Where sshd and ssh-keygen are looked for (testkit.tools: the rule scripts/provision installs by)."""
+    return search_path(OPENSSH_PATH_ENV)
 
 
 def find_openssh_tool(name: str) -> str | None:
-    """The first executable file `name` in openssh_search_path() (empty entries skipped), or None."""
-    for directory in openssh_search_path().split(os.pathsep):
-        candidate = os.path.join(directory, name)
-        if directory and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+    return find_tool(name, OPENSSH_PATH_ENV)
 
 
 SSHD = find_openssh_tool("sshd") or "sshd"
@@ -105,7 +96,7 @@ def _keygen(path: Path, comment: str) -> None:
     )
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):
@@ -113,9 +104,9 @@ def _toml_value(value: object) -> str:
     if isinstance(value, str):
         return json.dumps(value)  # a JSON string is a valid TOML basic string
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
@@ -313,22 +304,22 @@ class Machines:
             base_port = free_port_block(4 * n)
         out = [
             "[cluster]",
-            f"name = {_toml_value(cluster_name)}",
-            f"mode = {_toml_value(mode)}",
+            f"name = {toml_value(cluster_name)}",
+            f"mode = {toml_value(mode)}",
             f"base_port = {base_port}",
             "",
             "[ssh]",
-            f"user = {_toml_value(self.user)}",
+            f"user = {toml_value(self.user)}",
             f"port = {self.port}",
-            f"identity_file = {_toml_value(identity_file or self.identity_file)}",
-            f"known_hosts = {_toml_value(known_hosts or self.known_hosts)}",
-            f"strict_host_key_checking = {_toml_value(strict_host_key_checking)}",
-            f"connect_timeout = {_toml_value(float(connect_timeout))}",
+            f"identity_file = {toml_value(identity_file or self.identity_file)}",
+            f"known_hosts = {toml_value(known_hosts or self.known_hosts)}",
+            f"strict_host_key_checking = {toml_value(strict_host_key_checking)}",
+            f"connect_timeout = {toml_value(float(connect_timeout))}",
             'config_file = "none"',
             "use_agent = false",
             "",
             "[remote]",
-            f"python = {_toml_value(sys.executable)}",
+            f"python = {toml_value(sys.executable)}",
             "",
         ]
         for i, host_roles in enumerate(roles):
@@ -336,10 +327,10 @@ class Machines:
                 "name": f"m{i}", "address": self.addresses[i], "roles": list(host_roles), "workdir": self.workdir(i),
             }
             host.update((host_extra or {}).get(i, {}))  # extras may also replace the keys above
-            out += ["[[hosts]]", *(f"{key} = {_toml_value(value)}" for key, value in host.items()), ""]
+            out += ["[[hosts]]", *(f"{key} = {toml_value(value)}" for key, value in host.items()), ""]
         if training:
             out.append("[training]")
-            out += [f"{k} = {_toml_value(v)}" for k, v in training.items()]
+            out += [f"{k} = {toml_value(v)}" for k, v in training.items()]
         Path(path).write_text("\n".join(out) + "\n")
         return Path(path)
 

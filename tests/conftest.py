@@ -1,5 +1,5 @@
 """Shared fixtures: real sshd machines on loopback addresses (see testkit/sshd.py), for tests/integration and
-tests/faults."""
+tests/faults; a real three-node Slurm cluster on this machine (see testkit/slurm.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testkit import sshd
+from testkit import slurm, sshd
+from testkit.slurm import SlurmCluster
 from testkit.sshd import Machines
 from tests.integration.lifecycle_helpers import cli, kill_run, records, run_processes
 
@@ -58,3 +59,17 @@ def machines(request: pytest.FixtureRequest, sshd_machines: Callable[..., Machin
     """Three loopback machines for a test module, sharing one workdir (the topology of an NFS home); a
     module that needs local disks sets `SHARED_WORKDIR = False` and says why."""
     return sshd_machines(3, shared_workdir=getattr(request.module, "SHARED_WORKDIR", True))
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """munged, slurmctld and three slurmd (nodes n1, n2, n3), started when a test first asks for them and
+    stopped at the end of the session: every job cancelled, every daemon and job process killed."""
+    missing = slurm.slurm_available()
+    if missing:
+        pytest.fail(missing)
+    cluster = slurm.start_cluster()
+    try:
+        yield cluster
+    finally:
+        slurm.remove(cluster)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from orchestrator.config.schema import Config
-from orchestrator.config.toml_lines import KeyPath, find_line, format_key_path
+from orchestrator.config.toml_lines import KeyPath, find_line, format_key_path, parse_key_path
 from orchestrator.errors import ConfigError
 
 _TYPE_WORDS = {
@@ -40,6 +40,8 @@ def schema_error(exc: ValidationError, text: str, source: str) -> ConfigError:
     owners: dict[KeyPath, tuple[type[BaseModel] | None, Any]] = {}
     for err in exc.errors():
         loc, owner, field = _user_path(err["loc"])
+        if key := (err.get("ctx") or {}).get("key"):  # a rule over several keys names the one it is about
+            loc = parse_key_path(str(key))
         grouped.setdefault(loc, []).append(err)
         owners[loc] = (owner, field)
     problems = []
@@ -112,8 +114,8 @@ def _describe(  # noqa: PLR0912 - one branch per kind of pydantic error
         if not close:
             message += f"; valid here: {', '.join(valid)}"
         return message, close[0] if close else None
-    if kind == "missing" and loc == ("hosts",):
-        return "no [[hosts]] table: describe at least one machine (see hosts.example.toml)", None
+    if kind == "tfcluster":  # our own rules (orchestrator.config.slurm_schema.custom_error): said as they are
+        return err["msg"], ctx.get("suggestion")
     if kind == "missing":
         return f"required key `{key}` is missing", None
     if loc == ("training", "sync") and isinstance(value, bool):

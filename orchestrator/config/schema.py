@@ -1,14 +1,18 @@
 """The hosts.toml schema: a strict pydantic model of the user's cluster description.
 
 Loading and error reporting live in `orchestrator.config.load`; this module is the schema only, so the
-plan, the CLI and the tests share one definition of every key.
+plan, the CLI and the tests share one definition of every key. The machines are either `[[hosts]]` or a
+Slurm job, `[slurm]` (orchestrator.config.slurm_schema), never both.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from orchestrator.config.slurm_schema import SlurmSection, custom_error
+from orchestrator.config.strict import Strict
 
 Role = Literal["ps", "worker", "chief"]
 Mode = Literal["between-graph", "in-graph", "multi-worker-mirrored", "parameter-server-strategy"]
@@ -22,13 +26,6 @@ EnvValue = Annotated[str, Field(pattern=r"^[^\x00]*$")]
 # Set by the plan for every task; a user's env may not replace them (TF_CPP_MIN_LOG_LEVEL may).
 RESERVED_ENV = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES", "PYTHONUNBUFFERED")
 RESERVED_ENV_PREFIX = "TFCLUSTER_"
-
-
-class Strict(BaseModel):
-    """Every section rejects unknown keys (a typo must never be silently ignored) and takes TOML's own
-    types as they are: `port = "22"` or `gpus = [true]` is an error, not a silent conversion."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class ClusterSection(Strict):
@@ -177,8 +174,19 @@ class Config(Strict):
     cluster: ClusterSection = Field(default_factory=ClusterSection)
     ssh: SSHOptions = Field(default_factory=SSHOptions)
     remote: RemoteSection = Field(default_factory=RemoteSection)
-    hosts: Annotated[list[HostConfig], Field(min_length=1)]
+    hosts: Annotated[list[HostConfig], Field(min_length=1, default_factory=list)]
+    slurm: SlurmSection | None = None  # a Slurm job instead of [[hosts]]
     training: TrainingSection = Field(default_factory=TrainingSection)
+
+    @model_validator(mode="after")
+    def _hosts_or_slurm(self) -> Config:
+        if self.slurm is not None and "hosts" in self.model_fields_set:
+            raise custom_error("a file describes its machines with [[hosts]] or a Slurm job with [slurm], never "
+                               "both: remove one of them", key="slurm")
+        if self.slurm is None and not self.hosts:
+            raise custom_error("no [[hosts]] table: describe at least one machine (see hosts.example.toml), or "
+                               "a Slurm job in a [slurm] section", key="hosts")
+        return self
 
 
 SSH_DEFAULTS = SSHOptions(

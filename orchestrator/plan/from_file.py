@@ -1,4 +1,5 @@
-"""The one entry from hosts.toml to a plan: `plan_file(path, mode=None)`.
+"""The one entry from hosts.toml to a plan: `plan_file(path, mode=None)` (and, for a `[slurm]` job,
+`slurm_plan_file`; `any_plan_file` for `tfcluster plan`, which shows either).
 
 It reads and validates the file (orchestrator.config.load), applies a `--mode` override, resolves each
 SSH host as OpenSSH would (hosts.toml > ~/.ssh/config > defaults: the cluster spec gets the HostName
@@ -20,6 +21,7 @@ from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.slurm import SlurmNode, SlurmPlan, plan_slurm
 
 Resolved = dict[str, ResolvedSSH]  # host name -> effective SSH settings (SSH hosts only)
 
@@ -30,6 +32,27 @@ def plan_file(path: str | Path, mode: Mode | None = None) -> ClusterPlan:
     config, text = read_config(path)
     try:
         return plan_config(with_mode(config, mode), source)
+    except ConfigError as exc:
+        raise with_line(exc, text) from None
+
+
+def slurm_plan_file(path: str | Path, nodes: list[SlurmNode] | None = None) -> SlurmPlan:
+    """The plan of the [slurm] job of hosts.toml at `path` (orchestrator.plan.slurm), in node indexes or on
+    the allocation's `nodes`. Raises ConfigError with a line (also when the file has no [slurm])."""
+    source = str(path)
+    config, text = read_config(path)
+    try:
+        return plan_slurm(config, source, nodes)
+    except ConfigError as exc:
+        raise with_line(exc, text) from None
+
+
+def any_plan_file(path: str | Path) -> ClusterPlan | SlurmPlan:
+    """The plan of hosts.toml's [[hosts]], or of its [slurm] job."""
+    source = str(path)
+    config, text = read_config(path)
+    try:
+        return plan_slurm(config, source) if config.slurm is not None else plan_config(config, source)
     except ConfigError as exc:
         raise with_line(exc, text) from None
 

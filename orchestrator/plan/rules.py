@@ -77,15 +77,28 @@ def check_rules(config: Config, source: str) -> None:
             f"multi-worker-mirrored mode has no parameter server (the workers all-reduce their gradients): "
             f"remove role `ps` from `{config.hosts[i].name}`, or use mode \"parameter-server-strategy\"",
         )
-    # The built-in in-graph client keeps its variables on PS tasks too (training/graph/in_graph.py).
-    needs_ps = mode in ("between-graph", "parameter-server-strategy") or (
-        mode == "in-graph" and config.training.command is None)
-    if needs_ps and not ps_hosts:
-        what = {"between-graph": "between-graph mode needs a parameter server",
-                "parameter-server-strategy": "parameter-server-strategy keeps the variables on parameter servers",
-                "in-graph": "in-graph mode keeps the variables on a parameter server"}[mode]
-        raise ConfigError(source, mode_key, f'{what}: give a host the role `ps` (roles = ["ps"])')
+    if needs_ps(config) and not ps_hosts:
+        raise ConfigError(source, mode_key, f'{why_ps_needed(config)}: give a host the role `ps` (roles = ["ps"])')
+    check_model_name(config, source)
 
+
+def needs_ps(config: Config) -> bool:
+    """Whether the mode needs a parameter server: the built-in in-graph client keeps its variables on PS
+    tasks too (training/in_graph.py)."""
+    mode = config.cluster.mode
+    return mode in ("between-graph", "parameter-server-strategy") or (
+        mode == "in-graph" and config.training.command is None)
+
+
+def why_ps_needed(config: Config) -> str:
+    return {"between-graph": "between-graph mode needs a parameter server",
+            "parameter-server-strategy": "parameter-server-strategy keeps the variables on parameter servers",
+            "in-graph": "in-graph mode keeps the variables on a parameter server",
+            }.get(config.cluster.mode, "")
+
+
+def check_model_name(config: Config, source: str) -> None:
+    """`[training] model`: a built-in model, or the user's own as package.module:build."""
     training = config.training
     if training.command is None and training.model not in BUILTIN_SHAPES and ":" not in training.model:
         close = difflib.get_close_matches(training.model, list(BUILTIN_SHAPES), n=1)

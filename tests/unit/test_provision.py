@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from testkit.slurm import CLIENTS, DAEMONS, SLURM_PATH_ENV
 from testkit.sshd import find_openssh_tool
+from testkit.tools import find_tool
 
 REPO = Path(__file__).resolve().parents[2]
 NOBODY = 65534  # an unprivileged uid for the non-root case when the tests run as root (CI does)
@@ -137,3 +139,66 @@ def test_script_and_fixture_find_the_same_sshd(sandbox: Path, monkeypatch: pytes
                  if line.startswith("found "))
     assert found == {"sshd": str(second / "sshd"), "ssh-keygen": str(first / "ssh-keygen")}
     assert found == {tool: find_openssh_tool(tool) for tool in ("sshd", "ssh-keygen")}
+
+
+SLURM_TOOLS = "slurmctld, slurmd, srun, sbatch, squeue, scontrol, scancel, sacct, munged"
+
+
+def test_slurm_missing_without_a_package_manager_names_slurm_wlm_and_munge(sandbox: Path) -> None:
+    res = run_provision(sandbox, "slurm", env={"TFCLUSTER_SLURM_PATH": str(sandbox / "empty")})
+    assert res.returncode == 1
+    assert res.stdout == ""
+    assert res.stderr == (
+        f"scripts/provision: {SLURM_TOOLS} not found in TFCLUSTER_SLURM_PATH={sandbox / 'empty'} and cannot be "
+        "installed here (no apt-get); install with: your system's package manager "
+        "(Debian/Ubuntu: apt-get install -y slurm-wlm munge)\n"
+    )
+
+
+def test_only_munge_is_named_when_slurm_is_there(sandbox: Path) -> None:
+    (sandbox / "slurm").mkdir(mode=0o755)
+    for tool in (*DAEMONS, *CLIENTS):
+        if tool != "munged":
+            os.symlink(shutil.which("sh") or "/bin/sh", sandbox / "slurm" / tool)  # only looked at, never run
+    res = run_provision(sandbox, "slurm", env={"TFCLUSTER_SLURM_PATH": str(sandbox / "slurm")})
+    assert res.returncode == 1
+    assert res.stderr.startswith(f"scripts/provision: munged not found in TFCLUSTER_SLURM_PATH={sandbox / 'slurm'} ")
+    assert res.stderr.endswith("(Debian/Ubuntu: apt-get install -y munge)\n")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the apt-get-as-root plan is the root (CI) path")
+def test_as_root_the_dry_run_plans_slurm_wlm_and_munge_with_openssh(sandbox: Path) -> None:
+    """`make test` asks for both: one apt-get install with every missing package."""
+    tripwire(sandbox / "bin", "apt-get")
+    empty = str(sandbox / "empty")
+    res = run_provision(sandbox, "--dry-run", "openssh", "slurm",
+                        env={"TFCLUSTER_OPENSSH_PATH": empty, "TFCLUSTER_SLURM_PATH": empty})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[:2] == [
+        "would run: env DEBIAN_FRONTEND=noninteractive apt-get update -q",
+        "would run: env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+        "openssh-server openssh-client slurm-wlm munge",
+    ]
+    assert res.stderr == (f"scripts/provision: would install openssh-server openssh-client slurm-wlm munge (for sshd, "
+                          f"ssh-keygen, {SLURM_TOOLS}) with apt-get\n")
+
+
+def test_script_and_testkit_find_the_same_slurm_programs(sandbox: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Split over two directories, a non-executable `slurmd` first: the same answers from sh and Python."""
+    first, second = sandbox / "first", sandbox / "second"
+    for d in (first, second):
+        d.mkdir()
+    (first / "slurmd").write_text("")  # not executable: skipped
+    tools = (*DAEMONS, *CLIENTS)
+    for i, tool in enumerate(tools):
+        d = first if i % 2 and tool != "slurmd" else second
+        (d / tool).write_text("#!/bin/sh\nexit 97\n")  # only looked at, never run
+        (d / tool).chmod(stat.S_IRWXU)
+    search = f":{first}:{second}"
+    monkeypatch.setenv(SLURM_PATH_ENV, search)
+    res = run_provision(sandbox, "--dry-run", "slurm", env={SLURM_PATH_ENV: search})
+    assert res.returncode == 0, res.stderr
+    found = dict(line.removeprefix("found ").split(": ", 1) for line in res.stdout.splitlines()
+                 if line.startswith("found "))
+    assert found == {tool: find_tool(tool, SLURM_PATH_ENV) for tool in tools}
+    assert found["slurmd"] == str(second / "slurmd")

@@ -1,4 +1,5 @@
-"""`tfcluster plan hosts.toml`: what would run where (tasks, ports, devices, commands), nothing started."""
+"""`tfcluster plan hosts.toml`: what would run where (tasks, ports, devices, commands), nothing started; for a
+[slurm] job also each node index's tasks and the sbatch options of its allocation."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from rich.text import Text
 
 from orchestrator.bench.scaling import advise, nic_capacity_Bps
 from orchestrator.bench.spec import DEFAULT_NIC_GBPS
+from orchestrator.plan.from_file import any_plan_file
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
-from tfcluster.common import HostsFile, load_plan, widen
+from orchestrator.plan.sbatch import sbatch_header, sbatch_options
+from orchestrator.plan.slurm import SlurmPlan
+from tfcluster.common import HostsFile, widen
 
 MIN_WIDTH = 160  # a pipe or a test gets 80 columns by default: too narrow for the command column
 
@@ -37,16 +41,22 @@ def plan(
     ] = DEFAULT_NIC_GBPS,
 ) -> None:
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
-    cluster = load_plan(hosts_file)
+    planned = any_plan_file(hosts_file)
+    job = planned if isinstance(planned, SlurmPlan) else None
+    cluster = planned.plan if isinstance(planned, SlurmPlan) else planned
     estimate = estimate_ps_load(cluster, steps_per_sec)
     advice = advise(cluster, nic_capacity_Bps(nic_gbps), steps_per_sec)
     if as_json:
         data = cluster.to_json()
         data["ps_load_estimate"] = estimate.to_json() if estimate else None
         data["ps_ceiling"] = {**advice.to_json(), "nic_gbps": nic_gbps} if advice else None
+        if job is not None:
+            data["slurm"] = {**job.to_json(), "sbatch_options": [" ".join(o) for o in sbatch_options(job)]}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
     console = widen(Console(highlight=False), MIN_WIDTH)
+    if job is not None:
+        print_slurm_job(console, job)
     print_plan(console, cluster, estimate)
     if advice is not None:
         for line in advice.lines():
@@ -97,3 +107,22 @@ def command_text(task: TaskPlan) -> str:
     if task.command[:2] == ["/bin/sh", "-c"]:
         return task.command[2]
     return shlex.join(task.command)
+
+
+def print_slurm_job(console: Console, job: SlurmPlan) -> None:
+    """Each node (by index until the allocation exists) with its tasks, then the allocation's #SBATCH lines."""
+    console.print(Text.assemble(("Slurm job ", "bold"), f"{len(job.ranks)} tasks on {len(job.nodes)} nodes, one rank "
+                                "each, as SlurmClusterResolver lays them out (nodes in name order)"))
+    table = Table(header_style="bold")
+    for column in ("node", "ranks", "tasks"):
+        table.add_column(column)
+    rank = 0
+    for index, (node, tasks) in enumerate(job.layout()):
+        name = f"{index}" if not job.allocated else f"{index} {node.name} ({node.address})"
+        table.add_row(Text(name), f"{rank}-{rank + len(tasks) - 1}" if len(tasks) > 1 else str(rank),
+                      " ".join(t.label for t in tasks))
+        rank += len(tasks)
+    console.print(table)
+    console.print(Text("sbatch script header (`tfcluster export slurm` writes the whole script):", style="bold"))
+    for line in sbatch_header(job):
+        console.print(Text(line), soft_wrap=True)
