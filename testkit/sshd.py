@@ -145,7 +145,7 @@ class Machines:
 
     def workdir(self, i: int) -> str:
         path = self.root / ("work" if self.shared_workdir else f"work{i}")
-        path.mkdir(exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)  # as `start` makes one (umask 077)
         return str(path)
 
     def _write_sshd_config(self, i: int) -> None:

@@ -44,13 +44,22 @@ import contextlib
 import errno
 import json
 import os
-import re
 import shutil
 import signal
 import sys
 from typing import TYPE_CHECKING
 
 from .probes.port_probe import free_ports, taken_ports  # inlined when sent
+from .run.content_cache import (  # inlined when sent
+    Aborted,
+    Refused,
+    Scratch,
+    link_tree,
+    missing,
+    place,
+    receive_blob,
+    write_atomic,
+)
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
@@ -59,18 +68,7 @@ RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"  # training/run/layout.py's (this file cannot 
 CACHE_DIR = "cache"
 START_LOCK = ".start-lock"  # in the host's run dir: one start command at a time (a retry waits for the first)
 LOCK_WAIT_S = 30.0
-HASH = re.compile(r"^[0-9a-f]{64}$")
-CACHED_MTIME = 1_000_000_000  # every cached file's mtime (2001-09-09): any write to one changes it
-CHUNK = 1 << 20
 ABORTED = 3
-
-
-class Refused(Exception):
-    """Something the host cannot do; reported as `@error` (exit 1)."""
-
-
-class Aborted(Exception):
-    """The orchestrator went away or said abort, or a signal came: nothing starts here."""
 
 
 def say(line: str) -> None:
@@ -93,161 +91,6 @@ def read_frame(stdin: BinaryIO, name: str) -> bytes:
     if got != name or not size.isdigit():
         raise Refused(f"expected a {name!r} frame, got {header[:40]!r}")
     return read_exactly(stdin, int(size))
-
-
-class Scratch:
-    """Unique temporary names in the shared cache (hosts sharing a workdir never collide), and the ones
-    this process has not renamed into place yet, removed when it ends early."""
-
-    def __init__(self, cache: str, host: str) -> None:
-        self.prefix = os.path.join(cache, f".tmp-{host}-{os.getpid()}-{os.urandom(4).hex()}-")
-        self.count = 0
-        self.open: set[str] = set()
-
-    @staticmethod
-    def remove_stale(cache: str, host: str) -> None:
-        """Temporary files of this host's earlier start commands that were killed (SIGKILL leaves no time
-        to clean up); another host's, or a live command's, are left alone."""
-        mine = f".tmp-{host}-"
-        for name in os.listdir(cache):
-            pid = name[len(mine):].split("-")[0]
-            if not name.startswith(mine) or not pid.isdigit():
-                continue
-            try:
-                os.kill(int(pid), 0)
-            except ProcessLookupError:
-                path = os.path.join(cache, name)
-                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) else os.unlink(path)
-            except OSError:
-                pass  # alive (another user's process has that pid): not ours to judge
-
-    def name(self) -> str:
-        self.count += 1
-        path = f"{self.prefix}{self.count}"
-        self.open.add(path)
-        return path
-
-    def done(self, path: str) -> None:
-        self.open.discard(path)
-
-    def remove_all(self) -> None:
-        for path in list(self.open):
-            if os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
-            elif os.path.lexists(path):
-                os.unlink(path)
-            self.open.discard(path)
-
-
-def publish(tmp: str, final: str, scratch: Scratch) -> None:
-    """Rename a finished file or tree into place; another host may have published the same meanwhile: keep theirs."""
-    try:
-        os.rename(tmp, final)
-    except OSError:
-        if not os.path.exists(final):
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)
-    scratch.done(tmp)
-
-
-def write_atomic(path: str, data: bytes, scratch: Scratch) -> None:
-    tmp = scratch.name()
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-    scratch.done(tmp)
-
-
-def intact(path: str) -> bool:
-    st = os.lstat(path)
-    return st.st_mtime_ns == CACHED_MTIME * 10**9 and not os.path.islink(path)
-
-
-def receive_blob(stdin: BinaryIO, header: bytes, cache: str, scratch: Scratch) -> str:
-    """One `blob <sha> <mode> <size>` frame, streamed into the cache under its hash."""
-    words = header.decode("ascii", "replace").split()
-    if len(words) != 4 or words[0] != "blob" or not HASH.match(words[1]) or not words[3].isdigit():
-        raise Refused(f"expected a blob frame, got {header[:80]!r}")
-    sha, mode, left = words[1], int(words[2], 8) & 0o700, int(words[3])
-    tmp = scratch.name()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        while left:
-            chunk = stdin.read(min(CHUNK, left))
-            if not chunk:
-                raise Aborted()
-            out.write(chunk)
-            left -= len(chunk)
-    trailer = stdin.readline()
-    if trailer != b"ok\n":
-        if not trailer:
-            raise Aborted()
-        raise Refused(f"a synced file changed while it was shipped ({sha[:12]}): nothing kept")
-    os.chmod(tmp, mode | 0o400)
-    os.utime(tmp, (CACHED_MTIME, CACHED_MTIME))
-    publish(tmp, os.path.join(cache, sha), scratch)
-    return sha
-
-
-def link_tree(src: str, dst: str) -> bool:
-    """`cp -al src/. dst/` (copies where links are impossible); False, with dst removed, when a file of src
-    is not intact (changed in place by a run since it was cached)."""
-    for root, _dirs, files in os.walk(src):
-        target = os.path.join(dst, os.path.relpath(root, src))
-        os.makedirs(target, exist_ok=True)
-        for name in files:
-            source, dest = os.path.join(root, name), os.path.join(target, name)
-            if not intact(source):
-                shutil.rmtree(dst, ignore_errors=True)
-                return False
-            if os.path.lexists(dest):
-                os.unlink(dest)
-            try:
-                os.link(source, dest)
-            except OSError:
-                shutil.copy2(source, dest)
-    return True
-
-
-def build(cache: str, final: str, files: list[list[Any]], scratch: Scratch, compile_it: bool) -> None:
-    """cache/trees/<id> or cache/packages/<id> from hard links into the cache (byte-compiled once, for the
-    package: the sources keep their fixed mtime in every run, so the .pyc files stay valid)."""
-    building = scratch.name()
-    os.makedirs(building)
-    for rel, sha, _mode in files:
-        if not HASH.match(sha) or rel.startswith("/") or ".." in rel.split("/") or not rel:
-            raise Refused(f"bad manifest entry {rel!r}")
-        path = os.path.join(building, rel)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        try:
-            os.link(os.path.join(cache, sha), path)
-        except OSError:
-            shutil.copy2(os.path.join(cache, sha), path)  # keeps the fixed mtime
-    if compile_it:
-        import compileall
-
-        compileall.compile_dir(building, quiet=1)  # best effort
-        for root, _dirs, names in os.walk(building):
-            for name in names:
-                if name.endswith(".pyc"):
-                    os.utime(os.path.join(root, name), (CACHED_MTIME, CACHED_MTIME))
-    os.makedirs(os.path.dirname(final), exist_ok=True)
-    publish(building, final, scratch)
-
-
-def missing(cache: str, files: list[list[Any]]) -> list[str]:
-    """The hashes the cache lacks; a cached file changed in place is dropped (its name only: a run that
-    holds it keeps its copy) and counts as lacking."""
-    need: list[str] = []
-    for _rel, sha, _mode in files:
-        path = os.path.join(cache, sha)
-        if sha in need or not HASH.match(sha):
-            continue
-        if os.path.isfile(path) and not intact(path):
-            os.unlink(path)
-        if not os.path.isfile(path):
-            need.append(sha)
-    return need
 
 
 def lock_run_dir(run_dir: str) -> None:
@@ -298,8 +141,7 @@ def prepare(stdin: BinaryIO, run_dir: str, scratch_for: list[Scratch]) -> dict[s
     write_atomic(os.path.join(run_dir, "run.json"), run_json, scratch)
     parts = {"tree": (os.path.join(cache, "trees", head["tree"]), "code", False),
              "package": (os.path.join(cache, "packages", head["package"]), "lib", True)}
-    linked = {kind: os.path.isdir(final) and link_tree(final, os.path.join(run_dir, sub))
-              for kind, (final, sub, _c) in parts.items()}
+    linked = {kind: link_tree(final, os.path.join(run_dir, sub)) for kind, (final, sub, _c) in parts.items()}
     if not all(linked.values()):
         say("@send")
         manifest = json.loads(read_frame(stdin, "manifest"))
@@ -313,11 +155,7 @@ def prepare(stdin: BinaryIO, run_dir: str, scratch_for: list[Scratch]) -> dict[s
             receive_blob(stdin, header, cache, scratch)
         for kind, (final, sub, compile_it) in parts.items():
             if not linked[kind]:
-                if os.path.isdir(final):  # changed in place by a run: set aside (removed below), rebuilt
-                    os.rename(final, scratch.name())
-                build(cache, final, manifest[kind], scratch, compile_it)
-                if not link_tree(final, os.path.join(run_dir, sub)):
-                    raise Refused(f"the {kind} just built in {final} was changed while it was linked")
+                place(cache, final, os.path.join(run_dir, sub), manifest[kind], scratch, compile_it)
         scratch.remove_all()  # the damaged trees set aside
     if "ports" in head:
         report = {"taken": taken_ports(head["ports"]),

@@ -1,0 +1,241 @@
+"""Shipping large files with `start`, side by side with `scp` of the same file to the same hosts (issue 20).
+
+Method: real OpenSSH sshd on 3 loopback addresses (testkit/sshd.py), each machine with its OWN workdir
+(per-host workdirs, as machines with local disks: each host receives its own copy, as each scp does). A
+file of random bytes (64 MB, 400 MB, 2 GB) is the only entry of `[training] sync`; the tasks are `sleep`.
+Per size, interleaved rounds of:
+- `scp`: `scp -q` of the file to the 3 hosts in parallel (OpenSSH's client, the test key), timed from
+  outside; each scp's peak memory (`/usr/bin/time -f %M`);
+- `start-cold`: `tfcluster start` with the file not yet in any host's cache (the host caches keep
+  tfcluster's own package: only the file travels), then `tfcluster stop --purge`;
+- `start-warm`: the same start again right after (the file cached on every host: nothing travels).
+Shipping time = start-cold minus start-warm of the same round: what the file adds to a start. Memory:
+the `start` process's peak RSS (`/usr/bin/time -f %M`) and every host launcher's peak (VmHWM of the
+`python -S -c <launcher>` processes, sampled every 20 ms until they exec the supervisor), cold minus warm.
+The local content hashes are remembered between starts (orchestrator/run/file_hashes.py), so rounds after
+the first do not hash the file again; the first round's figures, which do, are kept too.
+
+Also measured (`verify`): what a warm start costs more with 10,000 small files or one 1 GB file in `sync`
+(the host checks every cached file's fixed mtime and hard-links it into the run) than with none.
+
+    python -m benchmarks.bench_ship [--rounds 3] [--sizes 64 400 2048] [--hosts 3]
+
+Writes benchmarks/results/ship.json and ship.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.common import footer, now_utc, publish, require_quiet
+from testkit import sshd
+
+TARGET_RATIO = 1.1
+TARGET_MEMORY_MB = 64
+LAUNCHER_MARK = "The per-host start program"
+
+
+def _make_file(path: Path, mb: int) -> None:
+    with open(path, "wb") as f:
+        for _ in range(mb):
+            f.write(os.urandom(1 << 20))
+
+
+def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, str]:
+    """(seconds, peak RSS in kB from /usr/bin/time, stderr) of one command; raises when it fails."""
+    t0 = time.perf_counter()
+    res = subprocess.run(["/usr/bin/time", "-f", "%M", *argv], env=env, capture_output=True, text=True, check=False)
+    seconds = time.perf_counter() - t0
+    if res.returncode != 0:
+        raise RuntimeError(f"{argv[:3]} failed ({res.returncode}): {res.stderr[-500:]}")
+    return seconds, int(res.stderr.strip().splitlines()[-1]), res.stderr
+
+
+class LauncherPeaks(threading.Thread):
+    """The highest VmHWM of any launcher process seen while it runs (sampled every 20 ms)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peak_kb = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = p.info["cmdline"] or []
+                if len(cmd) >= 3 and cmd[-2] == "-c" and LAUNCHER_MARK in cmd[-1][:300]:
+                    try:
+                        for line in Path(f"/proc/{p.pid}/status").read_text().splitlines():
+                            if line.startswith("VmHWM:"):
+                                self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+                    except OSError:
+                        pass
+            time.sleep(0.02)
+
+
+class Rig:
+    def __init__(self, hosts: int, root: Path) -> None:
+        self.machines = sshd.start_machines(hosts, shared_workdir=False)
+        self.root = root
+        self.env = {**os.environ, "TFCLUSTER_STATE_DIR": str(root / "state"), "COLUMNS": "200"}
+        self.runs = 0
+
+    def hosts_toml(self, sync: list[str]) -> Path:
+        roles = [["worker"] for _ in self.machines.addresses]
+        return self.machines.hosts_toml(self.root / "hosts.toml", roles=roles, mode="multi-worker-mirrored",
+                                        training={"command": "sleep 600", "sync": sync})
+
+    def start_and_stop(self, hosts: Path) -> tuple[float, int, int]:
+        """(seconds, start's peak kB, the launchers' peak kB) of one start, then stop --purge."""
+        self.runs += 1
+        run = f"ship-{self.runs}"
+        peaks = LauncherPeaks()
+        peaks.start()
+        try:
+            seconds, rss, _ = _timed([sys.executable, "-m", "tfcluster", "start", str(hosts), "--run", run,
+                                      "--timeout", "600"], self.env)
+        finally:
+            peaks.done.set()
+            peaks.join()
+        _timed([sys.executable, "-m", "tfcluster", "stop", run, "--purge", "--grace", "1"], self.env)
+        return seconds, rss, peaks.peak_kb
+
+    def forget(self) -> None:
+        """Every host's cache without the user's files (their blobs and trees); tfcluster's package stays."""
+        for i in range(len(self.machines.addresses)):
+            cache = Path(self.machines.workdir(i)) / "cache"
+            if not cache.is_dir():
+                continue
+            shutil.rmtree(cache / "trees", ignore_errors=True)
+            package = {p.stat().st_ino for p in (cache / "packages").rglob("*") if p.is_file()}
+            for blob in cache.iterdir():
+                if blob.is_file() and len(blob.name) == 64 and blob.stat().st_ino not in package:
+                    blob.unlink()
+
+    def scp(self, path: Path) -> tuple[float, int]:
+        m = self.machines
+        t0 = time.perf_counter()
+        procs = [subprocess.Popen(["/usr/bin/time", "-f", "%M", "scp", "-q", "-P", str(m.port), "-i", m.identity_file,
+                                   "-o", f"UserKnownHostsFile={m.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                                   "-o", "BatchMode=yes", str(path), f"{m.user}@{a}:{m.workdir(i)}/scp-copy"],
+                                  stderr=subprocess.PIPE, text=True)
+                 for i, a in enumerate(m.addresses)]
+        peaks = []
+        for p in procs:
+            _, err = p.communicate()
+            if p.returncode != 0:
+                raise RuntimeError(f"scp failed: {err[-300:]}")
+            peaks.append(int(err.strip().splitlines()[-1]))
+        seconds = time.perf_counter() - t0
+        for i in range(len(m.addresses)):
+            Path(m.workdir(i), "scp-copy").unlink()
+        return seconds, max(peaks)
+
+
+def measure_size(rig: Rig, mb: int, rounds: int) -> dict[str, Any]:
+    big = rig.root / f"data-{mb}mb.bin"
+    _make_file(big, mb)
+    hosts = rig.hosts_toml([big.name])
+    samples: list[dict[str, Any]] = []
+    try:
+        for r in range(rounds):
+            require_quiet(f"bench_ship {mb} MB round {r + 1}")
+            rig.forget()
+            order = ["scp", "start"] if r % 2 == 0 else ["start", "scp"]
+            sample: dict[str, Any] = {"round": r + 1}
+            for what in order:
+                if what == "scp":
+                    sample["scp_s"], sample["scp_peak_kb"] = rig.scp(big)
+                else:
+                    sample["cold_s"], sample["cold_start_kb"], sample["cold_launcher_kb"] = rig.start_and_stop(hosts)
+                    sample["warm_s"], sample["warm_start_kb"], sample["warm_launcher_kb"] = rig.start_and_stop(hosts)
+            sample["ship_s"] = sample["cold_s"] - sample["warm_s"]
+            sample["ratio"] = sample["ship_s"] / sample["scp_s"]
+            samples.append(sample)
+            print(f"{mb} MB round {r + 1}: {sample}", flush=True)
+    finally:
+        big.unlink()
+    later = samples[1:] or samples
+    med = {k: statistics.median(s[k] for s in later) for k in samples[0] if k != "round"}
+    return {"mb": mb, "samples": samples, "medians_after_first_round": med,
+            "start_extra_mb": (med["cold_start_kb"] - med["warm_start_kb"]) / 1024,
+            "launcher_extra_mb": (med["cold_launcher_kb"] - med["warm_launcher_kb"]) / 1024}
+
+
+def measure_verify(rig: Rig, rounds: int) -> dict[str, Any]:
+    """Warm starts with no sync, 10,000 small files, one 1 GB file: what the host's check costs."""
+    small = rig.root / "many"
+    small.mkdir()
+    for i in range(10_000):
+        (small / f"f{i:05d}.txt").write_text(f"{i}\n")
+    big = rig.root / "one-gb.bin"
+    _make_file(big, 1024)
+    variants = {"none": [], "10000 small files": [small.name], "1 GB file": [big.name]}
+    out: dict[str, list[float]] = {k: [] for k in variants}
+    for sync in variants.values():  # warm every host once
+        rig.start_and_stop(rig.hosts_toml(sync))
+    for r in range(rounds):
+        require_quiet(f"bench_ship verify round {r + 1}")
+        for name, sync in (variants.items() if r % 2 == 0 else reversed(list(variants.items()))):
+            out[name].append(rig.start_and_stop(rig.hosts_toml(sync))[0])
+    shutil.rmtree(small)
+    big.unlink()
+    med = {k: statistics.median(v) for k, v in out.items()}
+    return {"samples_s": out, "median_s": med, "extra_s": {k: med[k] - med["none"] for k in med}}
+
+
+def markdown(sizes: list[dict[str, Any]], verify: dict[str, Any], hosts: int, rounds: int) -> str:
+    lines = [f"# Shipping large files: `tfcluster start` beside `scp` to the same {hosts} hosts in parallel",
+             "", f"Interleaved rounds per size: {rounds}; medians of the rounds after the first (the first hashes the "
+             "file locally: its figures are in ship.json). Per-host workdirs (each host its own disk).", "",
+             "| size | scp (parallel) | start cold | start warm | shipping = cold - warm | shipping / scp | "
+             "start peak extra | launcher peak extra | scp peak |", "|---|---|---|---|---|---|---|---|---|"]
+    for s in sizes:
+        m = s["medians_after_first_round"]
+        lines.append(f"| {s['mb']} MB | {m['scp_s']:.2f} s | {m['cold_s']:.2f} s | {m['warm_s']:.2f} s | "
+                     f"{m['ship_s']:.2f} s | **{m['ratio']:.2f}x** | {s['start_extra_mb']:.1f} MB | "
+                     f"{s['launcher_extra_mb']:.1f} MB | {m['scp_peak_kb'] / 1024:.1f} MB |")
+    lines += ["", f"Targets: shipping at most {TARGET_RATIO}x parallel scp; start and launchers under {TARGET_MEMORY_MB} MB "
+              "above their idle size (the warm start's peak).", "",
+              "## What the host's check of its cache costs a warm start", "",
+              "| sync | warm start (median) | more than no sync |", "|---|---|---|"]
+    for name, sec in verify["median_s"].items():
+        lines.append(f"| {name} | {sec:.2f} s | {verify['extra_s'][name]:+.2f} s |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_ship")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[64, 400, 2048])
+    ap.add_argument("--hosts", type=int, default=3)
+    args = ap.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="tfcluster-bench-ship-"))
+    rig = Rig(args.hosts, root)
+    try:
+        sizes = [measure_size(rig, mb, args.rounds) for mb in args.sizes]
+        verify = measure_verify(rig, args.rounds)
+    finally:
+        rig.machines.close()
+        shutil.rmtree(root, ignore_errors=True)
+    data = {"hosts": args.hosts, "rounds": args.rounds, "sizes": sizes, "verify": verify, "measured_at": now_utc()}
+    md = markdown(sizes, verify, args.hosts, args.rounds)
+    md += "\n" + footer(os.cpu_count(), [round(x, 2) for x in os.getloadavg()], now_utc(), sys.version.split()[0]) + "\n"
+    publish("ship", data, md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
