@@ -21,10 +21,19 @@ if not os.environ.get("TFCLUSTER_REGRESSIONS"):
 
 
 @pytest.fixture(autouse=True)
-def state_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def state_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Every test gets its own tfcluster state dir (run records, remembered file hashes), never the user's,
     also for the CLI processes it starts. At the end, every run recorded there that still has processes
-    is stopped (`tfcluster stop`), then anything of it still alive is killed: a failed test leaves nothing."""
+    is stopped (`tfcluster stop`), then anything of it still alive is killed: a failed test leaves nothing.
+
+    A test of a module whose run outlives each test (the fault suite's module-scoped `run`, whose `.state`
+    is its state dir) uses that run's state dir instead, and that fixture cleans up."""
+    shared = request.getfixturevalue("run") if "run" in request.fixturenames else None
+    if shared is not None and isinstance(getattr(shared, "state", None), Path):
+        monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(shared.state))
+        yield shared.state
+        return
     path = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(path))
     yield path
