@@ -16,7 +16,9 @@ The local content hashes are remembered between starts (orchestrator/run/file_ha
 the first do not hash the file again; the first round's figures, which do, are kept too.
 
 Also measured (`verify`): what a warm start costs more with 10,000 small files or one 1 GB file in `sync`
-(the host checks every cached file's fixed mtime and hard-links it into the run) than with none.
+(the host checks every cached file's fixed mtime and hard-links it into the run) than with none; and
+(`interrupt`) SIGINT, SIGTERM and SIGHUP sent to `start` while it ships 400 MB: the time to its exit, its
+exit code, and what is left in the hosts' workdirs a second later.
 
     python -m benchmarks.bench_ship [--rounds 3] [--sizes 64 400 2048] [--hosts 3]
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -174,6 +177,46 @@ def measure_size(rig: Rig, mb: int, rounds: int) -> dict[str, Any]:
             "launcher_extra_mb": (med["cold_launcher_kb"] - med["warm_launcher_kb"]) / 1024}
 
 
+def measure_interrupt(rig: Rig, rounds: int, mb: int = 400) -> dict[str, Any]:
+    """Seconds from a signal to `start`'s exit while it ships (a `.tmp-` file in a host's cache), the exit
+    code, and whether anything of the run is left in any host's workdir."""
+    big = rig.root / "interrupted.bin"
+    _make_file(big, mb)
+    hosts = rig.hosts_toml([big.name])
+    caches = [Path(rig.machines.workdir(i)) / "cache" for i in range(len(rig.machines.addresses))]
+    out: dict[str, list[dict[str, Any]]] = {}
+    try:
+        for r in range(rounds):
+            require_quiet(f"bench_ship interrupt round {r + 1}")
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                rig.forget()
+                rig.runs += 1
+                run = f"ship-{rig.runs}"
+                proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "start", str(hosts), "--run", run],
+                                        env=rig.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                deadline = time.monotonic() + 120
+                while not any(c.is_dir() and any(f.name.startswith(".tmp-") for f in c.iterdir()) for c in caches):
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise RuntimeError("start never shipped (or ended before the signal)")
+                    time.sleep(0.01)
+                sent = time.perf_counter()
+                proc.send_signal(sig)
+                code = proc.wait(timeout=120)
+                seconds = time.perf_counter() - sent
+                time.sleep(1.0)  # the launchers' clean-up may end just after start does: looked at a second later
+                left = [str(p) for i in range(len(caches)) for p in Path(rig.machines.workdir(i), "runs").glob(f"{run}*")]
+                left += [str(p) for c in caches for p in c.iterdir() if p.name.startswith(".tmp-")]
+                out.setdefault(sig.name, []).append({"seconds": seconds, "exit": code, "left": left})
+                print(f"interrupt {sig.name}: {seconds:.2f} s, exit {code}, left {left}", flush=True)
+    finally:
+        big.unlink()
+    return {"mb": mb, "samples": out,
+            "median_s": {k: statistics.median(x["seconds"] for x in v) for k, v in out.items()},
+            "max_s": {k: max(x["seconds"] for x in v) for k, v in out.items()},
+            "exit_codes": sorted({x["exit"] for v in out.values() for x in v}),
+            "anything_left": any(x["left"] for v in out.values() for x in v)}
+
+
 def measure_verify(rig: Rig, rounds: int) -> dict[str, Any]:
     """Warm starts with no sync, 10,000 small files, one 1 GB file: what the host's check costs."""
     small = rig.root / "many"
@@ -196,7 +239,8 @@ def measure_verify(rig: Rig, rounds: int) -> dict[str, Any]:
     return {"samples_s": out, "median_s": med, "extra_s": {k: med[k] - med["none"] for k in med}}
 
 
-def markdown(sizes: list[dict[str, Any]], verify: dict[str, Any], hosts: int, rounds: int) -> str:
+def markdown(sizes: list[dict[str, Any]], verify: dict[str, Any], interrupt: dict[str, Any], hosts: int,
+             rounds: int) -> str:
     lines = [f"# Shipping large files: `tfcluster start` beside `scp` to the same {hosts} hosts in parallel",
              "", f"Interleaved rounds per size: {rounds}; medians of the rounds after the first (the first hashes the "
              "file locally: its figures are in ship.json). Per-host workdirs (each host its own disk).", "",
@@ -213,6 +257,12 @@ def markdown(sizes: list[dict[str, Any]], verify: dict[str, Any], hosts: int, ro
               "| sync | warm start (median) | more than no sync |", "|---|---|---|"]
     for name, sec in verify["median_s"].items():
         lines.append(f"| {name} | {sec:.2f} s | {verify['extra_s'][name]:+.2f} s |")
+    lines += ["", f"## A signal while `start` ships {interrupt['mb']} MB to {hosts} hosts", "",
+              "| signal | to exit (median) | slowest | exit codes | anything left on a host |", "|---|---|---|---|---|"]
+    for name, med in interrupt["median_s"].items():
+        lines.append(f"| {name} | {med:.2f} s | {interrupt['max_s'][name]:.2f} s | "
+                     f"{sorted({x['exit'] for x in interrupt['samples'][name]})} | "
+                     f"{'yes' if any(x['left'] for x in interrupt['samples'][name]) else 'nothing'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -227,11 +277,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes = [measure_size(rig, mb, args.rounds) for mb in args.sizes]
         verify = measure_verify(rig, args.rounds)
+        interrupt = measure_interrupt(rig, args.rounds)
     finally:
         rig.machines.close()
         shutil.rmtree(root, ignore_errors=True)
-    data = {"hosts": args.hosts, "rounds": args.rounds, "sizes": sizes, "verify": verify, "measured_at": now_utc()}
-    md = markdown(sizes, verify, args.hosts, args.rounds)
+    data = {"hosts": args.hosts, "rounds": args.rounds, "sizes": sizes, "verify": verify, "interrupt": interrupt,
+            "measured_at": now_utc()}
+    md = markdown(sizes, verify, interrupt, args.hosts, args.rounds)
     md += "\n" + footer(os.cpu_count(), [round(x, 2) for x in os.getloadavg()], now_utc(), sys.version.split()[0]) + "\n"
     publish("ship", data, md)
     return 0
