@@ -9,10 +9,23 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.run import local_ports
 from testkit import slurm, sshd
 from testkit.slurm import SlurmCluster
 from testkit.sshd import Machines
 from tests.integration.lifecycle_helpers import cli, kill_run, records, run_processes
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Parallel workers (pytest-xdist, `make test`) pick ports from disjoint ranges: a port one worker found
+    free is never taken by another before its server binds it (orchestrator/run/local_ports.py)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker.startswith("gw") and worker[2:].isdigit() and count.isdigit():
+        low, high = 20000, min(60000, local_ports.ephemeral_low())
+        width = (high - low) // int(count)
+        first = low + int(worker[2:]) * width
+        os.environ[local_ports.RANGE_ENV] = f"{first}-{first + width - 1}"
+
 
 # The issue-14 before/after evidence runs only when asked (benchmarks/issue14_regressions.py sets this and
 # runs it against two checkouts); in every run the fault suite and the unit tests cover the same behaviours.

@@ -26,6 +26,7 @@ from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import transport_for
+from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -34,7 +35,7 @@ INTERVAL = 0.25
 
 
 class FakeRun:
-    """Run dirs for hosts a and b (code/ links to this checkout's training package), a plan, writers
+    """Run dirs for hosts a and b (lib/ links to this checkout's training package), a plan, writers
     appending progress like TF tasks do, and a real `sleep` standing in for worker-0's process."""
 
     def __init__(self, tmp: Path) -> None:
@@ -42,10 +43,10 @@ class FakeRun:
         self.run_id = "collect-test"
         self.dirs: dict[str, Path] = {}
         for h in ("a", "b"):
-            d = tmp / h / "runs" / self.run_id
-            for sub in ("code", "events", "logs", "state"):
+            d = tmp / h / "runs" / self.run_id / h
+            for sub in ("code", "lib", "events", "logs", "state"):
                 (d / sub).mkdir(parents=True)
-            (d / "code" / "training").symlink_to(ROOT / "training")
+            (d / "lib" / HOST_PACKAGE).symlink_to(ROOT / "training")
             self.dirs[h] = d
         self.plan = build_plan(Config.model_validate({
             "cluster": {"name": "t", "mode": "in-graph"},  # with a command: no ps needed (no ps events here)
