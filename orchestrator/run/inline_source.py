@@ -12,7 +12,7 @@ import importlib
 import re
 from pathlib import Path
 
-INLINED = {"port_probe": "training.probes.port_probe"}
+INLINED = {"port_probe": "training.probes.port_probe", "workdir_probe": "training.probes.workdir_probe"}
 _IMPORT = re.compile(r"^from \.[\w.]*?(\w+) import .*$", re.M)
 
 
