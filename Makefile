@@ -18,14 +18,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[cpu,test]'
 	touch $(STAMP)
 
-# The integration tests start real sshd processes: sshd and ssh-keygen, installed if missing.
+# The integration tests start real sshd processes: sshd and ssh-keygen, installed if missing; the quoting
+# tests run commands under busybox sh too.
 provision:
-	@$(PROVISION) openssh
+	@$(PROVISION) openssh busybox
 
 test: provision venv
 	$(PY) -m pytest -q tests
 
 unit: venv
+	@$(PROVISION) busybox
 	$(PY) -m pytest -q tests/unit
 
 integration: provision venv
