@@ -306,10 +306,11 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._handle_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away
         self._write_self()
-        self.view.open_channel(lambda text: print(f"peers: {text}", flush=True))
+        self.view.open_channel(lambda text: print(f"peers: {text}", flush=True),
+                               os.path.join(self.layout.state, f"peers-{self.host}.json"))
         for task in self.tasks:
-            if self.view.port_error:  # another run is on our ports: fail this one here, clearly
-                task.error = self.view.port_error
+            if self.view.channel_error:  # our control port taken, or no key: fail this one here, clearly
+                task.error = self.view.channel_error
                 self._note(task, f"cannot start {task.name}: {task.error}")
                 self._final(task, 98, None)
             else:
