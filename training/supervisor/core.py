@@ -307,7 +307,7 @@ class Supervisor:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away
         self._write_self()
         self.view.open_channel(lambda text: print(f"peers: {text}", flush=True),
-                               os.path.join(self.layout.state, f"peers-{self.host}.json"))
+                               self.layout.peer_marks_file(self.host))
         for task in self.tasks:
             if self.view.channel_error:  # our control port taken, or no key: fail this one here, clearly
                 task.error = self.view.channel_error
