@@ -22,7 +22,7 @@ import pytest
 from orchestrator.run.local_ports import free_port_block
 from training.run.layout import RunLayout
 from training.supervisor.peers import PeerChannel, encode
-from training.supervisor.policy import RestartBudget, outcome, waited_for
+from training.supervisor.policy import RestartBudget, needed_for_the_run, outcome, waited_for
 
 REPO = Path(__file__).resolve().parents[2]
 FOREVER = "import time\nwhile True: time.sleep(0.2)"
@@ -308,3 +308,30 @@ def test_policy_rules() -> None:
     plan["tasks"].append({"job": "chief", "index": 0, "is_chief": True})
     plan["tasks"][1]["is_chief"] = False
     assert waited_for(plan) == {"chief-0"}
+
+
+HELD = {"code": None, "stopped_by": "user"}
+OK = {"code": 0, "stopped_by": None}
+
+
+def _plan(mode: str, success: str = "chief") -> dict[str, Any]:
+    tasks = [{"job": "worker", "index": 0, "is_chief": True}, {"job": "worker", "index": 1}]
+    return {"mode": mode, "training": {"success": success},
+            "tasks": tasks + ([] if mode == "multi-worker-mirrored" else [{"job": "ps", "index": 0}])}
+
+
+def test_stop_for_good_ends_the_run_stopped_only_when_it_cannot_go_on() -> None:
+    """Issue 21 point 7: what the README promises of `x`, rule by rule (policy.py)."""
+    between = _plan("between-graph")
+    assert needed_for_the_run(between) == {"ps-0", "worker-0"}
+    assert outcome(between, {"worker-1": HELD}) is None  # the run goes on without it ...
+    assert outcome(between, {"worker-1": HELD, "worker-0": OK}) == "finished"  # ... and finishes
+    assert outcome(between, {"worker-0": HELD}) == "stopped"  # the chief it waits for: stopped at once
+    assert outcome(between, {"ps-0": HELD}) == "stopped"  # the variables' home: nothing can step
+    every = _plan("between-graph", "all-workers")
+    assert outcome(every, {"worker-1": HELD}) is None
+    assert outcome(every, {"worker-1": HELD, "worker-0": OK}) == "finished"  # another worker finished it
+    assert outcome(every, {"worker-1": HELD, "worker-0": HELD}) == "stopped"  # none left to finish it
+    for mode in ("in-graph", "multi-worker-mirrored"):
+        assert outcome(_plan(mode), {"worker-1": HELD}) == "stopped", mode  # in every step
+    assert outcome(_plan("parameter-server-strategy"), {"worker-1": HELD}) is None  # its steps go elsewhere
