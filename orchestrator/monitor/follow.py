@@ -10,8 +10,8 @@ global step), so it does not care how status judges a task. It promises:
   under `success = "chief"` a worker's host lost on the way does not keep the follower waiting;
 - `failed`, naming the first failed task and its error (`worker:0: ModuleNotFoundError: ...`);
 - `stopped` when the record says a `stop` ran, or the run ended stopped;
-- `lost` (exit 3) when a task the run cannot finish without (a ps, a task the policy waits for, a
-  worker of the synchronous modes) is lost: its host unreachable for `window_s` (the liveness window),
+- `lost` (exit 3) when a task the run cannot finish without (policy.py `needed_for_the_run`: a ps, a
+  worker of the synchronous modes; and every task the policy waits for) is lost: its host unreachable for `window_s` (the liveness window),
   or its supervisor and processes gone, or never started; and when a host is lost and nothing the run
   waits for has moved (global step, a running waited-for task, a state) for two windows.
 So it never follows longer than two liveness windows after the last event it waits for.
@@ -27,11 +27,10 @@ from typing import Literal
 from orchestrator.errors import UsageError
 from orchestrator.monitor.status import RunStatus, TaskStatus, status
 from orchestrator.run import records
-from training.supervisor.policy import waited_for
+from training.supervisor.policy import needed_for_the_run, waited_for
 
 LIVENESS_WINDOW_S = 10.0  # a host unreachable this long is lost (a stopped sshd, a dead machine)
 EVERY_S = 2.0
-SYNCHRONOUS_MODES = ("in-graph", "multi-worker-mirrored")  # every worker is in every step
 GONE_FOR_GOOD = ("lost", "not-started")  # nobody will run these again
 Outcome = Literal["finished", "failed", "stopped", "lost"]
 
@@ -54,10 +53,11 @@ class RunFollower:
 
     @classmethod
     def of(cls, record: records.RunRecord, window_s: float = LIVENESS_WINDOW_S) -> RunFollower:
-        waited = frozenset(name.replace("-", ":", 1) for name in waited_for(record.plan_json))
-        synchronous = record.plan.mode in SYNCHRONOUS_MODES
-        needed = waited | {t.label for t in record.plan.tasks if t.job == "ps" or synchronous}
-        return cls(waited, frozenset(needed), window_s)
+        def labels(names: set[str]) -> frozenset[str]:
+            return frozenset(name.replace("-", ":", 1) for name in names)
+
+        waited = labels(waited_for(record.plan_json))
+        return cls(waited, waited | labels(needed_for_the_run(record.plan_json)), window_s)
 
     def judge(self, st: RunStatus, record_status: str, now: float) -> Ending | None:
         """The ending, or None: keep following."""
