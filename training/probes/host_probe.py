@@ -11,7 +11,8 @@ machine's id: training/probes/workdir_probe.py), free disk, and the time.
 The TensorFlow version is read from its package's .dist-info directory, not by importing TensorFlow
 (seconds per host). `import_tf = "always"` imports it for real; `"cached"` (the built-in model and the
 TF2 modes need TensorFlow to import) imports it once per (machine, python, python's mtime, TensorFlow's
-`__init__.py` and its mtime) and keeps the answer in `<workdir>/check/`.
+`__init__.py` and its mtime) and keeps the answer in the login's cache ($XDG_CACHE_HOME/tfcluster, by
+default ~/.cache/tfcluster: every workdir and run of that user on that machine shares it).
 """
 
 import json
@@ -21,7 +22,7 @@ import time
 from typing import Any  # noqa: F401 - named in type comments
 
 from .port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
-from .workdir_probe import absolute_workdir, machine_id, try_write, workdir_id, workdir_report  # inlined too
+from .workdir_probe import machine_id, try_write, workdir_id, workdir_report  # inlined too
 
 
 def tf_report(distributions, import_tf, cache_dir):
@@ -60,6 +61,13 @@ def tf_report(distributions, import_tf, cache_dir):
         else:
             version = imported.get("version") or version
     return found, version, error
+
+
+def login_cache_dir():
+    # type: () -> str
+    """The login's cache (one per machine and user, whatever the workdir): $XDG_CACHE_HOME/tfcluster."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                        "tfcluster")
 
 
 def import_tensorflow(cache_dir, origin):
@@ -126,9 +134,8 @@ def report(args):
     # type: (dict[str, Any]) -> dict[str, object]
     r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}  # type: dict[str, object]
 
-    r.update(workdir_report(args["workdir"]))  # first: the TF answer's cache goes into the workdir
-    cache_dir = os.path.join(absolute_workdir(args["workdir"]), "check") if r["workdir_writable"] else None
-    r["tf_found"], r["tf_version"], tf_error = tf_report(args["tf_distributions"], args["import_tf"], cache_dir)
+    r.update(workdir_report(args["workdir"]))
+    r["tf_found"], r["tf_version"], tf_error = tf_report(args["tf_distributions"], args["import_tf"], login_cache_dir())
     if tf_error:
         r["tf_error"] = tf_error
     if args.get("checkpoint_dir"):  # shared_checkpoint_dir = true: is it one directory for every ps?
