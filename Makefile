@@ -19,14 +19,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The integration tests start real sshd processes (sshd and ssh-keygen) and a three-node Slurm cluster
-# (slurmctld, slurmd, the client commands, munged): installed if missing.
+# (slurmctld, slurmd, the client commands, munged); the quoting tests run commands under busybox sh too:
+# installed if missing.
 provision:
-	@$(PROVISION) openssh slurm
+	@$(PROVISION) openssh slurm busybox
 
 test: provision venv
 	$(PY) -m pytest -q tests
 
 unit: venv
+	@$(PROVISION) busybox
 	$(PY) -m pytest -q tests/unit
 
 integration: provision venv

@@ -5,7 +5,8 @@ test appends one line: its figures and pass/FAIL, tests/faults/measure.py), then
 benchmarks/results/faults.json (every line, pytest's outcome and wall time, the machine's load before and
 after) and faults.md: one row per fault with steps lost, seconds to recover, processes left and the
 result. A fault whose run is shared with others (one cluster start for several faults) gets the
-processes-left figure of its run's end. The figures are timings of a shared 2-core machine: the load is
+processes-left figure of its run's end. Then the mode x fault table (testkit/fault_table.py): the steps
+each replication mode lost on each fault, one row per mode. The figures are timings of a shared 2-core machine: the load is
 recorded beside them, never hidden.
 """
 
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import common
+from testkit.fault_table import mode_table
 
 NAME = "faults"
 COLUMNS = ("fault", "steps lost", "recover s", "processes left", "other figures", "result")
@@ -54,8 +56,8 @@ def cell(value: Any) -> str:
 
 def markdown(lines: list[dict[str, Any]], code: int, seconds: float, tail: str) -> str:
     out = ["# Fault suite (tests/faults)", "",
-           "Real sshd on loopback machines, real TensorFlow (`mlp`, between-graph: ps:0 on m0, worker:0 = chief on "
-           "m1, worker:1 on m2). Steps lost = highest global step before the fault minus the lowest reported "
+           "Real sshd on loopback machines, real TensorFlow (`mlp`; between-graph: ps:0 on m0, worker:0 = chief on "
+           "m1, worker:1 on m2; the other modes: tests/faults/test_mode_faults.py). Steps lost = highest global step before the fault minus the lowest reported "
            "after it; recover s = fault (or its end) to the victim, or its replacement, stepping again (or the "
            "run judged right); processes left = processes of the run on any host once it ended.", "",
            "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
@@ -64,6 +66,11 @@ def markdown(lines: list[dict[str, Any]], code: int, seconds: float, tail: str) 
         out.append("| " + " | ".join([line["fault"], cell(line.get("steps_lost")), cell(line.get("recover_s")),
                                       cell(line.get("processes_left")), other.replace("|", "/"),
                                       line["result"].replace("|", "/")]) + " |")
+    out += ["", "## Steps lost, per mode and fault", "",
+            "The global steps each replication mode lost on each fault (the README's fault table states the "
+            "rule each cell is tested against). Where the run fell back to a checkpoint the cell names the "
+            "step at the fault and the checkpoint's step: the loss is bounded by `checkpoint_every_steps` / "
+            "`checkpoint_every_secs`.", "", *mode_table(lines)]
     verdict = "passed" if code == 0 else f"FAILED (pytest exit {code})"
     out += ["", f"Suite {verdict} in {seconds:.0f} s wall time.", "", "```", tail, "```"]
     return "\n".join(out) + "\n"

@@ -27,3 +27,20 @@ def tensorflow() -> ModuleType:
 def tensorboard() -> ModuleType:
     """`import tensorboard`, or a collection failure that names what to install (the `tensorboard` extra)."""
     return _module("tensorboard", "tensorboard", "pip install -e '.[tensorboard]'")
+
+
+# The /bin/sh a host may have: Debian's dash, bash (RHEL, Fedora, Arch: `sh` is bash in POSIX mode) and
+# BusyBox's (Alpine, embedded). Found on PATH; scripts/provision installs busybox (`make test` runs it).
+POSIX_SHELLS = {"dash": ["dash"], "bash --posix": ["bash", "--posix"], "busybox sh": ["busybox", "sh"]}
+
+
+def posix_shell(name: str) -> list[str]:
+    """The argv that starts shell `name` (a key of POSIX_SHELLS), or a failure naming how to get it."""
+    import shutil
+
+    argv = POSIX_SHELLS[name]
+    found = shutil.which(argv[0])
+    if found is None:
+        pytest.fail(f"{argv[0]} is missing (needed to run commands under {name}): run `sh scripts/provision "
+                    f"busybox` (`make test` does)", pytrace=False)
+    return [found, *argv[1:]]

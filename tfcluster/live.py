@@ -21,6 +21,7 @@ from orchestrator.monitor.collect import Collector, CollectorActions
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import task_sort_key
 from orchestrator.run import records
+from training.supervisor.policy import needed_for_the_run
 from tui.task_actions import RestartPolicy
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) 
 
 def restart_policy(record: records.RunRecord) -> RestartPolicy:
     """What the dashboard's questions say happens after a restart or kill: the run's plan's policy."""
-    return RestartPolicy(record.plan.training.restart, record.plan.training.max_restarts)
+    return RestartPolicy(record.plan.training.restart, record.plan.training.max_restarts,
+                         frozenset(needed_for_the_run(record.plan_json)))
 
 
 def open_dashboard(run: str | None, *, readonly: bool = False, interval: float = 1.0,

@@ -4,7 +4,8 @@
   that ends cleanly, exit 0, on SIGTERM is done instead: the built-in ps tasks do);
 - kill (`k`): SIGKILL; restarted by the policy too;
 - stop for good (`x`): the orchestrator writes the task's hold file, then SIGTERMs it; the supervisor
-  never starts a held task again (DESIGN.md "Stop for good").
+  never starts a held task again (DESIGN.md "Stop for good"); the dialog says whether the run goes on
+  without it or ends `stopped` (training/supervisor/policy.py).
 
 The dialog names the policy and, under `on-failure`, how many restarts are left, so the user knows
 before saying yes whether a kill is a restart.
@@ -23,18 +24,20 @@ Verb = Literal["restart", "kill", "stop"]
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """The run's `[training] restart` and `max_restarts` (from its plan)."""
+    """The run's `[training] restart` and `max_restarts` (from its plan), and the tasks it cannot go on
+    without (training/supervisor/policy.py `needed_for_the_run`: `job-index` names)."""
 
     restart: str  # "on-failure" | "never"
     max_restarts: int
+    needed: frozenset[str] = frozenset()
 
 
 def question(verb: Verb, name: str, task: TaskView | None, policy: RestartPolicy | None) -> str:
     if verb == "stop":
-        text = f"Stop {name} for good (SIGTERM)? It will not be restarted; the run goes on without it."
-        if task is not None and task.job == "ps":
-            text += " Tasks that use its variables will stall."
-        return text
+        text = f"Stop {name} for good (SIGTERM)? It will not be restarted; "
+        if task is not None and policy is not None and task.name in policy.needed:
+            return text + "the run cannot go on without it: it ends `stopped`, its other tasks stopped too."
+        return text + "the run goes on without it and can still end `finished`."
     head = f"Restart {name} (SIGTERM)? " if verb == "restart" else f"Kill {name} (SIGKILL)? "
     return head + _after_exit(verb, task, policy)
 

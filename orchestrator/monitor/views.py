@@ -230,11 +230,12 @@ def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int
 
 def run_state(tasks: Iterable[TaskView]) -> str:
     """The run as its tasks' ends say: failed as soon as one failed for good; once all ended, finished
-    (those the user stopped for good or the run ended included), or stopped when the user stopped all."""
+    when one of them exited 0 by itself (those the user stopped for good or the run ended included),
+    else stopped (the user stopped for good what the run needed: training/supervisor/policy.py)."""
     tasks = list(tasks)
     ended = [t for t in tasks if t.liveness == "exited"]
     if any(t.exit_code not in (0, None) and t.stopped_by is None for t in ended):
         return "failed"
     if not tasks or len(ended) < len(tasks):
         return "running"
-    return "stopped" if all(t.held for t in tasks) else "finished"
+    return "finished" if any(t.exit_code == 0 and t.stopped_by is None for t in tasks) else "stopped"

@@ -2,17 +2,23 @@
 
 A placeholder is never pasted into the shell text. Each value goes into the task's environment as
 `TFCLUSTER_ARG_<NAME>` (set by the supervisor through posix_spawn: no shell ever parses it) and the
-template gets a reference to that variable, written for the quoting context the user put the
-placeholder in:
+template gets a reference to that variable, written for the context the user put the placeholder in
+(orchestrator/plan/shell_scan.py follows the quoting):
 
     bare            {python} train.py       ->  "${TFCLUSTER_ARG_PYTHON}" train.py
     double quotes   "python is {python}"    ->  "python is ${TFCLUSTER_ARG_PYTHON}"
     single quotes   'python is {python}'    ->  'python is '"${TFCLUSTER_ARG_PYTHON}"''
-    $( ... ) and ` ... ` start a new, unquoted context, as they do for the shell.
+    $( ... ) and ` ... ` start a new, unquoted context, as they do for the shell
+    here-document   cat <<EOF ... {job} ... ->  ... ${TFCLUSTER_ARG_JOB} ...   (quotes there are literal)
+    arithmetic      $(( {task} + 41 ))      ->  $(( ${TFCLUSTER_ARG_TASK%%[!0-9]*} + 41 ))
 
-The shell expands a quoted parameter once and never re-reads the result, so quotes, `$(...)`,
-backticks, newlines or globs in a value reach the program as plain characters. A placeholder where
-no reference can be written faithfully (inside `${...}` or `$'...'`) is a one-line error.
+The shell expands a parameter once and never re-reads the result, so quotes, `$(...)`, backticks,
+newlines or globs in a value reach the program as plain characters, under dash, bash (also as /bin/sh)
+and busybox sh alike. Arithmetic is the exception (bash evaluates a value there as an expression, and
+runs a `$(...)` in it): only `{task}`, a number, may appear there, and only its digits get in. A
+placeholder where no reference holds is a one-line error naming the context: inside `${...}`, `$'...'`,
+a quoted here-document (nothing is expanded there) or its delimiter, bash's `[[ ... ]]` (its -eq
+evaluates values as arithmetic), another placeholder than `{task}` in arithmetic, after a backslash.
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ import string
 from collections.abc import Mapping
 
 from orchestrator.errors import ConfigError
+from orchestrator.plan.shell_scan import ShellScanner
 
 COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
+NUMERIC_PLACEHOLDERS = ("task",)  # always a number: the only ones arithmetic may use
 ARG_ENV_PREFIX = "TFCLUSTER_ARG_"
 KEY = "training.command"
 
@@ -36,93 +44,44 @@ def _braced(name: str) -> str:
     return "{" + name + "}"
 
 
-class _Scanner:
-    """Where the shell is, quoting-wise, after each piece of literal text of the template.
-
-    States on a stack: "" (unquoted), "'" , '"', "`" (inside backticks), "$(" (command substitution),
-    "${" (parameter expansion), "$'" (ANSI-C quoting). Enough of the POSIX shell's grammar to place a
-    reference; anything it cannot follow makes the placeholder an error, never a guess."""
-
-    def __init__(self) -> None:
-        self.stack: list[str] = [""]
-        self.escaped = False
-
-    @property
-    def state(self) -> str:
-        return self.stack[-1]
-
-    def feed(self, text: str) -> None:
-        i = 0
-        while i < len(text):
-            c, nxt = text[i], text[i + 1 : i + 2]
-            if self.escaped:
-                self.escaped = False
-            elif self.state in ("'", "$'"):
-                self._quoted_literally(c)
-            elif c == "\\":
-                self.escaped = True
-            elif (c == "$" and nxt in ("(", "{")) or (c == "$" and nxt == "'" and self.state != '"'):
-                self.stack.append("$" + nxt)
-                i += 1
-            elif self.state == '"':
-                self._double_quoted(c)
-            else:
-                self._unquoted(c)
-            i += 1
-
-    def _quoted_literally(self, c: str) -> None:
-        """Inside '...' nothing is special but the closing quote; inside $'...' backslash escapes too."""
-        if c == "\\" and self.state == "$'":
-            self.escaped = True
-        elif c == "'":
-            self.stack.pop()
-
-    def _double_quoted(self, c: str) -> None:
-        if c == '"':
-            self.stack.pop()
-        elif c == "`":
-            self.stack.append("`")
-
-    def _unquoted(self, c: str) -> None:
-        """Unquoted text, or inside `...`, $(...) or ${...}, where quotes open again."""
-        state = self.state
-        if c in ("'", '"'):
-            self.stack.append(c)
-        elif c == "`":
-            if state == "`":
-                self.stack.pop()
-            else:
-                self.stack.append("`")
-        elif (c == ")" and state == "$(") or (c == "}" and state == "${"):
-            self.stack.pop()
-        elif c == "(" and state == "$(":
-            self.stack.append("$(")  # a nested group: its ")" must not close the substitution
-
-    def reference(self, name: str, source: str) -> str:
-        var = "${" + arg_env_name(name) + "}"
-        state = self.state
-        if state == '"':
-            return var
-        if state == "'":
-            return "'\"" + var + "\"'"
-        if state in ("", "`", "$("):
-            return '"' + var + '"'
-        where = "inside ${...}" if state == "${" else "inside $'...'"
-        raise ConfigError(source, KEY, f"placeholder {_braced(name)} {where}: its value cannot be quoted "
-                                       "there; use it outside (e.g. in double quotes)")
+def _reference(scan: ShellScanner, name: str, source: str) -> str:
+    """The text standing for placeholder `name` where `scan` is, or a one-line ConfigError naming the
+    context where no reference holds in every POSIX shell (dash, bash as /bin/sh, busybox sh)."""
+    var = "${" + arg_env_name(name) + "}"
+    state = scan.context
+    if scan.escaped:
+        raise ConfigError(source, KEY, f"placeholder {_braced(name)} after a backslash: the backslash would quote "
+                                       "the reference, not the value (every value arrives exactly as it is): "
+                                       "remove the backslash")
+    if state in ('"', "<<"):
+        return var  # expanded once, never re-read: quotes would be literal in a here-document
+    if state == "'":
+        return "'\"" + var + "\"'"
+    if state in ("", "`", "$(", "#"):
+        return '"' + var + '"'
+    if state == "$((" and name in NUMERIC_PLACEHOLDERS:
+        # bash evaluates a variable's value as an arithmetic expression (running any $(...) in it):
+        # only its leading digits reach the expression, which for a task index is all of it.
+        return "${" + arg_env_name(name) + "%%[!0-9]*}"
+    why = {"$((": f"only {', '.join(_braced(p) for p in NUMERIC_PLACEHOLDERS)} (a number) can be used in arithmetic",
+           "[[": "bash evaluates its -eq (and like) operands as arithmetic, running a $(...) in a value: use "
+                 "[ ... ]"}.get(state, "its value cannot be quoted there")
+    raise ConfigError(source, KEY, f"placeholder {_braced(name)} inside {scan.name()}: {why}; use it outside "
+                                   "(e.g. in double quotes)")
 
 
 def fill_command(template: str, source: str = "hosts.toml") -> str:
     """The shell text of `template` with every placeholder replaced by a quoted variable reference.
     Raises ConfigError for an unknown placeholder, a conversion, unbalanced braces or an unquotable spot."""
     check_command_template(template, source)
-    scanner = _Scanner()
+    scanner = ShellScanner()
     out: list[str] = []
     for literal, name, _spec, _conversion in string.Formatter().parse(template):
         out.append(literal)
         scanner.feed(literal)
         if name is not None:
-            out.append(scanner.reference(name, source))
+            out.append(_reference(scanner, name, source))
+            scanner.placeholder()
     return "".join(out)
 
 

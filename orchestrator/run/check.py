@@ -3,8 +3,11 @@
 Each host gets its own thread: it connects (the host's connect timeout), then runs ONE command, a
 Python probe given to the host's `python` with `-c` (all values shell-quoted by the transport). The
 command first prints the remote clock (`date`), then the probe prints one JSON report: Python and
-TensorFlow versions, GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk and
-writability of the workdir. A slow or dead host only delays its own row, never the others'.
+TensorFlow versions (and, for the built-in trainers and the TF2 modes, whether TensorFlow imports:
+cached on the host), GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk, whether
+the workdir can be created and written as `start` will (a file is written there and removed), and the
+workdir's id: hosts reporting the same id share it (orchestrator/run/shared_dirs.py). A slow or dead host
+only delays its own row, never the others'.
 
 The probe itself is training/probes/host_probe.py, sent as source (nothing is shipped to the host yet).
 """
@@ -18,11 +21,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from orchestrator.errors import HostError
+from orchestrator.plan.checkpoints import checkpoint_hosts, shards_into_shared_dir
 from orchestrator.plan.model import ClusterPlan, HostPlan, TaskPlan
 from orchestrator.run.inline_source import standalone_source
+from orchestrator.run.shared_dirs import shared_workdirs, sharing_notes
 from orchestrator.transport.base import Transport
 from orchestrator.transport.fan_out import fan_out
 
@@ -34,6 +39,8 @@ LOW_DISK_BYTES = 1 << 30  # below this, warn: checkpoints and logs go to the wor
 CLOCK_WARN_S = 1.0  # telemetry ages and liveness compare remote timestamps with the local clock
 DATE_COMMAND = "date +%s.%N 2>/dev/null || echo 0"
 _CONNECT_REASONS = ("refused", "timeout", "unreachable")
+TF2_MODES = ("multi-worker-mirrored", "parameter-server-strategy")
+ImportTf = Literal["always", "cached", "never"]
 
 # The probe runs on the host as `python -c <its source>`: it is a real module, linted and tested here.
 PROBE_SCRIPT = standalone_source("training.probes.host_probe")
@@ -74,6 +81,9 @@ class HostCheck:
     ports: dict[int, str | None] = field(default_factory=dict)  # planned port -> None if free, else why not
     disk_free_bytes: int | None = None
     workdir_writable: bool | None = None
+    workdir_id: str | None = None  # the same id on two hosts: they share the workdir (run/shared_dirs.py)
+    machine_id: str | None = None
+    checkpoint_dir_id: str | None = None  # shared_checkpoint_dir = true: the same on every writer
     clock_offset_s: float | None = None  # remote minus local
     clock_bounds_s: tuple[float, float] | None = None  # the true offset lies in this interval
     duration_s: float = 0.0
@@ -99,6 +109,7 @@ class CheckReport:
     hosts: list[HostCheck]
     warnings: list[str]
     duration_s: float
+    notes: list[str] = field(default_factory=list)  # shared workdirs, where checkpoints go
 
     @property
     def ready(self) -> bool:
@@ -111,18 +122,21 @@ class CheckReport:
             "orchestrator_tf": self.orchestrator_tf,
             "tf_reference": self.tf_reference,
             "warnings": self.warnings,
+            "notes": self.notes,
+            "shared_workdirs": [asdict(g) for g in shared_workdirs(self.hosts)],
             "duration_s": round(self.duration_s, 3),
             "hosts": [h.to_json() for h in self.hosts],
         }
 
 
-def probe_argv(host: HostPlan, ports: Sequence[tuple[int, str]], *, import_tf: bool = False) -> list[str]:
+def probe_argv(host: HostPlan, ports: Sequence[tuple[int, str]], *, import_tf: ImportTf = "never",
+               checkpoint_dir: str | None = None) -> list[str]:
     """The one command run on a host: remote clock first, then the probe under the host's python.
     `ports`: (port, address to bind, "" = every interface), as training/probes/port_probe.py tests them.
     `~/` in the python path means the remote home; a missing python exits 127 with a marker line."""
     args = json.dumps({
         "ports": [list(p) for p in ports], "workdir": host.workdir, "import_tf": import_tf,
-        "tf_distributions": list(TF_DISTRIBUTIONS),
+        "tf_distributions": list(TF_DISTRIBUTIONS), "checkpoint_dir": checkpoint_dir,
     })
     script = (
         DATE_COMMAND + '\np=$1; shift\ncase $p in "~/"*) p="$HOME/${p#"~/"}";; esac\n'
@@ -141,12 +155,22 @@ def host_ports(host: HostPlan, tasks: Sequence[TaskPlan]) -> list[tuple[int, str
     return ports
 
 
+def import_tf_mode(plan: ClusterPlan, force: bool) -> ImportTf:
+    """`--import-tf` always imports; the built-in trainers and the TF2 modes need TensorFlow to import,
+    so their check imports it (once per host, python and TensorFlow install: the probe caches it)."""
+    if force:
+        return "always"
+    return "cached" if not plan.uses_user_command or plan.mode in TF2_MODES else "never"
+
+
 def check_host(
     host: HostPlan, plan: ClusterPlan, transport: Transport, *, timeout: float, import_tf: bool = False,
     clock: Callable[[], float] = time.time,
 ) -> HostCheck:
     """Connect and probe one host. Never raises for host faults: they become the row's problems."""
     tasks = plan.tasks_on(host.name)
+    shared_ckpt = plan.training.checkpoint_dir if (shards_into_shared_dir(plan)
+                                                   and host.name in checkpoint_hosts(plan)) else None
     result = HostCheck(
         host=host.name, address=host.address, python=host.python, workdir=host.workdir,
         gpus_planned=sorted({t.gpu for t in tasks if t.gpu is not None}),
@@ -158,7 +182,8 @@ def check_host(
         if connect is not None:
             connect()
         result.reachable = result.auth = True
-        _probe(result, host, transport, ports, timeout=timeout, import_tf=import_tf, clock=clock)
+        argv = probe_argv(host, ports, import_tf=import_tf_mode(plan, import_tf), checkpoint_dir=shared_ckpt)
+        _probe(result, host, transport, argv, timeout=timeout, clock=clock)
     except HostError as exc:
         result.failure = exc.reason
         if exc.reason not in _CONNECT_REASONS:
@@ -171,11 +196,11 @@ def check_host(
 
 
 def _probe(
-    result: HostCheck, host: HostPlan, transport: Transport, ports: Sequence[tuple[int, str]], *, timeout: float,
-    import_tf: bool, clock: Callable[[], float],
+    result: HostCheck, host: HostPlan, transport: Transport, argv: list[str], *, timeout: float,
+    clock: Callable[[], float],
 ) -> None:
     sent = clock()
-    stream = transport.stream(probe_argv(host, ports, import_tf=import_tf))
+    stream = transport.stream(argv)
     timed_out = threading.Event()
 
     def kill() -> None:
@@ -249,8 +274,13 @@ def _apply_report(result: HostCheck, report: dict[str, Any], control_port: int =
             result.problems.append(f"port {port}{whose} is not free: {why}")
     result.disk_free_bytes = report.get("disk_free_bytes")
     result.workdir_writable = report.get("workdir_writable")
+    result.workdir_id, result.machine_id = report.get("workdir_id"), report.get("machine_id")
     if not result.workdir_writable:
-        result.problems.append(f"workdir {report.get('workdir', result.workdir)} is not writable")
+        why = report.get("workdir_problem") or "not writable"
+        result.problems.append(f"workdir {report.get('workdir', result.workdir)}: {why} (start could not use it)")
+    result.checkpoint_dir_id = report.get("checkpoint_dir_id")
+    if report.get("checkpoint_dir_problem"):
+        result.problems.append(f"shared checkpoint_dir: {report['checkpoint_dir_problem']}")
     if result.disk_free_bytes is not None and result.disk_free_bytes < LOW_DISK_BYTES:
         result.warnings.append(f"only {result.disk_free_bytes / (1 << 20):.0f} MiB free in the workdir")
     if result.clock_offset_s is not None and abs(result.clock_offset_s) > CLOCK_WARN_S:
@@ -315,9 +345,10 @@ def run_check(
     rows = [r if isinstance(r, HostCheck) else _failed_row(by_name[name], r) for name, r in results.items()]
     reference = _compare_tf(rows, orchestrator_tf)
     warnings = [port_exposure_warning(plan), *plan.warnings]
+    notes = sharing_notes(plan, rows)
     return CheckReport(
         cluster=plan.cluster_name, orchestrator_tf=orchestrator_tf, tf_reference=reference, hosts=rows,
-        warnings=warnings, duration_s=time.monotonic() - start,
+        warnings=warnings, duration_s=time.monotonic() - start, notes=notes,
     )
 
 

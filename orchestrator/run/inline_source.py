@@ -13,7 +13,8 @@ import importlib
 import re
 from pathlib import Path
 
-INLINED = {"port_probe": "training.probes.port_probe", "content_cache": "training.run.content_cache"}
+INLINED = {"port_probe": "training.probes.port_probe", "content_cache": "training.run.content_cache",
+           "workdir_probe": "training.probes.workdir_probe"}
 _FUTURE = re.compile(r"^from __future__ import .*\n", re.M)
 _IMPORT = re.compile(r"^from \.[\w.]*?(\w+) import (?:\([^)]*\)|.*)$", re.M)  # one line, or a parenthesized list
 

@@ -79,6 +79,20 @@ def _first_error(outcomes: dict[str, HostOutcome], names: list[str]) -> HostErro
     return (real or errors or [None])[0]
 
 
+def _other_errors(outcomes: dict[str, HostOutcome], names: list[str], first: HostError) -> str:
+    """Every other host's own error (not `cancelled`), hosts with the same one named together:
+    `; also m3, m4: prepare: ...; m7: refused`. The one-line error then names EVERY bad host."""
+    by_what: dict[str, list[str]] = {}
+    for n in names:
+        e = outcomes[n].error
+        if e is not None and e.reason != "cancelled" and n != first.host:
+            by_what.setdefault(f"{e.reason}: {e.detail}" if e.detail else e.reason, []).append(n)
+    same = by_what.pop(f"{first.reason}: {first.detail}" if first.detail else first.reason, [])
+    parts = [f"{', '.join(same)}: the same"] if same else []
+    parts += [f"{', '.join(hosts)}: {what}" for what, hosts in by_what.items()]
+    return f"; also {'; '.join(parts)}" if parts else ""
+
+
 def forwarded_env(plan: ClusterPlan, config_path: str) -> dict[str, str]:
     """`[training] forward_env`: the values from this process's environment, for the start conversation
     only (never in the plan, the run record or any file on a host). A name that is not set is an error:
@@ -165,18 +179,25 @@ def start(
     outcomes = runner.outcomes
     failed = [n for n in names if outcomes[n].error is not None]
     if failed and not (options.allow_partial and len(failed) < len(names)):
-        error = _first_error(outcomes, failed)
-        assert error is not None
-        rollback = _roll_back(record, options, opener)
-        record.status = "failed-to-start"
-        record.notes.append(error.one_line())
-        records.save(record)
-        raise HostError(error.host, error.reason, f"{error.detail or 'failed'} ({rollback})")
+        _fail(record, outcomes, failed, options, opener)
     record.status = "partial" if failed else "started"
     for name in failed:
         record.notes.append(f"not started: {outcomes[name].error}")
     records.save(record)
     return StartResult(record=record, outcomes=outcomes, seconds=time.monotonic() - t0)
+
+
+def _fail(record: records.RunRecord, outcomes: dict[str, HostOutcome], failed: list[str], options: StartOptions,
+          opener: Opener) -> None:
+    """Roll back what was started and raise the one-line error naming every host that failed."""
+    error = _first_error(outcomes, failed)
+    assert error is not None
+    rollback = _roll_back(record, options, opener)
+    record.status = "failed-to-start"
+    record.notes.append(error.one_line())
+    records.save(record)
+    also = _other_errors(outcomes, failed, error)
+    raise HostError(error.host, error.reason, f"{error.detail or 'failed'}{also} ({rollback})")
 
 
 def _ports_free_or_replanned(record: records.RunRecord, runner: StartShard | ShardedStart, run_data: dict[str, Any],

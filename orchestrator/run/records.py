@@ -5,11 +5,13 @@ One JSON file per run in platformdirs' user state dir (`TFCLUSTER_STATE_DIR` ove
 always set it to a temporary directory); the directory is 0700 and every file 0600 (a record holds
 host names, users and paths). `RunRecord.from_json` is the one typed decoder: a record that is not
 what `to_json` writes raises RecordError, and listings skip such a file with a one-line warning
-naming it instead of failing.
+naming it instead of failing; but a command given no RUN refuses (naming the file) when a damaged
+record may be the newest: it never silently acts on an older run instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -219,23 +221,35 @@ def load(run_id: str) -> RunRecord:
 def list_runs() -> tuple[list[RunRecord], list[str]]:
     """Every readable run record, oldest first, and a one-line warning for each file that is not one
     (a damaged record must not hide the others)."""
+    records, damaged = _scan()
+    return records, [f"skipped {exc}" for _, exc in damaged]
+
+
+def _scan() -> tuple[list[RunRecord], list[tuple[Path, RecordError]]]:
     directory = state_dir()
     if not directory.is_dir():
         return [], []
-    records, warnings = [], []
+    records, damaged = [], []
     for path in sorted(directory.glob("*.json")):
         try:
             records.append(read(path))
         except RecordError as exc:
-            warnings.append(f"skipped {exc}")
-    return sorted(records, key=lambda r: (r.created, r.run_id)), warnings
+            damaged.append((path, exc))
+    return sorted(records, key=lambda r: (r.created, r.run_id)), damaged
 
 
 def latest() -> RunRecord:
-    records, warnings = list_runs()
+    """The newest run, for a command given no RUN. A damaged record written after that run was created
+    may be the newest one: then refuse (naming it) rather than act on an older run the user did not mean."""
+    records, damaged = _scan()
+    newest_created = records[-1].created if records else float("-inf")
+    for path, exc in damaged:
+        with contextlib.suppress(OSError):
+            if path.stat().st_mtime >= newest_created:
+                raise UsageError(f"{exc}; it may be the newest run: name the run (`tfcluster ls`), or remove "
+                                 f"{path.name} from {path.parent}")
     if not records:
-        skipped = f" ({len(warnings)} unreadable record(s) skipped: `tfcluster ls` names them)" if warnings else ""
-        raise UsageError(f"no run yet: start one with `tfcluster start hosts.toml`{skipped}")
+        raise UsageError("no run yet: start one with `tfcluster start hosts.toml`")
     return records[-1]
 
 

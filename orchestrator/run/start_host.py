@@ -268,12 +268,13 @@ class HostStart:
             t = states.get(name)
             if t is None:
                 continue
-            if t.final and t.exit_code != 0:
+            if t.final and t.exit_code != 0 and t.stopped_by != "run":  # ended by the run: never its fault
                 how = f"exit code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
-                raise HostError(self.host.name, "task-failed", f"{name} exited with {how} (see `tfcluster logs "
-                                f"{self.ctx.run_id} {name.replace('-', ':')}`)")
-            if t.state == "running" or (t.final and t.exit_code == 0):
-                ready += 1
+                why = f": {t.error}" if t.error else ""
+                raise HostError(self.host.name, "task-failed", f"{name} exited with {how}{why} "
+                                f"(see `tfcluster logs {self.ctx.run_id} {name.replace('-', ':')}`)")
+            if t.state == "running" or (t.final and (t.exit_code == 0 or t.stopped_by == "run")):
+                ready += 1  # a run that failed meanwhile is said by the host where it failed
         return ready
 
     # --- both --------------------------------------------------------------------------------------
@@ -341,14 +342,14 @@ class StartShard:
         self.outcomes = {name: s.outcome for name, s in self.starts.items()}
         self.on_outcome = on_outcome  # each host's outcome when its phase ends (shard workers send it up)
 
-    def _phase(self, names: list[str], step: Callable[[HostStart], None], limit: int) -> None:
+    def _phase(self, names: list[str], step: Callable[[HostStart], None], limit: int, *, cancel_on_failure: bool) -> None:
         def done(name: str, result: HostError | None) -> None:
             out = self.outcomes[name]
             if isinstance(result, HostError):
                 out.error = HostError(name, result.reason, result.detail) if result.host != name else result
                 out.ok = False
                 self.ctx.progress(name, "cancelled" if out.error.reason == "cancelled" else "failed", 0, 1)
-                if not self.ctx.allow_partial:
+                if cancel_on_failure and not self.ctx.allow_partial:
                     self.ctx.cancel.set()  # this start fails anyway: the other hosts stop waiting
             if self.on_outcome is not None:
                 self.on_outcome(out)
@@ -357,7 +358,9 @@ class StartShard:
                 on_interrupt=self.ctx.cancel.set, interrupt_grace=self.ctx.op_timeout, thread_name="tfcluster-start")
 
     def prepare(self) -> None:
-        self._phase(list(self.starts), HostStart.prepare, PREPARE_LIMIT)
+        # Every host finishes its prepare even when one failed (nothing runs yet): the error then names
+        # every host that cannot start, not only the first.
+        self._phase(list(self.starts), HostStart.prepare, PREPARE_LIMIT, cancel_on_failure=False)
 
     def replan(self, run_file: Callable[[str], bytes]) -> None:
         """The ports were re-planned: each host's new run.json goes with its `go`."""
@@ -370,7 +373,7 @@ class StartShard:
         self.ctx.deadline += extend
         go = set(names)
         self.release([n for n in self.starts if n not in go])
-        self._phase([n for n in self.starts if n in go], HostStart.launch, LAUNCH_LIMIT)
+        self._phase([n for n in self.starts if n in go], HostStart.launch, LAUNCH_LIMIT, cancel_on_failure=True)
 
     def release(self, names: list[str] | None = None) -> None:
         """These hosts (default: all) do not go: each removes what it prepared, all at once."""

@@ -2,10 +2,11 @@
 with the same two-phase semantics as in one process (run.start_host.StartShard):
 
 1. every worker prepares its hosts and holds their commands at the barrier; the parent hears each
-   host's outcome as it comes (and each progress step: one display, the parent's), and tells every
-   worker to cancel as soon as a host fails (unless partial starts are allowed);
+   host's outcome as it comes (and each progress step: one display, the parent's); every host's
+   prepare ends, failed or not, so that the error names every host that cannot start;
 2. once every worker has reported, the parent alone decides which hosts go (`launch(names)`) or that
-   none does (`release()`), and hears the launch outcomes the same way.
+   none does (`release()`), and hears the launch outcomes the same way, telling every worker to
+   cancel as soon as a launch fails (unless partial starts are allowed).
 Ctrl-C reaches the parent only: it tells the workers to cancel, waits for their last outcomes (at most
 `op_timeout`), and lets `start` roll back. A worker whose parent died cancels what it had not launched.
 """
@@ -57,7 +58,7 @@ class ShardedStart:
         self.shards = Shards(self.groups, lambda keys, link: _worker(ctx, [by_name[k] for k in keys], opener, link))
         self.run_file: Callable[[str], bytes] | None = None  # re-planned run files, sent with `go`
 
-    def _pump(self, end: str, deadline: float | None = None) -> None:
+    def _pump(self, end: str, deadline: float | None = None, cancel_on_failure: bool = False) -> None:
         """Take every worker's messages until each has said `end` (or ended, or the deadline passed)."""
         waiting = set(range(len(self.groups)))
         for worker, message in self.shards.messages(
@@ -74,7 +75,8 @@ class ShardedStart:
             elif kind == "outcome":
                 outcome: HostOutcome = message[1]
                 self.outcomes[outcome.host] = outcome
-                if outcome.error is not None and outcome.error.reason != "cancelled" and not self.ctx.allow_partial:
+                if cancel_on_failure and outcome.error is not None and outcome.error.reason != "cancelled" \
+                        and not self.ctx.allow_partial:
                     self.shards.broadcast(("cancel",))
             elif kind == end:
                 waiting.discard(worker)
@@ -85,9 +87,9 @@ class ShardedStart:
             if not out.ok and out.error is None:
                 out.error = HostError(name, "error", "its worker process exited before reporting")
 
-    def _guarded(self, end: str) -> None:
+    def _guarded(self, end: str, cancel_on_failure: bool) -> None:
         try:
-            self._pump(end)
+            self._pump(end, cancel_on_failure=cancel_on_failure)
         except KeyboardInterrupt:
             self.ctx.cancel.set()
             self.shards.broadcast(("cancel",))
@@ -95,14 +97,14 @@ class ShardedStart:
             raise
 
     def prepare(self) -> None:
-        self._guarded("prepared")
+        self._guarded("prepared", cancel_on_failure=False)  # every host's prepare ends: the error names all
 
     def launch(self, names: list[str], extend: float = 0.0) -> None:
         go = set(names)
         self.ctx.deadline += extend
         for worker, keys in enumerate(self.groups):
             self.shards.tell(worker, ("go", [k for k in keys if k in go], self.run_file, extend))
-        self._guarded("launched")
+        self._guarded("launched", cancel_on_failure=True)
 
     def replan(self, run_file: Callable[[str], bytes]) -> None:
         self.run_file = run_file

@@ -52,8 +52,9 @@ class FaultRun:
     steps: int
     label: str
     started_at: float = field(default_factory=time.time)
-    marks: dict[str, float] = field(default_factory=dict)
-    net: NetworkCut | None = None  # m2 behind a veth pair the test can cut (root only)  # when a stage's fault happened, for later stages
+    marks: dict[str, float] = field(default_factory=dict)  # when a stage's fault happened, for later stages
+    net: NetworkCut | None = None  # m2 behind a veth pair the test can cut (root only)
+    mode: str = "between-graph"
 
     # --- the CLI --------------------------------------------------------------------------------
     def status(self) -> tuple[int, dict[str, Any]]:
@@ -73,9 +74,11 @@ class FaultRun:
         return {t["name"]: t["restarts"] for t in self.status()[1]["tasks"]}
 
     @contextmanager
-    def measuring(self, fault: str) -> Iterator[dict[str, Any]]:
-        """measure.measuring under this run's label."""
-        with measure.measuring(fault, self.label) as figures:
+    def measuring(self, fault: str, column: str | None = None) -> Iterator[dict[str, Any]]:
+        """measure.measuring under this run's label; `column`: the fault's column in the mode x fault
+        table (benchmarks/bench_faults.py MODE_COLUMNS), with this run's mode."""
+        tags = {"mode": self.mode, "column": column} if column else {}
+        with measure.measuring(fault, self.label, **tags) as figures:
             yield figures
 
     # --- independent views ----------------------------------------------------------------------
@@ -85,7 +88,7 @@ class FaultRun:
         return run_dir
 
     def points(self) -> list[measure.Point]:
-        return measure.progress_points([self.run_dir(h) for h in ("m1", "m2")])
+        return measure.progress_points([h.run_dir for h in runs.load(self.run_id).hosts if h.run_dir])
 
     def log_text(self, host: str, name: str) -> str:
         path = Path(self.run_dir(host), "logs", f"{name}.log")
@@ -143,7 +146,7 @@ def started_run(machines: Machines, tmp: Path, *, label: str, steps: int, traini
                                     training={**PACED, "steps": steps, **(training or {})})
         res = cli(state, "start", str(hosts), "--timeout", "150")
         assert res.returncode == 0, res.stdout + res.stderr
-        run = FaultRun(machines, state, started_run_id(res.stdout), hosts, steps, label)
+        run = FaultRun(machines, state, started_run_id(res.stdout), hosts, steps, label, mode=mode)
         try:
             yield run
         finally:

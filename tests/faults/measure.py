@@ -5,6 +5,8 @@
 - `steps_lost(points, t)`: the highest global step any trainer reported up to the fault at `t`, minus
   the lowest one reported after it (0 when training never went back). Two trainers reading one shared
   counter report it a few steps apart in time, so a worker or chief fault may show `JITTER` steps.
+- `checkpoint_step(directory)`: the global step of the newest checkpoint there, TF1 (`global_step`) or
+  TF2 (a `step` object) alike, read by TensorFlow.
 - `record(...)`: one JSON line per fault appended to the file named by $TFCLUSTER_FAULTS_RESULTS (when
   set; benchmarks/bench_faults.py sets it and turns the lines into benchmarks/results/faults.md).
   `measuring(fault, run)` writes the line whether the test passed or failed, with the first line of
@@ -22,6 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testkit.fault_table import CHIEF_KILL, CHIEF_TERM, PS_KILL, WORKER_KILL
+
+__all__ = ["CHIEF_KILL", "CHIEF_TERM", "PS_KILL", "WORKER_KILL"]  # the table's columns, for the fault tests
 RESULTS_ENV = "TFCLUSTER_FAULTS_RESULTS"
 # Steps two asynchronous trainers may report out of order (each writes its event a moment after its step).
 JITTER = 10
@@ -96,6 +101,19 @@ def drops(points: list[Point], jitter: int = JITTER) -> list[tuple[float, str, i
     return out
 
 
+def checkpoint_step(directory: str) -> int | None:
+    """The global step in the newest checkpoint of `directory` (None: none yet)."""
+    import tensorflow as tf
+
+    latest = tf.train.latest_checkpoint(directory)
+    if latest is None:
+        return None
+    reader = tf.train.load_checkpoint(latest)
+    names = reader.get_variable_to_shape_map()
+    key = "global_step" if "global_step" in names else next(n for n in names if n.startswith("step/"))
+    return int(reader.get_tensor(key))
+
+
 def record(**fields: Any) -> None:
     path = os.environ.get(RESULTS_ENV)
     if not path:
@@ -105,15 +123,17 @@ def record(**fields: Any) -> None:
 
 
 @contextmanager
-def measuring(fault: str, run: str) -> Iterator[dict[str, Any]]:
+def measuring(fault: str, run: str, **tags: Any) -> Iterator[dict[str, Any]]:
     """Yield a dict the test fills with its figures; its JSON line is written on the way out, with
-    result "pass", or "FAIL: <first line>" when the block raised."""
+    result "pass", or "FAIL: <first line>" when the block raised. `tags` (the run's `mode`, the fault's
+    `column` in the mode x fault table of benchmarks/bench_faults.py) go into the line as they are."""
     figures: dict[str, Any] = {}
     started = time.monotonic()
     try:
         yield figures
     except BaseException as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
-        record(fault=fault, run=run, result=f"FAIL: {first}", test_s=round(time.monotonic() - started, 1), **figures)
+        record(fault=fault, run=run, result=f"FAIL: {first}", test_s=round(time.monotonic() - started, 1), **tags,
+               **figures)
         raise
-    record(fault=fault, run=run, result="pass", test_s=round(time.monotonic() - started, 1), **figures)
+    record(fault=fault, run=run, result="pass", test_s=round(time.monotonic() - started, 1), **tags, **figures)

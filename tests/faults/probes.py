@@ -63,14 +63,6 @@ def agents_of(run: FaultRun) -> list[psutil.Process]:
     return found
 
 
-def latest_checkpoint_step(ckpt: str) -> int | None:
-    """The global step in the latest checkpoint, read by TensorFlow (a torn checkpoint fails here)."""
-    import tensorflow as tf
-
-    latest = tf.train.latest_checkpoint(ckpt)
-    return None if latest is None else int(tf.train.load_checkpoint(latest).get_tensor("global_step"))
-
-
 def checkpoint_dir(run: FaultRun) -> str:
     return str(runs.load(run.run_id).plan.training.checkpoint_dir)
 
@@ -92,12 +84,16 @@ def fill(directory: str) -> Path:
     return filler
 
 
-def ps_running_again(run: FaultRun, after: float) -> float | None:
-    """When ps:0's supervisor recorded it running again (a new process) after `after`."""
-    path = Path(run.run_dir("m0"), "events", "supervisor-m0.jsonl")
+def running_again(run: FaultRun, task: str, after: float) -> float | None:
+    """When `task`'s supervisor recorded it running again (a new process) after `after`."""
+    job, index = task.split(":")
+    host = next(t["host"] for t in run.status()[1]["tasks"] if t["name"] == task)
+    path = Path(run.run_dir(host), "events", f"supervisor-{host}.jsonl")
     for line in path.read_text().splitlines():
         with contextlib.suppress(ValueError):
             e = json.loads(line)
-            if e.get("job") == "ps" and e.get("state") == "running" and e.get("t", 0) > after:
+            if e.get("job") == job and e.get("task") == int(index) and e.get("state") == "running" \
+                    and e.get("t", 0) > after:
                 return float(e["t"])
     return None
+

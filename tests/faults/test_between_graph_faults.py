@@ -1,9 +1,9 @@
 """Faults inside one live between-graph run (ps:0 on m0, worker:0 = the chief on m1, worker:1 on m2; real
 sshd on 3 loopback machines, real TensorFlow, the built-in `mlp`), one stage per test, in file order:
 a worker SIGKILLed, a second run on the same ports, a worker SIGSTOPped past the liveness window, m2's
-sshd stopped and started, the dashboard SIGKILLed, the chief SIGKILLed, the chief's checkpoint disk full,
-m2's network cut and restored (root only: a network namespace), the PS SIGKILLed; then the run must
-finish by itself with nothing left running.
+sshd stopped and started, the dashboard SIGKILLed, the chief SIGKILLed, then SIGTERMed, the chief's
+checkpoint disk full, m2's network cut and restored (root only: a network namespace), the PS SIGKILLed;
+then the run must finish by itself with nothing left running.
 
 What holds across the whole run (checked by the last test): the global step never goes back except
 across the PS fault, and then at most to the last checkpoint; `status` says `finished` and exits 0;
@@ -42,8 +42,7 @@ from tests.faults.probes import (
     checkpoint_disk,
     dash_once,
     fill,
-    latest_checkpoint_step,
-    ps_running_again,
+    running_again,
 )
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import REPO, cli, cli_env, run_processes
@@ -52,7 +51,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()
 
 RUN = "between-graph"
-STEPS = 5500  # paced trainers: 15-100 global steps/s here (load!); the PS fault lands at 3000-4900
+STEPS = 6500  # paced trainers: 15-100 global steps/s here (load!); the PS fault lands at 3000-5900
 CHECKPOINT_EVERY = 300
 
 
@@ -74,7 +73,7 @@ def run(sshd_machines: Callable[[int], Machines], tmp_path_factory: pytest.TempP
 def test_worker_sigkill_is_restarted_and_loses_nothing(run: FaultRun) -> None:
     """SIGKILL of worker:1 (not the chief): its supervisor starts it again, it rejoins at the PS's global
     step (no step lost, the chief never stopped), and no other task restarts."""
-    with run.measuring("SIGKILL worker:1") as m:
+    with run.measuring("SIGKILL worker:1", column=measure.WORKER_KILL) as m:
         run.assert_time_left(1000)
         before = run.restarts()
         at = kill(run.task("worker:1")["pid"], signal.SIGKILL)
@@ -213,7 +212,7 @@ def test_dashboard_sigkill_leaves_the_run_untouched(run: FaultRun) -> None:
 def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
     """SIGKILL of the chief (worker:0): the new chief finds the PS still holding its variables and joins
     them as they are: the global step never goes back (issue 14 #2); worker:1 never stopped."""
-    with run.measuring("SIGKILL chief (worker:0)") as m:
+    with run.measuring("SIGKILL chief (worker:0)", column=measure.CHIEF_KILL) as m:
         run.assert_time_left(1000)
         at = kill(run.task("worker:0")["pid"], signal.SIGKILL)
         back = run.wait_trains("worker:0", at)
@@ -224,6 +223,19 @@ def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
         assert measure.first_step_after(points, at, "worker:1") is not None
 
 
+def test_chief_sigterm_loses_nothing_either(run: FaultRun) -> None:
+    """SIGTERM of the chief (a restart asked for: the dashboard's `r`): its supervisor starts it again and,
+    as after a SIGKILL, the new chief joins the PS as they are: nothing lost."""
+    with run.measuring("SIGTERM chief (worker:0)", column=measure.CHIEF_TERM) as m:
+        run.assert_time_left(1000)
+        at = kill(run.task("worker:0")["pid"], signal.SIGTERM)
+        back = run.wait_trains("worker:0", at)
+        points = run.points()
+        m.update(steps_lost=measure.steps_lost(points, at), recover_s=round(back.t - at, 1),
+                 step_at_fault=measure.step_before(points, at))
+        assert m["steps_lost"] <= measure.JITTER, [p for p in points if p.t > at][:10]
+
+
 def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run: FaultRun) -> None:
     """The chief's checkpoint filesystem fills up: the chief fails with a clear error (its log says no
     space is left on the device; `status` counts its restart), the last checkpoint still loads, and once space is freed the chief's
@@ -232,7 +244,7 @@ def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run
     with run.measuring(f"chief's checkpoint disk full ({how})") as m:
         run.assert_time_left(1000)
         ckpt = checkpoint_dir(run)
-        wait_for(lambda: latest_checkpoint_step(ckpt), 60, "a first checkpoint")
+        wait_for(lambda: measure.checkpoint_step(ckpt), 60, "a first checkpoint")
         before_restarts = run.restarts()["worker:0"]
         filler = fill(ckpt)
         at = time.time()
@@ -247,7 +259,7 @@ def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run
             log = run.log_text("m1", "worker-0")
             error = "No space left on device" if AS_ROOT else "Permission denied"
             assert error in log, log[-3000:]
-            loadable = latest_checkpoint_step(ckpt)  # reads every tensor's index: a torn checkpoint fails here
+            loadable = measure.checkpoint_step(ckpt)  # reads every tensor's index: a torn checkpoint fails here
             m["last_checkpoint_step"] = loadable
             assert loadable is not None
         finally:
@@ -308,13 +320,13 @@ def test_ps_sigkill_rolls_back_at_most_to_the_last_checkpoint(run: FaultRun) -> 
     """SIGKILL of ps:0: its supervisor starts it again, empty; the chief restores the latest checkpoint
     into it and both workers resume from there: the global step goes back, but never below the last
     checkpoint written before the fault."""
-    with run.measuring("SIGKILL ps:0") as m:
+    with run.measuring("SIGKILL ps:0", column=measure.PS_KILL) as m:
         run.assert_time_left(300)
         ckpt = checkpoint_dir(run)
-        saved = latest_checkpoint_step(ckpt)
+        saved = measure.checkpoint_step(ckpt)
         assert saved is not None
         at = run.marks["ps:0 SIGKILL"] = kill(run.task("ps:0")["pid"], signal.SIGKILL)
-        ps_back = wait_for(lambda: ps_running_again(run, at), 120, "ps:0 started again by its supervisor")
+        ps_back = wait_for(lambda: running_again(run, "ps:0", at), 120, "ps:0 started again by its supervisor")
         # Recovered: both workers stepped again in the new PS's lifetime.
         back = [run.wait_moves(task, ps_back) for task in ("worker:0", "worker:1")]
         points = run.points()

@@ -5,7 +5,9 @@ First with a trivial stdlib task program (the user-command path, as in test_life
 stays exited (held), is not restarted within several backoff periods, the other tasks keep running,
 `status --json` shows it exited and not failed, and once the others finish the run is `finished`.
 Then with real TensorFlow (between-graph, built-in programs): a worker stopped for good lets the other
-finish and the run end `finished` by itself.
+finish and the run end `finished` by itself. Then the rule of issue 21 point 7 (training/supervisor/
+policy.py): under `all-workers` a held worker still lets the run finish; a held ps (a task the run
+cannot go on without) ends it `stopped` at once.
 """
 
 from __future__ import annotations
@@ -165,3 +167,56 @@ def test_a_builtin_worker_stopped_for_good_lets_between_graph_training_finish(
     assert _task(st, "worker:0")["exit_code"] == 0 and _task(st, "ps:0")["exit_code"] == 0, logs
     assert "worker-1 was stopped for good by the user" in cli(state_dir, "logs", run_id, "worker:1").stdout
     wait_for(lambda: not run_processes(run_id), 30, "every process of the run to exit")
+
+
+def _hold(run_id: str, job: str, index: int) -> None:
+    """The dashboard's `x` on a task, as the dashboard does it (CollectorActions.stop_task)."""
+    collector = Collector.for_record(runs.load(run_id), INTERVAL).start()
+    try:
+        collector.wait_for_data(2, timeout=60)
+        assert "stopped for good" in CollectorActions(collector).stop_task(job, index)
+    finally:
+        collector.close()
+
+
+def _stdlib_run(machines: Machines, tmp_path: Path, state_dir: Path, **training: object) -> tuple[str, Path]:
+    (tmp_path / "task.py").write_text(TASK_PY)
+    release = tmp_path / "release"
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training={
+        "command": "{python} task.py {job} {task} " + str(release), "sync": ["task.py"], **training})
+    res = cli(state_dir, "start", str(hosts))
+    assert res.returncode == 0, res.stdout + res.stderr
+    run_id = started_run_id(res.stdout)
+    wait_for(lambda: all(t["state"] == "running" for t in status_json(state_dir, run_id)[1]["tasks"]), 30,
+             "every task running")
+    return run_id, release
+
+
+def test_under_all_workers_a_worker_stopped_for_good_still_lets_the_run_finish(
+        machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    """README: the run goes on without it and can still end `finished`: the other worker finishes it."""
+    run_id, release = _stdlib_run(machines, tmp_path, state_dir, success="all-workers")
+    _hold(run_id, "worker", 1)
+    wait_for(lambda: _task(status_json(state_dir, run_id)[1], "worker:1")["held"], 30,
+             f"worker:1 held: {status_json(state_dir, run_id)}")
+    assert status_json(state_dir, run_id)[1]["state"] == "running"  # goes on without it
+    release.touch()
+    code, st = wait_for(lambda: (r := status_json(state_dir, run_id))[1]["state"] in ("finished", "stopped") and r,
+                        30, "the run to end")
+    assert (code, st["state"]) == (0, "finished"), st
+    assert _task(st, "worker:0")["exit_code"] == 0 and not st["failed"]
+    wait_for(lambda: not run_processes(run_id), 15, "every supervisor to exit")
+
+
+def test_a_task_the_run_cannot_go_on_without_stopped_for_good_ends_it_stopped(
+        machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    """The ps (every worker's variables live there): held, the run ends `stopped` at once, everywhere,
+    its other tasks ended by the run, none failed; nothing is left running."""
+    run_id, _ = _stdlib_run(machines, tmp_path, state_dir)
+    _hold(run_id, "ps", 0)
+    code, st = wait_for(lambda: (r := status_json(state_dir, run_id))[1]["state"] in ("finished", "stopped") and r,
+                        30, "the run to end")
+    assert (code, st["state"]) == (0, "stopped") and not st["failed"], st
+    assert _task(st, "ps:0")["held"]
+    assert all(_task(st, name)["stopped_by"] == "run" for name in ("worker:0", "worker:1")), st
+    wait_for(lambda: not run_processes(run_id), 15, "every supervisor to exit")

@@ -81,6 +81,18 @@ def test_a_host_failing_to_prepare_starts_nothing_anywhere(tmp_path: Path) -> No
     assert record.status == "failed-to-start" and not any(h.started for h in record.hosts)
 
 
+def test_the_error_names_every_host_that_failed_grouping_the_same_error(tmp_path: Path) -> None:
+    cluster = ScriptedCluster()
+    for name in ("m1", "m2", "m3"):
+        cluster.host(name).fail("prepare", "exit", exit_code=1, stderr="mkdir: Permission denied")
+    cluster.host("m4").down = True
+    with pytest.raises(HostError) as err:
+        _start(cluster, _plan(5), tmp_path)
+    line = err.value.one_line()
+    assert line.startswith("host m1: prepare: ") and "\n" not in line, line
+    assert "; also m2, m3: the same; m4: refused" in line, line
+
+
 def test_a_failed_launch_rolls_back_what_was_started(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
     cluster.host("m2").fail("launch", "exit", exit_code=1, stderr="python: cannot start")

@@ -202,3 +202,29 @@ def test_script_and_testkit_find_the_same_slurm_programs(sandbox: Path, monkeypa
                  if line.startswith("found "))
     assert found == {tool: find_tool(tool, SLURM_PATH_ENV) for tool in tools}
     assert found["slurmd"] == str(second / "slurmd")
+
+
+def test_busybox_missing_is_named_with_its_package(sandbox: Path) -> None:
+    """The quoting tests run commands under busybox sh: the script finds it on PATH or names it."""
+    res = run_provision(sandbox, "busybox", env={})
+    assert res.returncode == 1 and res.stdout == ""
+    assert res.stderr == ("scripts/provision: busybox not found and cannot be installed here (no apt-get); install "
+                          "with: your system's package manager (Debian/Ubuntu: apt-get install -y busybox)\n")
+
+
+def test_busybox_on_path_is_found_and_nothing_installed(sandbox: Path) -> None:
+    tripwire(sandbox / "bin", "apt-get")
+    (sandbox / "bin" / "busybox").symlink_to(shutil.which("sh") or "/bin/sh")  # only looked at, never run
+    res = run_provision(sandbox, "--dry-run", "busybox", env={})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"found busybox: {sandbox / 'bin' / 'busybox'}\n" and res.stderr == ""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the apt-get-as-root plan is the root (CI) path")
+def test_as_root_the_dry_run_plans_busybox_with_the_openssh_tools(sandbox: Path) -> None:
+    tripwire(sandbox / "bin", "apt-get")
+    res = run_provision(sandbox, "--dry-run", "openssh", "busybox", env={"TFCLUSTER_OPENSSH_PATH": str(sandbox / "empty")})
+    assert res.returncode == 0, res.stderr
+    assert "apt-get install -y -q --no-install-recommends openssh-server openssh-client busybox" in res.stdout
+    assert res.stderr == ("scripts/provision: would install openssh-server openssh-client busybox (for sshd, ssh-keygen, "
+                          "busybox) with apt-get\n")

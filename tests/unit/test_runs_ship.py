@@ -4,7 +4,9 @@ the run-state rules of `status`. No network, no TensorFlow. (Shipping itself: te
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,7 @@ def test_record_save_load_list_latest(state_dir: Path) -> None:
     runs.save(_record("b", 2.0))
     runs.save(_record("a", 1.0))
     (state_dir / "runs" / "broken.json").write_text("{not json")
+    os.utime(state_dir / "runs" / "broken.json", (1.5, 1.5))  # damaged before run b was created
     known, skipped = runs.list_runs()
     assert [r.run_id for r in known] == ["a", "b"]  # oldest first, the broken one skipped with a warning
     assert len(skipped) == 1 and "broken.json: unreadable run record: not JSON" in skipped[0]
@@ -136,12 +139,25 @@ def test_a_task_stopped_for_good_is_no_failure_and_the_run_can_finish() -> None:
 def test_a_stray_record_is_skipped_with_a_warning_naming_it(state_dir: Path, content: str) -> None:
     runs.save(_record("good", 1.0))
     (state_dir / "runs" / "stray.json").write_text(content)
+    os.utime(state_dir / "runs" / "stray.json", (0.5, 0.5))  # older than the good run
     known, skipped = runs.list_runs()
     assert [r.run_id for r in known] == ["good"]
     assert len(skipped) == 1 and "stray.json" in skipped[0] and "\n" not in skipped[0]
     assert runs.latest().run_id == "good"
     with pytest.raises(UsageError, match=r"stray.json: unreadable run record"):
         runs.load("stray")
+
+
+def test_a_damaged_record_newer_than_the_latest_run_stops_a_command_without_run(state_dir: Path) -> None:
+    """Issue 21 point 3: the newest record unreadable must never redirect `stop` (or any command without
+    RUN) to the run before it: refuse in one line naming the damaged file."""
+    runs.save(_record("older-live-run", time.time() - 60))
+    (state_dir / "runs" / "newest.json").write_text('{"run_id": "newest", "crea')  # cut short mid-write
+    with pytest.raises(UsageError) as refused:
+        runs.resolve(None)
+    assert "newest.json: unreadable run record" in str(refused.value) and "\n" not in str(refused.value)
+    assert runs.resolve("older-live-run").run_id == "older-live-run"  # named, it still works
+    assert [r.run_id for r in runs.list_runs()[0]] == ["older-live-run"]  # `ls` lists it and warns
 
 
 def test_records_are_private(state_dir: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 from orchestrator.run.local_ports import free_port_block
 from training.run.layout import RunLayout
 from training.supervisor.peers import PeerChannel, encode
-from training.supervisor.policy import RestartBudget, outcome, waited_for
+from training.supervisor.policy import RestartBudget, needed_for_the_run, outcome, waited_for
 
 REPO = Path(__file__).resolve().parents[2]
 FOREVER = "import time\nwhile True: time.sleep(0.2)"
@@ -210,6 +210,85 @@ def test_peer_messages_of_another_run_or_unsigned_are_dropped() -> None:
         channel.close()
 
 
+def _send(port: int, *lines: bytes) -> str:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"".join(lines))
+        sock.shutdown(socket.SHUT_WR)
+        return sock.recv(4096).decode()
+
+
+def test_a_replayed_message_does_nothing_to_a_restarted_supervisor(runs: Any) -> None:
+    """Issue 21 point 8: h1's signed group restart, captured and sent again to h0's supervisor once it
+    has been started again for the run, must not restart h0's group a second time; h1's next message
+    (a higher number) still does."""
+    run = runs([_task("worker", 0, "h0", FOREVER, chief=True), _task("worker", 1, "h1", FOREVER)],
+               mode="multi-worker-mirrored")
+    data = json.loads(Path(run.layouts["h0"].run_file).read_text())
+    key, port = bytes.fromhex(data["channel_key"]), data["plan"]["hosts"][0]["control_port"]
+    captured = encode(key, {"run": "r1", "from": "h1", "seq": 1, "kind": "group-restart", "epoch": 1,
+                            "cause": "captured", "t": time.time()})
+    run.start("h0")
+    _wait(lambda: run.state("worker", 0).get("state") == "running", what="worker-0 running")
+    _wait(lambda: _port_listens(port), what="h0's control port")
+    assert _send(port, captured) == "ok 1\n"
+    _wait(lambda: run.supervisor("h0").get("epoch") == 1, what="h0's group restart 1")
+    run.close()  # h0's supervisor stops ...
+    run.procs.clear()
+    run.start("h0")  # ... and is started again for the same run
+    _wait(lambda: _port_listens(port) and run.supervisor("h0").get("state") == "running", what="h0 again")
+    assert _send(port, captured) == "ok 1\n"  # acknowledged (a retry looks the same), not acted on
+    fresh = encode(key, {"run": "r1", "from": "h1", "seq": 2, "kind": "group-restart", "epoch": 2, "cause": "fresh",
+                         "t": time.time()})
+    assert _send(port, fresh) == "ok 2\n"
+    _wait(lambda: run.supervisor("h0").get("epoch") == 2, what="h0's group restart 2")
+    log = Path(run.layout("worker", 0).log_file("worker", 0)).read_text()
+    assert log.count("group restart 1:") == 1, log  # the replay restarted nothing
+    assert log.count("group restart 2:") == 1, log
+
+
+def _port_listens(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def test_a_restarted_sender_goes_on_numbering_so_its_news_is_not_dropped(tmp_path: Path) -> None:
+    port = free_port_block(1)
+    key = secrets.token_bytes(32)
+    receiver = PeerChannel("r1", "h0", key, ("127.0.0.1", port), {}, marks_file=str(tmp_path / "h0.json"))
+    try:
+        for attempt in range(2):  # h1's supervisor, then h1's supervisor started again
+            sender = PeerChannel("r1", "h1", key, None, {"h0": ("127.0.0.1", port)}, marks_file=str(tmp_path / "h1.json"))
+            try:
+                sender.broadcast("final", task="worker-1", code=0, stopped_by=None)
+                assert sender.flush(10)
+                message = receiver.inbox.get(timeout=5)
+                assert (message["from"], message["seq"]) == ("h1", attempt + 1)
+            finally:
+                sender.close()
+        assert json.loads((tmp_path / "h0.json").read_text())["seen"] == {"h1": 2}
+    finally:
+        receiver.close()
+
+
+def test_a_run_file_without_a_key_opens_no_channel_and_says_so(runs: Any) -> None:
+    """No fallback to an empty key: the host's tasks fail at once, with the reason, and nothing listens."""
+    run = runs([_task("worker", 0, "h0", FOREVER, chief=True)])
+    path = Path(run.layouts["h0"].run_file)
+    data = json.loads(path.read_text())
+    del data["channel_key"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="without the run's key"):
+        PeerChannel("r1", "h0", b"", None, {})
+    run.start()
+    assert run.wait_exit() == {"h0": 1}  # the run failed here
+    st = run.state("worker", 0)
+    assert st["final"] and st["restarts"] == 0 and "holds no valid peer channel key" in st["error"], st
+    assert not _port_listens(data["plan"]["hosts"][0]["control_port"])
+
+
 def test_policy_rules() -> None:
     budget = RestartBudget(2, window=10.0)
     assert budget.take() and budget.take() and not budget.take()
@@ -229,3 +308,30 @@ def test_policy_rules() -> None:
     plan["tasks"].append({"job": "chief", "index": 0, "is_chief": True})
     plan["tasks"][1]["is_chief"] = False
     assert waited_for(plan) == {"chief-0"}
+
+
+HELD = {"code": None, "stopped_by": "user"}
+OK = {"code": 0, "stopped_by": None}
+
+
+def _plan(mode: str, success: str = "chief") -> dict[str, Any]:
+    tasks = [{"job": "worker", "index": 0, "is_chief": True}, {"job": "worker", "index": 1}]
+    return {"mode": mode, "training": {"success": success},
+            "tasks": tasks + ([] if mode == "multi-worker-mirrored" else [{"job": "ps", "index": 0}])}
+
+
+def test_stop_for_good_ends_the_run_stopped_only_when_it_cannot_go_on() -> None:
+    """Issue 21 point 7: what the README promises of `x`, rule by rule (policy.py)."""
+    between = _plan("between-graph")
+    assert needed_for_the_run(between) == {"ps-0", "worker-0"}
+    assert outcome(between, {"worker-1": HELD}) is None  # the run goes on without it ...
+    assert outcome(between, {"worker-1": HELD, "worker-0": OK}) == "finished"  # ... and finishes
+    assert outcome(between, {"worker-0": HELD}) == "stopped"  # the chief it waits for: stopped at once
+    assert outcome(between, {"ps-0": HELD}) == "stopped"  # the variables' home: nothing can step
+    every = _plan("between-graph", "all-workers")
+    assert outcome(every, {"worker-1": HELD}) is None
+    assert outcome(every, {"worker-1": HELD, "worker-0": OK}) == "finished"  # another worker finished it
+    assert outcome(every, {"worker-1": HELD, "worker-0": HELD}) == "stopped"  # none left to finish it
+    for mode in ("in-graph", "multi-worker-mirrored"):
+        assert outcome(_plan(mode), {"worker-1": HELD}) == "stopped", mode  # in every step
+    assert outcome(_plan("parameter-server-strategy"), {"worker-1": HELD}) is None  # its steps go elsewhere

@@ -230,10 +230,12 @@ async def test_kill_says_it_is_not_restarted_under_never_or_when_the_restarts_ar
 @sync
 async def test_stop_for_good_asks_then_calls_stop_task() -> None:
     actions = RecordingActions()
-    app, _, _ = make_app("healthy", actions=actions)
+    app, _, _ = make_app("healthy", actions=actions,
+                         restart_policy=RestartPolicy("on-failure", 3, frozenset({"ps-0", "worker-0"})))
     async with app.run_test(size=(80, 24)) as pilot:
         text = await ask(app, pilot, "down", "x")
-        assert text == "Stop worker-2 for good (SIGTERM)? It will not be restarted; the run goes on without it."
+        assert text == ("Stop worker-2 for good (SIGTERM)? It will not be restarted; the run goes on without it "
+                        "and can still end `finished`.")
         await pilot.press("n")
         await pilot.pause()
         assert actions.calls == []
@@ -243,7 +245,8 @@ async def test_stop_for_good_asks_then_calls_stop_task() -> None:
         await app.workers.wait_for_complete()
         assert actions.calls == [("stop", "worker", 2)]
         text = await ask(app, pilot, "down", "down", "x")  # ps-0: rows are grouped by host (h0, h1, p0)
-        assert text.startswith("Stop ps-0 for good (SIGTERM)?") and "Tasks that use its variables will stall" in text
+        assert text == ("Stop ps-0 for good (SIGTERM)? It will not be restarted; the run cannot go on without it: "
+                        "it ends `stopped`, its other tasks stopped too.")
 
 
 @sync

@@ -31,7 +31,8 @@ def check(
         float, typer.Option(min=0.1, help="Seconds each host's probe may take once connected.")
     ] = 30.0,
     import_tf: Annotated[
-        bool, typer.Option("--import-tf", help="Import TensorFlow on each host (slow) instead of reading its version.")
+        bool, typer.Option("--import-tf", help="Import TensorFlow on each host now (slow), even when its answer is "
+                           "cached or the plan does not need it (the built-in trainers and the TF2 modes always check it).")
     ] = False,
 ) -> None:
     """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock."""
@@ -110,6 +111,8 @@ def print_report(console: Console, report: CheckReport) -> None:
             console.print(f"[yellow]![/] {escape(h.host)}: {escape(warning)}")
     for warning in report.warnings:
         console.print(f"[yellow]![/] {escape(warning)}")
+    for note in report.notes:
+        console.print(f"[cyan]i[/] {escape(note)}")
     ready = sum(h.ready for h in report.hosts)
     verdict = "[green]all hosts ready[/]" if report.ready else f"[red]{len(report.hosts) - ready} host(s) not ready[/]"
     console.print(f"{verdict}  ({ready}/{len(report.hosts)} ready, {report.duration_s:.1f}s)")

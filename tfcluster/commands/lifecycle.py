@@ -18,7 +18,8 @@ from rich.table import Table
 
 from orchestrator.config.schema import Mode
 from orchestrator.errors import UsageError
-from orchestrator.monitor.status import TaskStatus
+from orchestrator.monitor.follow import follow
+from orchestrator.monitor.status import RunStatus, TaskStatus
 from orchestrator.monitor.status import status as run_status
 from orchestrator.run import launch, records
 from orchestrator.run.logs import logs as follow_logs
@@ -29,6 +30,8 @@ from tfcluster.live import open_dashboard, watch_status
 from tfcluster.start_progress import StartProgress
 
 console = Console(highlight=False)
+FOLLOW_EXIT = {"finished": exit_codes.OK, "failed": exit_codes.FAILED, "stopped": exit_codes.FAILED,
+               "lost": exit_codes.UNREACHABLE}
 MIN_WIDTH = 140  # for the tables when stdout is a pipe
 err = Console(stderr=True, highlight=False)
 
@@ -60,7 +63,8 @@ def start(
     timeout: Annotated[float, typer.Option(min=1, help="Seconds until every task must be running.")] = 120.0,
     dash: Annotated[bool, typer.Option("--dash", help="Open the live dashboard once the run is up.")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="Then follow the run until it ends; exit 0 only if it "
-                                       "finished (1: failed or stopped, 3: a host lost).")] = False,
+                                       "finished (1: failed or stopped, 3: a host it needs lost, or the run "
+                                       "stuck with a host lost).")] = False,
 ) -> None:
     """Ship the code, start every host's supervisor and wait until every task is running."""
     if wait and dash:
@@ -93,12 +97,14 @@ def start(
         raise typer.Exit(_follow_to_the_end(record))
 
 
-def _follow_to_the_end(record: records.RunRecord, every: float = 2.0) -> int:
-    """`start --wait`: a line whenever the run's state, counts or step change, until it ends."""
+def _follow_to_the_end(record: records.RunRecord) -> int:
+    """`start --wait`: a line whenever the run's state, counts or step change, then the ending's own line
+    (orchestrator/monitor/follow.py decides when and why it ends)."""
     t0, last_line = time.monotonic(), ""
     last: tuple[float, int | None] = (time.monotonic(), None)
-    while True:
-        st = run_status(record)
+
+    def show(st: RunStatus) -> None:
+        nonlocal last, last_line
         counts: dict[str, int] = {}
         for t in st.tasks:
             counts[t.state] = counts.get(t.state, 0) + 1
@@ -113,11 +119,10 @@ def _follow_to_the_end(record: records.RunRecord, every: float = 2.0) -> int:
         if line != last_line:
             err.print(f"[{time.monotonic() - t0:5.0f}s] {escape(line)}")
             last_line = line
-        if st.state == "finished":
-            return exit_codes.OK
-        if st.state in ("failed", "stopped"):
-            return exit_codes.FAILED
-        time.sleep(every)
+
+    ending = follow(record.run_id, show)
+    err.print(f"[{time.monotonic() - t0:5.0f}s] {escape(ending.why)}")
+    return FOLLOW_EXIT[ending.outcome]
 
 
 def stop(

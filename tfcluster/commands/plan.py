@@ -15,6 +15,7 @@ from rich.text import Text
 
 from orchestrator.bench.scaling import advise, nic_capacity_Bps
 from orchestrator.bench.spec import DEFAULT_NIC_GBPS
+from orchestrator.plan.checkpoints import checkpoint_note
 from orchestrator.plan.from_file import any_plan_file
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
@@ -96,6 +97,7 @@ def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate 
     console.print(table)
     for warning in cluster.warnings:
         console.print(Text.assemble(("warning: ", "bold yellow"), warning), soft_wrap=True)
+    console.print(Text(checkpoint_note(cluster)), soft_wrap=True)
     if estimate is not None:
         console.print(Text(estimate.one_line()), soft_wrap=True)
     else:

@@ -2,12 +2,17 @@
 
 Not shipped as a file: `tfcluster check` sends this module's source to the host's own `python -c`
 (nothing is installed or copied there yet), with one JSON argument: {"ports": [...], "workdir": "...",
-"import_tf": bool, "tf_distributions": [...]}. So it must run on any Python 3.6+, use only the standard
-library, and print exactly one JSON object: Python and TensorFlow versions, GPUs (`nvidia-smi -L`),
-whether each planned port can be bound, free disk and writability of the workdir, and the time.
+"import_tf": "always" | "cached" | "never", "tf_distributions": [...], "checkpoint_dir": null or the
+absolute shared checkpoint directory to try and identify like the workdir}. So it must run on any Python
+3.6+, use only the standard library, and print exactly one JSON object: Python and TensorFlow versions,
+GPUs (`nvidia-smi -L`), whether each planned port can be bound, the workdir (usable, its id, this
+machine's id: training/probes/workdir_probe.py), free disk, and the time.
 
 The TensorFlow version is read from its package's .dist-info directory, not by importing TensorFlow
-(seconds per host); `import_tf` imports it for real.
+(seconds per host). `import_tf = "always"` imports it for real; `"cached"` (the built-in model and the
+TF2 modes need TensorFlow to import) imports it once per (machine, python, python's mtime, TensorFlow's
+`__init__.py` and its mtime) and keeps the answer in the login's cache ($XDG_CACHE_HOME/tfcluster, by
+default ~/.cache/tfcluster: every workdir and run of that user on that machine shares it).
 """
 
 import json
@@ -17,17 +22,20 @@ import time
 from typing import Any  # noqa: F401 - named in type comments
 
 from .port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
+from .workdir_probe import machine_id, try_write, workdir_id, workdir_report  # inlined too
 
 
-def tf_report(distributions, import_tf):
-    # type: (list[str], bool) -> tuple[bool, str | None, str | None]
+def tf_report(distributions, import_tf, cache_dir):
+    # type: (list[str], str, str | None) -> tuple[bool, str | None, str | None]
     """(found, version, error) for TensorFlow under this interpreter."""
     found, version, error = False, None, None  # type: bool, str | None, str | None
+    origin = None  # type: str | None
     try:
         import importlib.util
 
         spec = importlib.util.find_spec("tensorflow")
         found = spec is not None
+        origin = spec.origin if spec else None
         locations = list(spec.submodule_search_locations or []) if spec else []
         for site in {os.path.dirname(p) for p in locations}:
             for name in sorted(os.listdir(site)):
@@ -46,14 +54,61 @@ def tf_report(distributions, import_tf):
                     pass
     except Exception as e:
         error = repr(e)
-    if import_tf and found:
-        try:
-            import tensorflow as tf
-
-            version = tf.__version__
-        except Exception as e:
-            found, error = False, "import tensorflow failed: %r" % (e,)
+    if found and import_tf != "never":
+        imported = import_tensorflow(cache_dir if import_tf == "cached" else None, origin)
+        if imported.get("error"):
+            found, error = False, str(imported["error"])
+        else:
+            version = imported.get("version") or version
     return found, version, error
+
+
+def login_cache_dir():
+    # type: () -> str
+    """The login's cache (one per machine and user, whatever the workdir): $XDG_CACHE_HOME/tfcluster."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+                        "tfcluster")
+
+
+def import_tensorflow(cache_dir, origin):
+    # type: (str | None, str | None) -> dict[str, Any]
+    """{"version": ...} or {"error": ...} of a real `import tensorflow`, from the cache when the same
+    machine, python and TensorFlow files answered before."""
+    import hashlib
+
+    key = {"machine": machine_id(), "python": os.path.realpath(sys.executable), "tf": origin}  # type: dict[str, Any]
+    try:
+        key["python_mtime"] = os.stat(key["python"]).st_mtime
+        key["tf_mtime"] = os.stat(origin).st_mtime if origin else None
+    except OSError:
+        cache_dir = None
+    path = None
+    if cache_dir is not None:
+        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+        path = os.path.join(cache_dir, "tf-import-%s.json" % digest)
+        try:
+            with open(path) as f:
+                cached = json.load(f)
+            if cached.get("key") == key:
+                return dict(cached["answer"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    try:
+        import tensorflow as tf
+
+        answer = {"version": tf.__version__}  # type: dict[str, Any]
+    except Exception as e:
+        answer = {"error": "import tensorflow failed: %r" % (e,)}
+    if path is not None and cache_dir is not None:
+        try:
+            os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+            tmp = "%s.%d.tmp" % (path, os.getpid())
+            with open(tmp, "w") as f:
+                json.dump({"key": key, "answer": answer}, f)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # no cache: the next check imports again
+    return answer
 
 
 def gpu_report():
@@ -75,38 +130,20 @@ def gpu_report():
     return sum(1 for line in out.stdout.decode(errors="replace").splitlines() if line.startswith("GPU ")), None
 
 
-def workdir_report(workdir):
-    # type: (str) -> dict[str, object]
-    """The absolute workdir, whether it exists, whether it (or its nearest parent) is writable, free bytes."""
-    wd = os.path.expanduser(workdir)
-    if not os.path.isabs(wd):
-        wd = os.path.join(os.path.expanduser("~"), wd)
-    probe = wd
-    while not os.path.isdir(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            break
-        probe = parent
-    try:
-        st = os.statvfs(probe)
-        free = st.f_bavail * st.f_frsize
-    except OSError:
-        free = None
-    return {"workdir": wd, "workdir_exists": os.path.isdir(wd),
-            "workdir_writable": os.access(probe, os.W_OK | os.X_OK), "disk_free_bytes": free}
-
-
 def report(args):
     # type: (dict[str, Any]) -> dict[str, object]
     r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}  # type: dict[str, object]
 
-    r["tf_found"], r["tf_version"], tf_error = tf_report(args["tf_distributions"], args["import_tf"])
+    r.update(workdir_report(args["workdir"]))
+    r["tf_found"], r["tf_version"], tf_error = tf_report(args["tf_distributions"], args["import_tf"], login_cache_dir())
     if tf_error:
         r["tf_error"] = tf_error
+    if args.get("checkpoint_dir"):  # shared_checkpoint_dir = true: is it one directory for every ps?
+        r["checkpoint_dir_problem"] = try_write(args["checkpoint_dir"])
+        r["checkpoint_dir_id"] = workdir_id(args["checkpoint_dir"]) if r["checkpoint_dir_problem"] is None else None
     r["gpus"], r["gpu_error"] = gpu_report()
     # [[port, address or ""], ...]: a TF port on every interface, a supervisor's on its own address
     r["ports"] = {str(port): port_problem(port, address) for port, address in args["ports"]}
-    r.update(workdir_report(args["workdir"]))
     r["t_end"] = time.time()
     return r
 

@@ -115,6 +115,11 @@ class RunLayout:
         Not *.json: readers of the state files' glob never mistake it for a task's state."""
         return os.path.join(self.state, f"host-{host}.facts")
 
+    def peer_marks_file(self, host: str) -> str:
+        """The host's peer channel's sequence numbers (training/supervisor/peer_marks.py). Not *.json:
+        readers of the state files' glob never mistake it for a task's state."""
+        return os.path.join(self.state, f"peers-{host}.marks")
+
     def supervisor_state_file(self, host: str) -> str:
         return os.path.join(self.state, f"supervisor-{host}.json")
 

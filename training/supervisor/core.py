@@ -35,7 +35,9 @@ from .run_view import RunView
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1}
+# settle: a task counts as up for `start` once it has run this long (a missing TensorFlow, a bad import
+# or a wrong path fails within it, so `start` fails instead of saying "started").
+DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1, "settle": 2.0}
 GROUP_KILL_GRACE_S = 2.0  # a worker hung in a collective gets this long after SIGTERM
 FACTS_EVERY_S = 1.0  # how often the tasks' processes are looked at (training/telemetry/host_facts.py)
 PEER_FLUSH_S = 30.0  # at the end: how long to keep telling unreachable peers our last news
@@ -62,6 +64,7 @@ class Supervisor:
         self.backoff_max = float(opts["backoff_max"])
         self.grace = float(opts["grace"])
         self.poll = float(opts["poll"])
+        self.settle = float(opts["settle"])
         self.mode: str = plan.get("mode", "between-graph")
         self.tasks = [
             Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]),
@@ -270,9 +273,13 @@ class Supervisor:
                 self._final(task, task.exit_code, task.exit_signal)
 
     def _signal_ready(self) -> None:
-        """Close the launcher's pipe once every task runs or has ended for good: that is `start`'s
-        readiness (a task waiting to be restarted keeps it open)."""
-        if self.ready_fd is not None and all(t.state == "running" or t.final for t in self.tasks):
+        """Close the launcher's pipe once every task has run for `settle` s or has ended for good: that is
+        `start`'s readiness (a task failing at once, or waiting to be restarted, keeps it open until it
+        runs on or fails for good)."""
+        now = time.time()
+        if self.ready_fd is not None and all(t.final or (t.state == "running" and t.started_at is not None
+                                                         and now - t.started_at >= self.settle)
+                                             for t in self.tasks):
             os.close(self.ready_fd)
             self.ready_fd = None
 
@@ -300,10 +307,11 @@ class Supervisor:
         signal.signal(signal.SIGINT, self._handle_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away
         self._write_self()
-        self.view.open_channel(lambda text: print(f"peers: {text}", flush=True))
+        self.view.open_channel(lambda text: print(f"peers: {text}", flush=True),
+                               self.layout.peer_marks_file(self.host))
         for task in self.tasks:
-            if self.view.port_error:  # another run is on our ports: fail this one here, clearly
-                task.error = self.view.port_error
+            if self.view.channel_error:  # our control port taken, or no key: fail this one here, clearly
+                task.error = self.view.channel_error
                 self._note(task, f"cannot start {task.name}: {task.error}")
                 self._final(task, 98, None)
             else:

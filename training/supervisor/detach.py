@@ -4,7 +4,8 @@ from the SSH channel) and prints, as they happen:
 
     PID <pid>            at once, so `stop` knows whom to look for even if the rest never arrives
     {task or supervisor state JSON}   each state change the supervisor pushes through a pipe, until
-                         every task runs or has ended for good (the supervisor then closes the pipe)
+                         every task has run for `settle` s or has ended for good (the supervisor then
+                         closes the pipe)
     {state files}...     a final snapshot of state/*.json
     ALIVE                when the supervisor still runs
 
@@ -21,7 +22,7 @@ import sys
 import time
 
 from ..run.layout import RunLayout
-from .core import Supervisor
+from .core import DEFAULTS, Supervisor
 from .files import read_json
 from .procfs import proc_pgid
 
@@ -75,15 +76,16 @@ def _relay(fd: int, timeout: float) -> None:
         _emit([line.decode("utf-8", "replace") for line in complete if line.startswith(b"{")])
 
 
-def _tasks_up(layout: RunLayout, host: str, timeout: float) -> None:
-    """For a supervisor another launcher started: wait on its state files until every task runs or
-    ended for good (the pushed states went to that launcher)."""
+def _tasks_up(layout: RunLayout, host: str, timeout: float, settle: float) -> None:
+    """For a supervisor another launcher started: wait on its state files until every task has run for
+    `settle` s or ended for good (the pushed states went to that launcher), as the supervisor does."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         sup = read_json(layout.supervisor_state_file(host)) or {}
         names = sup.get("tasks") or []
         states = [read_json(os.path.join(layout.state, f"{name}.json")) or {} for name in names]
-        if all(st.get("state") == "running" or st.get("final") for st in states):
+        if all(st.get("final") or (st.get("state") == "running" and time.time() - (st.get("started_at") or 0) >= settle)
+               for st in states):
             return
         time.sleep(0.1)
 
@@ -117,7 +119,9 @@ def detach(run_dir: str, host: str, ready_timeout: float) -> int:
         pid = _existing_supervisor(layout, host, ready_timeout)
         if pid is not None:
             _emit([f"PID {pid}"])
-            _tasks_up(layout, host, ready_timeout - (time.monotonic() - started))
+            options = (read_json(layout.run_file) or {}).get("supervisor") or {}
+            _tasks_up(layout, host, ready_timeout - (time.monotonic() - started),
+                      float(options.get("settle", DEFAULTS["settle"])))
     else:
         read_end, write_end = os.pipe()
         sys.stdout.flush()

@@ -8,10 +8,13 @@ supervisor listens on its host's `control_port` (from the plan) and sends its ne
 
 Each line is signed with the run's key (HMAC-SHA256; the key is in the hosts' run.json, 0600, never
 in the local record or the plan) and carries the run id: a message from another run, or unsigned, is
-dropped. A receiver answers `ok <seq>` per accepted line. Delivery is at-least-once: a sender thread
+dropped; so is a channel without a key (training/supervisor/run_view.py refuses to open one). A
+receiver answers `ok <seq>` per signed line of this run. Delivery is at-least-once: a sender thread
 keeps every unacknowledged message per peer and retries with backoff (a peer host may be down for a
-while); receivers ignore a (from, seq) they have seen. Stdlib only; nothing here blocks the
-supervisor's loop (it drains `inbox` each poll).
+while); a receiver acts on each sender's numbers above the highest it acted on, and on nothing else:
+a retry or a replayed line is acknowledged and ignored, also by a supervisor started again for the
+run (training/supervisor/peer_marks.py keeps the numbers in the host's state dir). Stdlib only;
+nothing here blocks the supervisor's loop (it drains `inbox` each poll).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import socket
 import threading
 import time
 from typing import TYPE_CHECKING
+
+from .peer_marks import PeerMarks
 
 if TYPE_CHECKING:
     from typing import Any
@@ -65,16 +70,18 @@ class PeerChannel:
     """Listen for peers' messages (`inbox`) and deliver ours to every peer (`broadcast`)."""
 
     def __init__(self, run_id: str, host: str, key: bytes, listen: tuple[str, int] | None,
-                 peers: dict[str, tuple[str, int]], log: Any = None) -> None:
-        """`listen` None: send only (this host could not take its control port)."""
+                 peers: dict[str, tuple[str, int]], log: Any = None, marks_file: str | None = None) -> None:
+        """`listen` None: send only (this host could not take its control port). `marks_file`: where the
+        sequence numbers survive a restart (PeerMarks)."""
+        if not key:
+            raise ValueError("no peer channel without the run's key")
         self.run_id = run_id
         self.host = host
         self.key = key
         self.peers = peers  # host name -> (address, port), this host excluded
         self.inbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
         self._log = log or (lambda text: None)
-        self._seq = 0
-        self._seen: set[tuple[str, int]] = set()
+        self._marks = PeerMarks(marks_file)
         self._pending: dict[str, list[tuple[int, bytes]]] = {name: [] for name in peers}
         self._gone: set[str] = set()
         self._lock = threading.Lock()
@@ -91,12 +98,12 @@ class PeerChannel:
     # -- sending ----------------------------------------------------------------------------------
     def broadcast(self, kind: str, **fields: Any) -> None:
         with self._lock:
-            self._seq += 1
-            line = encode(self.key, {"run": self.run_id, "from": self.host, "seq": self._seq, "kind": kind,
+            seq = self._marks.next_seq()
+            line = encode(self.key, {"run": self.run_id, "from": self.host, "seq": seq, "kind": kind,
                                      "t": time.time(), **fields})
             for name in self._pending:
                 if name not in self._gone:
-                    self._pending[name].append((self._seq, line))
+                    self._pending[name].append((seq, line))
         self._wake.set()
 
     def forget(self, peer: str) -> None:
@@ -219,11 +226,12 @@ class PeerChannel:
                 if line:
                     self._log("dropped a peer message that is not this run's (or not signed)")
                 continue
-            key = (str(message.get("from")), int(message.get("seq", 0)))
-            replies.append(f"ok {key[1]}\n")
-            if key not in self._seen:
-                self._seen.add(key)
+            sender, seq = str(message.get("from")), message.get("seq")
+            if not isinstance(seq, int):
+                continue
+            if self._marks.accept(sender, seq):  # on disk before it is acted on or acknowledged
                 self.inbox.put(message)
+            replies.append(f"ok {seq}\n")
         conn.sendall("".join(replies).encode())
 
     def stop_listening(self) -> None:

@@ -9,6 +9,13 @@
   chief is all it waits for. It has *failed* as soon as one task failed for good (not stopped by the
   user, not ended by the run). Tasks the policy does not wait for (ps, serving workers) are then
   stopped cleanly everywhere.
+- Stop for good (the dashboard's `x`, training/supervisor/hold.py) is never a failure. The run goes on
+  without a held task when it can, and can still end *finished*: a between-graph worker the policy
+  does not wait for, a parameter-server-strategy worker, and under `all-workers` a worker while another
+  it waits for is left (those finish it). It cannot go on without a task in `needed_for_the_run`: a
+  ps, the chief the policy waits for (the client, the coordinator), every worker of in-graph (the
+  client's graph runs there) and multi-worker-mirrored (each all-reduce needs the whole group); held,
+  such a task ends the run *stopped* at once, everywhere (as `stop` would, but from the dashboard).
 - Group restart (multi-worker-mirrored): a dead worker stalls every other at the next collective, so
   the group (every chief and worker task) restarts together from the last checkpoint, like torchrun.
 Each supervisor evaluates these on what its peers told it (training/supervisor/peers.py), so every host
@@ -65,17 +72,33 @@ def waited_for(plan: dict[str, Any]) -> set[str]:
     return {chief} if chief else set()
 
 
+def needed_for_the_run(plan: dict[str, Any]) -> set[str]:
+    """The task names the run cannot go on without: stopped for good, they end it `stopped`."""
+    tasks = plan.get("tasks", [])
+    mode = plan.get("mode", "between-graph")
+    needed = {f"{t['job']}-{t['index']}" for t in tasks if t["job"] == "ps"}
+    if mode in ("in-graph", *GROUP_RESTART_MODES):
+        needed |= {f"{t['job']}-{t['index']}" for t in tasks if t["job"] in GROUP_JOBS}
+    waited = waited_for(plan)
+    return needed | (waited if len(waited) == 1 else set())  # one task waited for: nothing finishes without it
+
+
 def outcome(plan: dict[str, Any], finals: dict[str, dict[str, Any]]) -> str | None:
-    """"finished", "failed", "stopped" (a waited-for task was stopped by the user) or None (not yet),
-    from the final exits known so far: {task name: {"code": int|None, "stopped_by": None|"user"|...}}."""
+    """"finished", "failed", "stopped" or None (not yet), from the final exits known so far:
+    {task name: {"code": int|None, "stopped_by": None|"user"|...}}. Stopped: the user stopped for good a
+    task the run cannot go on without, or every task it waits for ended without one exiting 0."""
     for final in finals.values():
         if final.get("stopped_by") is None and final.get("code") != 0:
             return "failed"
+    if any(finals.get(name, {}).get("stopped_by") == "user" for name in needed_for_the_run(plan)):
+        return "stopped"
     wanted = waited_for(plan)
     if not wanted or not wanted <= finals.keys():
         return None
-    if all(finals[name].get("code") == 0 and finals[name].get("stopped_by") is None for name in wanted):
-        return "finished"
+    done = [name for name in wanted if finals[name].get("stopped_by") is None]  # ended by themselves
+    if done and all(finals[name].get("code") == 0 for name in done) and all(
+            finals[name].get("stopped_by") in (None, "user") for name in wanted):
+        return "finished"  # held ones excused: the user chose to go on without them
     return "stopped"
 
 

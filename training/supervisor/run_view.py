@@ -18,32 +18,53 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+MIN_KEY_BYTES = 16
+
+
+def channel_key(text: object) -> bytes:
+    """The run's key from run.json, or b"" when it is missing, not hex or too short to sign with."""
+    try:
+        key = bytes.fromhex(text) if isinstance(text, str) else b""
+    except ValueError:
+        return b""
+    return key if len(key) >= MIN_KEY_BYTES else b""
+
+
 class RunView:
     def __init__(self, run: dict[str, Any], host: str) -> None:
         self.plan = run["plan"]
         self.run_id = str(run.get("run_id", ""))
         self.host = host
-        self.key = bytes.fromhex(str(run.get("channel_key", "")))
+        self.key = channel_key(run.get("channel_key"))
         self.finals: dict[str, dict[str, Any]] = {}
         self.outcome: str | None = None
         self.channel: PeerChannel | None = None
-        self.port_error: str | None = None  # our control port was taken: the run cannot be watched here
+        # No channel where the plan has one (our control port taken, or no key): the run cannot be
+        # watched from here, so this host's tasks fail at once with this line (training/supervisor/core.py).
+        self.channel_error: str | None = None
 
-    def open_channel(self, log: Callable[[str], None]) -> None:
-        """Listen for peers and reach them (when the plan gives this host a control port and the run a key)."""
+    def open_channel(self, log: Callable[[str], None], marks_file: str | None = None) -> None:
+        """Listen for peers and reach them, when the plan gives this host a control port; never without
+        the run's key. `marks_file`: the channel's sequence numbers (peer_marks.py)."""
         hosts = {h["name"]: h for h in self.plan.get("hosts", [])}
         me = hosts.get(self.host, {})
-        if not self.key or not me.get("control_port"):
+        if not me.get("control_port"):
+            return
+        if not self.key:
+            self.channel_error = (f"run.json of {self.host} holds no valid peer channel key (at least "
+                                  f"{MIN_KEY_BYTES} bytes, hex): without it the hosts cannot agree on the run's "
+                                  "end; start the run again with this tfcluster")
+            log(self.channel_error)
             return
         peers = {name: (h.get("dial_address") or h["address"], int(h["control_port"]))
                  for name, h in hosts.items() if name != self.host and h.get("control_port")}
         listen = (me.get("dial_address") or me["address"], int(me["control_port"]))
         try:
-            self.channel = PeerChannel(self.run_id, self.host, self.key, listen, peers, log)
+            self.channel = PeerChannel(self.run_id, self.host, self.key, listen, peers, log, marks_file)
         except OSError:
             # Another program (another run?) holds our control port: tell the peers, hear nothing.
-            self.port_error = f"port {listen[1]} (this host's supervisor) is in use by another process on {self.host}"
-            self.channel = PeerChannel(self.run_id, self.host, self.key, None, peers, log)
+            self.channel_error = f"port {listen[1]} (this host's supervisor) is in use by another process on {self.host}"
+            self.channel = PeerChannel(self.run_id, self.host, self.key, None, peers, log, marks_file)
 
     def task_final(self, name: str, code: int | None, stopped_by: str | None) -> None:
         self.finals[name] = {"code": code, "stopped_by": stopped_by}

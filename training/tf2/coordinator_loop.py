@@ -5,6 +5,11 @@
   (training/tf2/coordinator_telemetry.py); loss summaries every summary_every_steps.
 - Checkpoints: when due (training/tf2/settings.py CheckpointClock) and at the end, after every step in flight
   finished and `join()` returned, so a checkpoint holds exactly the updates its step counter counts.
+- SIGTERM (the dashboard's restart, a supervisor's stop): no more steps are scheduled, those in flight
+  finish, a checkpoint is written, and the loop ends with `terminated` set (the coordinator then exits
+  TERMINATED_EXIT, not 0: it did not finish). A restarted coordinator creates new variables on the ps
+  tasks (TF2's are the creating coordinator's own) and restores the last checkpoint: after a SIGTERM
+  that is where it stopped, nothing lost; after a SIGKILL or a crash, up to a checkpoint interval.
 - A finished step whose result was lost with its worker (it died before the coordinator copied the
   result) is counted without a worker; TF re-runs the steps that did not finish on a dead worker itself.
 - A ps failure (TF attributes the error to `/job:ps`) ends the loop with the error, and the coordinator
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import signal
 import time
 from typing import Any
 
@@ -53,12 +59,14 @@ class CoordinatorLoop:
         self.pending: collections.deque[Any] = collections.deque()
         self.global_step = 0
         self.last_progress = time.monotonic()
+        self.terminated = False  # SIGTERM: checkpoint what is done, then end without finishing
 
     def run(self, start_step: int) -> int:
         """Train from `start_step` to [training] steps; returns the global step at the end."""
         self.global_step = start_step
         clock = CheckpointClock(self.s.checkpoint_every_steps, self.s.checkpoint_every_secs)
         clock.saved(start_step)
+        previous = signal.signal(signal.SIGTERM, self._on_sigterm)
         try:
             while True:
                 try:
@@ -68,12 +76,19 @@ class CoordinatorLoop:
                     if not self._transient(e):
                         raise
         finally:
+            signal.signal(signal.SIGTERM, previous)
             self.writer.close()
         return int(self.trainer.step.numpy())
+
+    def _on_sigterm(self, signum: int, frame: object) -> None:
+        log.info("%s: SIGTERM: finishing the steps in flight and checkpointing before exiting", self.ctx.name)
+        self.terminated = True
 
     def _steps(self, clock: CheckpointClock) -> None:
         to_schedule = max(0, self.s.steps - int(self.trainer.step.numpy()))
         while to_schedule or self.pending:
+            if self.terminated:
+                to_schedule = 0  # drain what is in flight: the last one out writes the checkpoint
             while to_schedule and len(self.pending) < self.window:
                 self.pending.append(self.coordinator.schedule(self.trainer.train_step, args=(self.iterator,)))
                 to_schedule -= 1

@@ -13,7 +13,12 @@ tf.distribute.ParameterServerStrategy; the `ps` and `worker` tasks run standard 
   are asynchronous (each worker's step updates the PS variables as it finishes).
 - Telemetry: training/tf2/coordinator_telemetry.py (the coordinator writes the workers' progress events).
 - Checkpoints: the coordinator's tf.train.CheckpointManager (step, model, optimizer slots) in
-  RunLayout.checkpoints(checkpoint_dir) on its own host, after joining the steps in flight; restored at start.
+  RunLayout.checkpoints(checkpoint_dir) on its own host, after joining the steps in flight; restored at start,
+  always: a coordinator's variables on the ps tasks are its own (TF2 eager variables are anonymous
+  resources of the context that created them), so a new coordinator cannot join the live ones and trains
+  from the last checkpoint. SIGTERM writes one before the coordinator exits (coordinator_loop.py), so a
+  restart asked for loses nothing; a SIGKILL or crash loses what was done since the last checkpoint
+  (checkpoint_every_steps / checkpoint_every_secs bound it).
   Summaries (`loss`) next to them every summary_every_steps.
 - Failures (TF's own handling): a worker that dies has its steps re-run on the others and is used again once
   it is back (its supervisor restarts it); a ps task that dies fails the coordinator (exit 1): its
@@ -50,6 +55,7 @@ from .settings import TrainSettings
 log = logging.getLogger("tfcluster.ps_strategy")
 
 IN_FLIGHT_PER_WORKER = 4  # scheduled steps per worker not yet fetched: keeps every worker busy
+TERMINATED_EXIT = 128 + 15  # as a process killed by SIGTERM: not finished (0 would finish the run)
 
 
 class PssTrainer:
@@ -146,6 +152,9 @@ def run(ctx: TaskContext) -> int:
         log.info("%s: variable %s (%d bytes) on %s", ctx.name, v.name, v.nbytes, v.device)
     start_step = trainer.restore()
     final_step = train(ctx, s, trainer, coordinator, start_step)
+    if final_step is None:
+        log.info("%s: stopped by SIGTERM after a checkpoint; not finished", ctx.name)
+        return TERMINATED_EXIT
     spec = ctx.cluster_spec
     targets = serving_targets(PS_STRATEGY, spec)
     signalled = signal_done(lambda job, i: f"grpc://{spec[job][i]}", ctx.run_id, ctx.name, targets, None)
@@ -154,7 +163,8 @@ def run(ctx: TaskContext) -> int:
     return 0
 
 
-def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: Any, start_step: int) -> int:
+def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: Any, start_step: int) -> int | None:
+    """Train to [training] steps; the final global step, or None when SIGTERM ended it early."""
     iterator = iter(coordinator.create_per_worker_dataset(trainer.dataset_fn(start_step)))
     per_step = ps_bytes_per_step(pulled_variables(trainer.placed()))
     telemetry = CoordinatorTelemetry(layout=ctx.layout, summary_every_steps=s.summary_every_steps, host=ctx.host,
@@ -168,12 +178,13 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: PssTrainer, coordinator: 
     log.info("%s: training from global step %d to %d: %d steps of %d examples, up to %d in flight",
              ctx.name, start_step, s.steps, max(0, s.steps - start_step), s.batch_size, window)
     t0 = time.monotonic()
+    loop = CoordinatorLoop(ctx, s, trainer, coordinator, iterator, telemetry, window)
     try:
-        final_step = CoordinatorLoop(ctx, s, trainer, coordinator, iterator, telemetry, window).run(start_step)
+        final_step = loop.run(start_step)
     finally:
         telemetry.close()
     took = time.monotonic() - t0
     log.info("%s: %d steps completed in %.1f s (%.1f steps/s); per worker: %s", ctx.name, telemetry.total,
              took, telemetry.total / took if took else 0.0,
              ", ".join(f"worker:{k}={n}" for k, n in enumerate(telemetry.by_worker)))
-    return final_step
+    return None if loop.terminated else final_step
