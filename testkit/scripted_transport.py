@@ -182,9 +182,6 @@ class ScriptedTransport(ShellTransport):
             return (0, "", "") if ok else (1, "", f"kill: ({pid}) - No such process")
         return 127, "", f"unhandled step {step}"
 
-    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
-        raise HostError(self.host, "sftp-failed", "the scripted host has no SFTP: tfcluster ships over the start command")
-
     def open_session(self, command: str) -> ScriptedSession:
         self.connect()
         if not is_start_command(command):

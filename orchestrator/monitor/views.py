@@ -112,10 +112,6 @@ class TaskView:
         return self.stopped_by == "user"
 
     @property
-    def expects_progress(self) -> bool:
-        return self.reports == "yes"
-
-    @property
     def no_progress(self) -> bool:
         """Alive and judged by its CPU alone: it reports no progress the dashboard can read."""
         return self.reports != "no" and self.t_progress is None and self.liveness in ("running", "stalled")
