@@ -77,7 +77,7 @@ def _set_mode(per_process: str | None) -> None:
 
 
 def _one_round(n: int, plan: Any, tmp: Path, r: int, per_process: str | None) -> dict[str, dict[str, float]]:
-    from orchestrator.monitor.status import status
+    from orchestrator.monitor.status import read_run
     from orchestrator.run import launch
     from orchestrator.run.check import run_check
     from orchestrator.run.stop import stop
@@ -111,7 +111,7 @@ def _one_round(n: int, plan: Any, tmp: Path, r: int, per_process: str | None) ->
         record = launch.start(plan, str(tmp / "hosts.toml"), launch.StartOptions(timeout=300, run_name=f"seen-{n}-{r}"),
                               opener=cluster.opener).record
         _set_mode(per_process)
-    out["status"] = _measure(lambda: status(record, timeout=60, opener=cluster.opener))
+    out["status"] = _measure(lambda: read_run(record, timeout=60, opener=cluster.opener))
     out["check"] = _measure(lambda: run_check(plan, cluster.opener, timeout=60))
     out["stop"] = _measure(lambda: stop(record, grace=0, timeout=60, purge=True, opener=cluster.opener))
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.monitor.source import TaskActions
-from orchestrator.monitor.views import TaskView
+from orchestrator.monitor.task_state import TaskState
 
 Verb = Literal["restart", "kill", "stop"]
 
@@ -29,7 +29,7 @@ class RestartPolicy:
     max_restarts: int
 
 
-def question(verb: Verb, name: str, task: TaskView | None, policy: RestartPolicy | None) -> str:
+def question(verb: Verb, name: str, task: TaskState | None, policy: RestartPolicy | None) -> str:
     if verb == "stop":
         text = f"Stop {name} for good (SIGTERM)? It will not be restarted; the run goes on without it."
         if task is not None and task.job == "ps":
@@ -39,7 +39,7 @@ def question(verb: Verb, name: str, task: TaskView | None, policy: RestartPolicy
     return head + _after_exit(verb, task, policy)
 
 
-def _after_exit(verb: Verb, task: TaskView | None, policy: RestartPolicy | None) -> str:
+def _after_exit(verb: Verb, task: TaskState | None, policy: RestartPolicy | None) -> str:
     if policy is None:
         return "The supervisor restarts it by the run's restart policy."
     if policy.restart == "never":

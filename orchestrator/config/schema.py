@@ -10,8 +10,9 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator.config.modes import Mode
+
 Role = Literal["ps", "worker", "chief"]
-Mode = Literal["between-graph", "in-graph", "multi-worker-mirrored", "parameter-server-strategy"]
 HostKeyPolicy = Literal["yes", "accept-new", "no"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 # Strings that reach a remote shell or the file system: printable, one line (a newline would silently

@@ -15,7 +15,8 @@ from pathlib import Path
 import paramiko
 
 from orchestrator.config.load import read_config, with_line
-from orchestrator.config.schema import Config, Mode, explicit_ssh
+from orchestrator.config.modes import Mode
+from orchestrator.config.schema import Config, explicit_ssh
 from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan

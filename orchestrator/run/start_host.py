@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import HostError
 from orchestrator.plan.model import HostPlan
+from orchestrator.plan.names import task_name
 from orchestrator.run.inline_source import standalone_source
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.run.ship import ShipFile, bundle, manifest, missing
@@ -228,7 +229,7 @@ class HostStart:
             elif line.startswith("{"):
                 state = self._decode(line)
                 if isinstance(state, TaskStateFile):
-                    states[state.name] = state
+                    states[task_name(state.job, state.task)] = state
                     self.progress("wait", self._ready(names, states), len(names))
             elif line == "ALIVE":
                 alive = True
@@ -262,7 +263,7 @@ class HostStart:
             if t.final and t.exit_code != 0:
                 how = f"exit code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
                 raise HostError(self.host.name, "task-failed", f"{name} exited with {how} (see `tfcluster logs "
-                                f"{self.ctx.run_id} {name.replace('-', ':')}`)")
+                                f"{self.ctx.run_id} {name}`)")
             if t.state == "running" or (t.final and t.exit_code == 0):
                 ready += 1
         return ready

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.state_json import state_json
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
@@ -64,13 +65,13 @@ def test_dash_once_json_and_killed_worker(machines: Machines, tmp_path: Path, st
         tasks = {t["name"]: t for t in snap["tasks"]}
         ps = {p["name"]: p for p in snap["ps"]}
         ok = (all(tasks[w]["state"] == "running" and (tasks[w]["steps_per_s"] or 0) > 0
-                  for w in ("worker-0", "worker-1"))
-              and tasks["ps-0"]["state"] == "running"
-              and (ps["ps-0"]["measured_in_Bps"] or 0) > 0 and (ps["ps-0"]["measured_out_Bps"] or 0) > 0)
+                  for w in ("worker:0", "worker:1"))
+              and tasks["ps:0"]["state"] == "running"
+              and (ps["ps:0"]["measured_in_Bps"] or 0) > 0 and (ps["ps:0"]["measured_out_Bps"] or 0) > 0)
         return snap if ok else None
 
     snap = wait_for(healthy, 180, "dash --once --json to show a training cluster", interval=1.0)
-    ps0 = next(p for p in snap["ps"] if p["name"] == "ps-0")
+    ps0 = next(p for p in snap["ps"] if p["name"] == "ps:0")
     assert ps0["host"] == "m0" and ps0["peers"], ps0
     assert (ps0["accounted_in_Bps"] or 0) > 0 and (ps0["accounted_out_Bps"] or 0) > 0
     assert snap["totals"]["counts"]["running"] == 3 and snap["totals"]["global_step"] > 0
@@ -80,28 +81,28 @@ def test_dash_once_json_and_killed_worker(machines: Machines, tmp_path: Path, st
     collector = Collector.for_record(runs.load(run_id), INTERVAL).start()
     try:
         st = collector.wait_for_data(2, timeout=60)
-        pid = st.tasks["worker-1"].pid
-        assert pid is not None and st.tasks["worker-1"].liveness == "running"
+        pid = st.tasks["worker:1"].pid
+        assert pid is not None and st.tasks["worker:1"].state == "running"
         os.kill(pid, signal.SIGKILL)  # every loopback machine shares this kernel
         killed = time.monotonic()
         seen = None
         while time.monotonic() - killed < 10 * INTERVAL:
-            live = collector.poll().tasks["worker-1"].liveness
+            live = collector.poll().tasks["worker:1"].state
             if live in ("exited", "restarting"):
                 seen = time.monotonic() - killed
                 break
             time.sleep(0.05)
-        assert seen is not None, collector.poll().to_json()
+        assert seen is not None, state_json(collector.poll())
         assert seen <= 3 * INTERVAL, f"took {seen:.2f}s"
         # ... and it comes back (the supervisor restarts it) with the restart counted
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            tv = collector.poll().tasks["worker-1"]
-            if tv.liveness == "running" and tv.restarts == 1:
+            tv = collector.poll().tasks["worker:1"]
+            if tv.state == "running" and tv.restarts == 1:
                 break
             time.sleep(0.2)
         else:
-            raise AssertionError(collector.poll().to_json())
+            raise AssertionError(state_json(collector.poll()))
         kinds = [e.kind for e in collector.state.log]
         assert "restart" in kinds and "recover" in kinds  # the supervisor goes straight to restarting
         assert any("restarting after exit code -9" in e.text for e in collector.state.log)

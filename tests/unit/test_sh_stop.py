@@ -1,6 +1,6 @@
-"""`stop` when the host's python cannot run: the /bin/sh fallback (orchestrator/run/sh_stop.py) through
-RemoteRun.stop over a LocalTransport: a real /bin/sh, real processes carrying a run's marker (one that
-ignores SIGTERM), real files. No network."""
+"""`stop` on one host (orchestrator/run/sh_stop.py, the only stop: no Python started on the host, so it
+works when the host's python is gone too) through RemoteRun.stop over a LocalTransport: a real /bin/sh,
+real processes carrying a run's marker (one that ignores SIGTERM), real files. No network."""
 
 from __future__ import annotations
 
@@ -49,13 +49,13 @@ def test_stop_without_python_kills_every_marked_process_and_purges(
     other = _run(tmp_path / "runs" / "r1-other", "exec sleep 300", spawned)  # another run: a longer marker
     time.sleep(0.3)  # let the shells exec and set their traps
     verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=1, timeout=30, purge=True)
-    assert {polite.pid, stubborn.pid} <= set(verdict.report.killed)
-    assert verdict.verified is not None and verdict.verified.processes == ()
-    assert verdict.purged and not run_dir.exists()
+    assert {polite.pid, stubborn.pid} <= set(verdict.report.terminated)  # no supervisor: each one TERMed
+    assert stubborn.pid in verdict.report.killed and polite.pid not in verdict.report.killed
+    assert verdict.report.remaining == () and verdict.purged and not run_dir.exists()
     assert polite.wait(5) == -signal.SIGTERM and stubborn.wait(5) == -signal.SIGKILL
     assert other.poll() is None  # untouched
     again = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=1, timeout=30, purge=True)
-    assert again.report.absent and again.verified is None
+    assert again.report.absent and again.report.remaining == ()
 
 
 def test_stop_without_python_keeps_the_run_dir_unless_purging(
@@ -65,4 +65,4 @@ def test_stop_without_python_keeps_the_run_dir_unless_purging(
     task = _run(run_dir, "exec sleep 300", spawned)
     time.sleep(0.2)
     verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=0, timeout=30)
-    assert task.pid in verdict.report.killed and not verdict.purged and run_dir.is_dir()
+    assert task.pid in verdict.report.terminated and not verdict.purged and run_dir.is_dir()

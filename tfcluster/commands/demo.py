@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
 
 def _finished(st: ClusterState) -> bool:
     """Every task exited for good (the supervisor does not restart a task that exited 0)."""
-    return bool(st.tasks) and all(t.liveness == "exited" for t in st.tasks.values())
+    return bool(st.tasks) and all(t.state == "exited" for t in st.tasks.values())
 
 
 def demo(
