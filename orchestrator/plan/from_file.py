@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from orchestrator.config.load import read_config, with_line
 from orchestrator.config.modes import Mode
@@ -21,6 +20,9 @@ from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan
+
+if TYPE_CHECKING:
+    import paramiko
 
 Resolved = dict[str, ResolvedSSH]  # host name -> effective SSH settings (SSH hosts only)
 

@@ -39,7 +39,7 @@ def start(
     hosts_file: HostsFile,
     mode: Annotated[
         Mode | None,
-        typer.Option("--mode", help="Override hosts.toml's \\[cluster] mode."),
+        typer.Option("--mode", help="Override hosts.toml's [cluster] mode."),
     ] = None,
     run: Annotated[str | None, typer.Option("--run", help="Name the run (default: <cluster>-<time>-<hex>).")] = None,
     allow_partial: Annotated[

@@ -5,18 +5,18 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from orchestrator.bench.scaling import advise, nic_capacity_Bps
 from orchestrator.bench.spec import DEFAULT_NIC_GBPS
-from orchestrator.plan.model import ClusterPlan, TaskPlan
-from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
-from tfcluster.common import HostsFile, load_plan, widen
+from tfcluster.common import HostsFile, console, load_plan, widen
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.plan.model import ClusterPlan, TaskPlan
+    from orchestrator.plan.ps_load import PsLoadEstimate
 
 MIN_WIDTH = 160  # a pipe or a test gets 80 columns by default: too narrow for the command column
 
@@ -37,6 +37,11 @@ def plan(
     ] = DEFAULT_NIC_GBPS,
 ) -> None:
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
+    from rich.text import Text
+
+    from orchestrator.bench.scaling import advise, nic_capacity_Bps
+    from orchestrator.plan.ps_load import estimate_ps_load
+
     cluster = load_plan(hosts_file)
     estimate = estimate_ps_load(cluster, steps_per_sec)
     advice = advise(cluster, nic_capacity_Bps(nic_gbps), steps_per_sec)
@@ -46,16 +51,19 @@ def plan(
         data["ps_ceiling"] = {**advice.to_json(), "nic_gbps": nic_gbps} if advice else None
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    console = widen(Console(highlight=False), MIN_WIDTH)
-    print_plan(console, cluster, estimate)
+    out = widen(console(), MIN_WIDTH)
+    print_plan(out, cluster, estimate)
     if advice is not None:
         for line in advice.lines():
-            console.print(Text(line), soft_wrap=True)
-        console.print(Text(f"  (link: a {nic_gbps:g} Gb/s NIC each way; --nic-gbps, or measure it: tfcluster bench "
+            out.print(Text(line), soft_wrap=True)
+        out.print(Text(f"  (link: a {nic_gbps:g} Gb/s NIC each way; --nic-gbps, or measure it: tfcluster bench "
                            "--measure-nic)", style="dim"), soft_wrap=True)
 
 
 def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     console.print(
         Text.assemble(
             ("cluster ", "bold"), (cluster.cluster_name, "bold cyan"),
@@ -75,7 +83,7 @@ def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate 
             table.add_row(
                 host.name if i == 0 else "",
                 Text(host.address if i == 0 else ""),  # as written: never read as Rich markup
-                f"{task.job}:{task.index}",
+                task.name,
                 str(task.port),
                 task.device,
                 task.cuda_visible_devices if task.cuda_visible_devices else '""',
