@@ -53,7 +53,7 @@ for f in events/*.jsonl; do case ${f##*/} in supervisor-*|'*.jsonl') ;; *) set -
 tail -n "$n" -- /dev/null "$@" 2>/dev/null; echo
 pid=
 if [ -f "state/supervisor-$host.json" ]; then
-  IFS= read -r s < "state/supervisor-$host.json"; pid=${s#*\"pid\":}; pid=${pid%%[!0-9]*}
+  IFS= read -r s < "state/supervisor-$host.json"; pid=${s#*\"pid\":}; pid=${pid# }; pid=${pid%%[!0-9]*}
 fi
 if [ -n "$pid" ] && has_mark "$pid"; then echo "@@tfc alive $pid"; exit 0; fi
 echo "@@tfc dead ${pid:--}"

@@ -34,7 +34,7 @@ nap() { sleep 0.1 2>/dev/null || sleep 1; }
 sup=
 for f in "$rd"/state/supervisor-*.json; do
   [ -f "$f" ] || continue
-  IFS= read -r s < "$f"; p=${s#*\"pid\":}; p=${p%%[!0-9]*}
+  IFS= read -r s < "$f"; p=${s#*\"pid\":}; p=${p# }; p=${p%%[!0-9]*}
   [ -n "$p" ] && has_mark "$p" && sup="$sup $p"
 done
 if [ -n "$sup" ]; then

@@ -4,6 +4,7 @@ real processes carrying a run's marker (one that ignores SIGTERM), real files. N
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 from orchestrator.config.schema import SSHOptions
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.remote import RemoteRun
+from tests.helpers.procs import is_gone, read_pid
 
 
 def _host(tmp_path: Path) -> HostPlan:
@@ -66,3 +68,20 @@ def test_stop_without_python_keeps_the_run_dir_unless_purging(
     time.sleep(0.2)
     verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=0, timeout=30)
     assert task.pid in verdict.report.terminated and not verdict.purged and run_dir.is_dir()
+
+
+def test_a_live_supervisor_is_asked_first_and_stops_its_own_tasks(
+        tmp_path: Path, spawned: list[subprocess.Popen[bytes]]) -> None:
+    """With a supervisor, only it gets SIGTERM (it stops its tasks itself and records them stopped, as
+    training/supervisor does): the tasks are never signalled behind its back."""
+    run_dir = tmp_path / "runs" / "r3"
+    (run_dir / "state").mkdir(parents=True)
+    task_pid = tmp_path / "task.pid"
+    supervisor = _run(run_dir, f"sleep 300 & echo $! > {task_pid}; trap 'kill $!; echo stopped-it > "
+                               f"{tmp_path}/said; exit 0' TERM; wait", spawned)
+    task = read_pid(task_pid)
+    (run_dir / "state" / "supervisor-local.json").write_text(json.dumps({"kind": "supervisor", "pid": supervisor.pid}))
+    verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=5, timeout=30)
+    assert verdict.report.terminated == (supervisor.pid,) and verdict.report.killed == ()
+    assert verdict.report.remaining == () and (tmp_path / "said").read_text() == "stopped-it\n"
+    assert supervisor.wait(5) == 0 and is_gone(task)
