@@ -22,6 +22,7 @@ from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
 from tests.helpers.procs import stop_run_dir
 from training.layout import RUN_DIR_ENV, RunLayout
+from training.supervisor.core import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -290,3 +291,25 @@ def test_tasks_get_default_signal_dispositions_and_the_home_python(tmp_path: Pat
     for sig in (signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
         assert not ignored & (1 << (sig - 1)), f"{sig.name} is ignored in the task"
     assert "home python ran" in Path(layout.log_file("worker", 1)).read_text()
+
+
+def test_tasks_run_niced_and_their_threads_and_children_too(tmp_path: Path, cleanup: Any) -> None:
+    """Training saturates the cores; sshd and the status and stop scripts must still answer at once: the
+    supervisor lowers its tasks' priority by DEFAULTS["nice"] and keeps its own."""
+    code = ("import os, subprocess, sys, threading, time\n"
+            "child = subprocess.Popen(['sleep', '60'])\n"
+            "t = threading.Thread(target=time.sleep, args=(60,), daemon=True); t.start()\n"
+            "print('ready', child.pid, threading.get_native_id(), t.native_id, flush=True)\n"
+            "time.sleep(60)\n")
+    layout = _make_run(tmp_path, [_task("worker", 0, code)])
+    cleanup[1].append(layout.root)
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    log = Path(layout.log_file("worker", 0))
+    _wait(lambda: log.exists() and "ready" in log.read_text())
+    child, _, thread = (int(x) for x in log.read_text().split("ready", 1)[1].split()[:3])
+    task = _state(layout, "worker", 0)["pid"]
+    mine = os.getpriority(os.PRIO_PROCESS, sup.pid)
+    assert mine == os.getpriority(os.PRIO_PROCESS, 0)  # the supervisor keeps ours
+    for pid in (task, child, thread):  # (a thread's niceness is its own: setpriority takes its id)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(mine + DEFAULTS["nice"], 19), pid
