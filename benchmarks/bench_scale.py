@@ -5,7 +5,7 @@ real orchestrator code (`launch.start` with its two phases, sharding, run record
 `stop`, `check`) talks to in-memory hosts that answer as the real host programs do, over a simulated
 network: 20 ms per round trip, a connection costs 4 round trips (TCP, SSH version and key exchange,
 authentication, the session) and each step a fixed remote cost (time.sleep: not the orchestrator's CPU):
-prepare 30 ms (a warm run dir), launch 50 ms (the supervisor and its tasks), probe 30 ms, stop 60 ms,
+prepare 30 ms (a warm run dir), launch 50 ms (the supervisor and its tasks), read (status) 30 ms, stop 60 ms,
 check 40 ms. Every host is a `ps` and a `worker` task; the code tree is warm on every host.
 
 Measured per command: wall time, and the orchestrator's CPU: this process's (every thread) plus its
@@ -37,7 +37,7 @@ from benchmarks.common import busy_cpu_seconds, load_note, now_utc, publish
 
 RTT_S = 0.020
 CONNECT_RTTS = 4
-COST_S = {"prepare": 0.030, "launch": 0.050, "probe": 0.030, "stop": 0.060, "check": 0.040}
+COST_S = {"prepare": 0.030, "launch": 0.050, "read": 0.030, "stop": 0.060, "check": 0.040}
 TARGET_CPU_MS_PER_HOST = 3.0  # at 256 hosts
 TARGET_START_WALL_S = 3.0  # at 1024 hosts
 MODES = {"sharded": None, "one process": "100000"}

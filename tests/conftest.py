@@ -1,10 +1,13 @@
 """Shared fixtures: real sshd machines on loopback addresses (see testkit/sshd.py), for tests/integration and
-tests/faults."""
+tests/faults; `spawned`, the processes a test starts, killed at its end."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 
 import pytest
 
@@ -33,3 +36,19 @@ def sshd_machines() -> Iterator[Callable[[int], Machines]]:
         yield start
     finally:
         sshd.stop_all()
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (it appends them); each still running at the end is killed, with its
+    process group when it leads one."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            with suppress(ProcessLookupError):  # it may end meanwhile
+                if os.getpgid(p.pid) == p.pid:
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    p.kill()
+        p.wait()

@@ -17,6 +17,7 @@ from typing import Any
 from orchestrator.errors import HostError
 from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, TaskStateEvent, from_dict
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.plan.names import file_stem
 from orchestrator.run import records
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.run.remote import RemoteRun, with_retry
@@ -58,7 +59,7 @@ def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
     if seen.processes is not None:
         live = [p.task.split("#", 1)[0] for p in seen.processes if p.task]
         for t in seen.tasks:
-            tasks.setdefault(f"{t.job}-{t.task}", {})  # (a file stem: events.py maps it to the task's name)
+            tasks.setdefault(file_stem(t.job, t.task), {})  # (events.py maps it back to the task's name)
         for stem, f in tasks.items():
             f["procs"] = live.count(stem)
     sup = seen.supervisor

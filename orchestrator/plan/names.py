@@ -16,6 +16,11 @@ def task_name(job: str, index: int) -> str:
     return f"{job}:{index}"
 
 
+def file_stem(job: str, index: int) -> str:
+    """How the hosts spell a task (training/layout.py's file names): "worker-1"."""
+    return f"{job}-{index}"
+
+
 @cache  # called per line of telemetry; the stems are the run's few task names
 def name_of_stem(stem: str) -> str:
     """"worker-1" -> "worker:1" (anything else is returned as it is)."""

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,16 +26,6 @@ from training.telemetry.state_files import SupervisorStateFile, TaskStateFile
 
 HOST = "m0"
 NOW = time.time()
-
-
-@pytest.fixture
-def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
 
 
 def _layout(root: Path) -> RunLayout:

@@ -9,10 +9,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from orchestrator.config.schema import SSHOptions
 from orchestrator.plan.model import HostPlan
@@ -23,16 +20,6 @@ from tests.helpers.procs import is_gone, read_pid
 def _host(tmp_path: Path) -> HostPlan:
     return HostPlan(name="local", address="127.0.0.1", transport="local", python=str(tmp_path / "gone" / "python3"),
                     workdir=str(tmp_path), ssh=SSHOptions(), roles=("worker",), tasks=())
-
-
-@pytest.fixture
-def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
-    yield procs
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
 
 
 def _run(run_dir: Path, script: str, procs: list[subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
