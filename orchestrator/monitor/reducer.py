@@ -177,7 +177,8 @@ class ClusterState:
         t = host.local(ev.t)
         if tv.t_state is not None and t < tv.t_state:
             return  # an older line (files replayed out of order): the newer state stands
-        tv.proc_state, tv.t_state, tv.restarts = ev.state, t, max(ev.restarts, tv.restarts)
+        tv.proc_state, tv.t_state, tv.state_written_at = ev.state, t, ev.t
+        tv.restarts = max(ev.restarts, tv.restarts)
         tv.stopped_by, tv.restarts_left, tv.error = ev.stopped_by, ev.restarts_left, ev.error
         tv.final, tv.signal = ev.final or ev.state == "exited", ev.signal
         tv.restart_reason = ev.restart_reason if ev.state == "restarting" else None
@@ -185,7 +186,10 @@ class ClusterState:
             tv.pid = ev.pid
         # Python's convention: a process ended by signal N has exit code -N.
         code = ev.exit_code if ev.exit_code is not None else (-ev.signal if ev.signal else None)
-        if ev.state in ("exited", "restarting"):
+        # A new process, or none: what came before is the old process's. (Progress newer than this word
+        # is the new process's already: another host's stream or read may be folded in first.)
+        newer = tv.t_progress is None or t >= tv.t_progress
+        if ev.state in ("exited", "restarting") and newer:
             tv.steps_per_s = tv.examples_per_s = None  # the dead process's rates are not the task's
             tv._prev = None
         if ev.state == "exited":
@@ -205,8 +209,9 @@ class ClusterState:
                       + (f": {ev.error}" if ev.error else ""))
             tv.down = True
         elif ev.state in ("starting", "running"):
-            tv._prev = None  # a new process starts its counters from zero
-            tv.t_step_moved = None
+            if newer:
+                tv._prev = None  # a new process starts its counters from zero
+                tv.t_step_moved = None
             if ev.state == "running":
                 tv.exit_code = None
                 if tv.down:

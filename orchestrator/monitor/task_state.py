@@ -44,6 +44,7 @@ class TaskState:
     restarts_left: int | None
     restart_reason: str | None  # while restarting: "failure" or "group"
     error: str | None  # why it could not run, or why its last attempt failed
+    updated_at: float | None  # when its supervisor last recorded its state (the host's clock, as written)
     reports: Reports
     coordinator: bool  # its steps are its workers' (parameter-server-strategy): counted once
     local_step: int | None
@@ -69,6 +70,7 @@ class TaskState:
             "exit_code": self.exit_code, "signal": self.signal, "final": self.final, "failed": self.failed,
             "held": self.held, "stopped_by": self.stopped_by, "restarts": self.restarts,
             "restarts_left": self.restarts_left, "restart_reason": self.restart_reason, "error": self.error,
+            "updated_at": self.updated_at,
             "local_step": self.local_step, "global_step": self.global_step, "loss": _round(self.loss, 6),
             "steps_per_s": _round(self.steps_per_s), "examples_per_s": _round(self.examples_per_s),
             "age_s": _round(self.age_s, 2), "cpu_s": _round(self.cpu_s, 2),

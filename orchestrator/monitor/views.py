@@ -87,6 +87,7 @@ class TaskTrack:
     stopped_by: str | None = None
     error: str | None = None
     t_state: float | None = None
+    state_written_at: float | None = None  # the same moment on the host's clock, as its supervisor wrote it
     down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
     # from progress
     local_step: int | None = None
@@ -234,7 +235,8 @@ def snapshot(t: TaskTrack, host: HostView) -> TaskState:
     no_progress = t.reports != "no" and t.t_progress is None and t.liveness in ("running", "stalled")
     return TaskState(
         t.name, t.job, t.task, t.host, t.gpu, t.liveness, t.proc_state, t.pid, t.exit_code, t.signal, t.final,
-        task_failed(t, host), t.stopped_by, t.restarts, t.restarts_left, t.restart_reason, t.error, t.reports,
+        task_failed(t, host), t.stopped_by, t.restarts, t.restarts_left, t.restart_reason, t.error,
+        t.state_written_at, t.reports,
         t.coordinator, t.local_step, t.global_step, t.examples, t.loss, t.steps_per_s if rates else None,
         t.examples_per_s if rates else None, t.t_progress, t.age_s, t.cpu_s, no_progress)
 
