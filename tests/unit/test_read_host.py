@@ -21,6 +21,7 @@ from orchestrator.monitor.status import fold
 from orchestrator.plan.build import build_plan
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
+from tests.unit.test_state import feed, hb, progress, task_state
 from training.layout import RUN_DIR_ENV, RunLayout
 from training.telemetry.state_files import SupervisorStateFile, TaskStateFile
 
@@ -197,3 +198,18 @@ def test_the_run_state_rules() -> None:
     assert unreachable.run_state == "partial" and unreachable.tasks["worker:0"].state == "unreachable"
     absent = _judged(HostReading(absent=True), record_status="stopped")
     assert absent.run_state == "stopped" and absent.tasks["worker:0"].state == "not-started"
+
+
+def test_an_older_supervisor_word_folded_in_after_newer_progress_keeps_the_new_process_rates() -> None:
+    """A task's progress may come from another host (parameter-server-strategy's coordinator writes its
+    workers' events on its own host) and be folded in before the task's own host says `running`."""
+    st = ClusterState(now=NOW)
+    st.add_task("worker", 0, "a")
+    feed(st, hb("b", NOW + 12))
+    for i in range(3):
+        feed(st, progress(NOW + 10 + i, 5 * i, host="b"), now=NOW + 12)
+    feed(st, hb("a", NOW + 12))
+    feed(st, task_state(NOW + 5, "running", pid=7), now=NOW + 12)  # written when the process started
+    st.tick(NOW + 12)
+    tv = st.tasks["worker:0"]
+    assert (tv.state, tv.host, tv.pid) == ("running", "a", 7) and tv.steps_per_s == pytest.approx(5.0)

@@ -387,17 +387,3 @@ def test_task_stopped_for_good_is_exited_held_and_logged_as_the_users_choice() -
     out = {t["name"]: t for t in json.loads(json.dumps(state_json(st)))["tasks"]}
     assert out["worker:0"]["held"] is True and out["worker:1"]["held"] is False
 
-
-def test_an_older_supervisor_word_folded_in_after_newer_progress_keeps_the_new_process_rates() -> None:
-    """A task's progress may come from another host (parameter-server-strategy's coordinator writes its
-    workers' events on its own host) and be folded in before the task's own host says `running`."""
-    st = ClusterState(now=T0)
-    st.add_task("worker", 0, "a")
-    feed(st, hb("b", T0 + 12))
-    for i in range(3):
-        feed(st, progress(T0 + 10 + i, 5 * i, host="b"), now=T0 + 12)
-    feed(st, hb("a", T0 + 12))
-    feed(st, task_state(T0 + 5, "running", pid=7), now=T0 + 12)  # written when the process started
-    st.tick(T0 + 12)
-    tv = st.tasks["worker:0"]
-    assert (tv.state, tv.host, tv.pid) == ("running", "a", 7) and tv.steps_per_s == pytest.approx(5.0)
