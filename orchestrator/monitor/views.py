@@ -111,10 +111,10 @@ class TaskTrack:
     # computed by tick
     liveness: Liveness = "starting"
     age_s: float | None = None
+    name: str = field(init=False)  # the one name, spelled once (read per task per tick)
 
-    @property
-    def name(self) -> str:
-        return task_name(self.job, self.task)
+    def __post_init__(self) -> None:
+        self.name = task_name(self.job, self.task)
 
     @property
     def last_data(self) -> float | None:
@@ -230,15 +230,19 @@ NO_RATES = ("restarting", "exited", "lost", "starting", "not-started")
 
 
 def snapshot(t: TaskTrack, host: HostView) -> TaskState:
-    """The frozen TaskState of a track as the last tick judged it (positional: built per task per tick)."""
+    """The frozen TaskState of a track as the last tick judged it (built per task per tick: TaskState.of)."""
     rates = t.liveness not in NO_RATES
-    no_progress = t.reports != "no" and t.t_progress is None and t.liveness in ("running", "stalled")
-    return TaskState(
-        t.name, t.job, t.task, t.host, t.gpu, t.liveness, t.proc_state, t.pid, t.exit_code, t.signal, t.final,
-        task_failed(t, host), t.stopped_by, t.restarts, t.restarts_left, t.restart_reason, t.error,
-        t.state_written_at, t.reports,
-        t.coordinator, t.local_step, t.global_step, t.examples, t.loss, t.steps_per_s if rates else None,
-        t.examples_per_s if rates else None, t.t_progress, t.age_s, t.cpu_s, no_progress)
+    return TaskState.of({
+        "name": t.name, "job": t.job, "index": t.task, "host": t.host, "gpu": t.gpu, "state": t.liveness,
+        "process_state": t.proc_state, "pid": t.pid, "exit_code": t.exit_code, "signal": t.signal,
+        "final": t.final, "failed": task_failed(t, host), "stopped_by": t.stopped_by, "restarts": t.restarts,
+        "restarts_left": t.restarts_left, "restart_reason": t.restart_reason, "error": t.error,
+        "updated_at": t.state_written_at, "reports": t.reports, "coordinator": t.coordinator,
+        "local_step": t.local_step, "global_step": t.global_step, "examples": t.examples, "loss": t.loss,
+        "steps_per_s": t.steps_per_s if rates else None, "examples_per_s": t.examples_per_s if rates else None,
+        "progress_at": t.t_progress, "age_s": t.age_s, "cpu_s": t.cpu_s,
+        "no_progress_reported": t.reports != "no" and t.t_progress is None and t.liveness in ("running", "stalled"),
+    })
 
 
 ENDED_BY_USER_OR_RUN = ("user", "run")

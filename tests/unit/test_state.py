@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,6 +11,7 @@ import pytest
 from orchestrator.monitor.events import EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.state_json import state_json
+from orchestrator.monitor.task_state import TaskState
 from orchestrator.monitor.views import ema, host_reachable, task_liveness, window_buckets
 from training.telemetry.schema import dumps, make_event
 
@@ -387,3 +389,12 @@ def test_task_stopped_for_good_is_exited_held_and_logged_as_the_users_choice() -
     out = {t["name"]: t for t in json.loads(json.dumps(state_json(st)))["tasks"]}
     assert out["worker:0"]["held"] is True and out["worker:1"]["held"] is False
 
+
+
+def test_a_snapshot_is_a_whole_frozen_task_state() -> None:  # (built by TaskState.of, not its __init__)
+    st = ClusterState(now=T0)
+    st.tick(healthy(st, 3))
+    snap = st.tasks["worker:0"]
+    assert set(vars(snap)) == {f.name for f in dataclasses.fields(TaskState)} and snap == TaskState(**vars(snap))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.pid = 1  # type: ignore[misc]
