@@ -1,5 +1,5 @@
-"""Paramiko without `invoke` at start-up: `paramiko.config` imports the `invoke` package (0.06-0.1 s of
-every SSH command's start-up on this project's machines, `python -X importtime`) but uses it only to
+"""Paramiko without `invoke` at start-up: `paramiko.config` imports the `invoke` package (most of
+Paramiko's own import time, `python -X importtime`, issue 24) but uses it only to
 run the command of a `Match exec` line in an ssh config file. `defer_invoke()` puts a stand-in into
 `sys.modules` that imports the real package the first time anything of it is used, so such a line
 still works and every other command no longer pays for it. Called before Paramiko is first imported

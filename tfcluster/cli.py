@@ -2,7 +2,7 @@
 
 Project errors become one line on stderr with their exit code (2 for bad input), never a traceback.
 Start-up is paid by every command (scripts call `status` in loops): the command modules import what
-they use when they run, and the help is click's plain text (Typer's Rich help alone cost 0.1 s of CPU),
+they use when they run, and the help is click's plain text (Typer's Rich help imports rich.markdown),
 so `--help`, `ls` and `plan` import no Paramiko, Rich table machinery, Textual, matplotlib or
 TensorFlow they do not use (tests/unit/test_cli_import_cost.py).
 """

@@ -61,7 +61,7 @@ class TaskState:
     @classmethod
     def of(cls, values: dict[str, Any]) -> TaskState:
         """From every field by name, without the generated __init__'s one frozen setattr per field: the
-        reducer builds one per task per tick (at 1024 tasks the __init__ tripled the tick's CPU). The
+        reducer builds one per task per tick, where that __init__ was most of the tick's CPU. The
         instance is as frozen and compares as one built by TaskState(...); tests/unit/test_state.py checks it."""
         state = object.__new__(cls)
         object.__setattr__(state, "__dict__", values)

@@ -1,8 +1,8 @@
 """Every tfcluster command is a fresh process, and scripts call them in loops (fan-out at scale and the
 read path are measured on the whole CLI: benchmarks/results/fanout.md, latency.md): a command must not
 import the heavy libraries only other commands use. matplotlib alone cost 0.43 s of CPU per command
-when `bench` imported it at registration; Paramiko 0.17 s (0.1 s of it `invoke`), the plan's schema
-(pydantic) 0.12 s, Typer's Rich help 0.1 s.
+when `bench` imported it at registration; issue 24 found Paramiko (with `invoke`), the plan's schema
+(pydantic) and Typer's Rich help in every command's start-up.
 
 Each command runs in its own interpreter, as a user runs it; the test lists the modules it imported.
 (Typer itself imports pydantic to coerce the values of options: what `ls` must not import is the plan's
