@@ -123,13 +123,13 @@ def merge(rounds: list[list[Path]]) -> bench_report.BenchReport:
 
 
 def straggler_verdict(report: bench_report.BenchReport) -> dict[str, Any]:
-    effects = {e.mode: e for e in straggler_effects(report, "worker-1")}
+    effects = {e.mode: e for e in straggler_effects(report, "worker:1")}
     out: dict[str, Any] = {}
     bg = effects.get("between-graph")
     if bg is not None:
-        fast = bg.ratios.get("worker-0")
-        out["between_graph"] = {"fast_worker_ratio": fast, "per_round": bg.per_repeat.get("worker-0"),
-                                "straggler_ratio": bg.ratios.get("worker-1"), "target": ">= 0.90",
+        fast = bg.ratios.get("worker:0")
+        out["between_graph"] = {"fast_worker_ratio": fast, "per_round": bg.per_repeat.get("worker:0"),
+                                "straggler_ratio": bg.ratios.get("worker:1"), "target": ">= 0.90",
                                 "meets_target": fast is not None and fast >= 0.90}
     ig = effects.get("in-graph")
     if ig is not None:
@@ -145,7 +145,7 @@ def ps_verdict(report: bench_report.BenchReport) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for workers in sorted({c.cell.workers for c in report.cells}):
         cells = [c for c in report.cells if c.ok and c.cell.workers == workers and c.figures and c.ceiling]
-        traffic = [c.figures.ps["ps-0"].measured_over_accounted for c in cells if c.figures and "ps-0" in c.figures.ps]
+        traffic = [c.figures.ps["ps:0"].measured_over_accounted for c in cells if c.figures and "ps:0" in c.figures.ps]
         ceilings, tcp_ceilings = [], []
         for c in cells:
             assert c.figures is not None

@@ -42,9 +42,9 @@ def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str,
             deadline = time.monotonic() + warmup_timeout
             while time.monotonic() < deadline:  # both workers training and both rates present
                 st = collector.poll()
-                p = st.ps.get("ps-0")
+                p = st.ps.get("ps:0")
                 if (p and p.measured_in and p.accounted_in
-                        and all(st.tasks[f"worker-{i}"].steps_per_s for i in (0, 1))):
+                        and all(st.tasks[f"worker:{i}"].steps_per_s for i in (0, 1))):
                     break
                 time.sleep(0.5)
             else:
@@ -53,10 +53,10 @@ def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str,
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 time.sleep(1.0)
-                p = collector.poll().ps["ps-0"]
+                p = collector.poll().ps["ps:0"]
                 if None not in (p.measured_in, p.measured_out, p.accounted_in, p.accounted_out):
                     samples.append((p.measured_in, p.measured_out, p.accounted_in, p.accounted_out))  # type: ignore[arg-type]
-            steps = {f"worker-{i}": collector.poll().tasks[f"worker-{i}"].steps_per_s for i in (0, 1)}
+            steps = {f"worker:{i}": collector.poll().tasks[f"worker:{i}"].steps_per_s for i in (0, 1)}
         finally:
             collector.close()
     m_in, m_out, a_in, a_out = (statistics.mean(s[i] for s in samples) for i in range(4))

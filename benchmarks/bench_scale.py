@@ -5,7 +5,7 @@ real orchestrator code (`launch.start` with its two phases, sharding, run record
 `stop`, `check`) talks to in-memory hosts that answer as the real host programs do, over a simulated
 network: 20 ms per round trip, a connection costs 4 round trips (TCP, SSH version and key exchange,
 authentication, the session) and each step a fixed remote cost (time.sleep: not the orchestrator's CPU):
-prepare 30 ms (a warm run dir), launch 50 ms (the supervisor and its tasks), probe 30 ms, stop 60 ms,
+prepare 30 ms (a warm run dir), launch 50 ms (the supervisor and its tasks), read (status) 30 ms, stop 60 ms,
 check 40 ms. Every host is a `ps` and a `worker` task; the code tree is warm on every host.
 
 Measured per command: wall time, and the orchestrator's CPU: this process's (every thread) plus its
@@ -37,7 +37,7 @@ from benchmarks.common import busy_cpu_seconds, load_note, now_utc, publish
 
 RTT_S = 0.020
 CONNECT_RTTS = 4
-COST_S = {"prepare": 0.030, "launch": 0.050, "probe": 0.030, "stop": 0.060, "check": 0.040}
+COST_S = {"prepare": 0.030, "launch": 0.050, "read": 0.030, "stop": 0.060, "check": 0.040}
 TARGET_CPU_MS_PER_HOST = 3.0  # at 256 hosts
 TARGET_START_WALL_S = 3.0  # at 1024 hosts
 MODES = {"sharded": None, "one process": "100000"}
@@ -77,7 +77,7 @@ def _set_mode(per_process: str | None) -> None:
 
 
 def _one_round(n: int, plan: Any, tmp: Path, r: int, per_process: str | None) -> dict[str, dict[str, float]]:
-    from orchestrator.monitor.status import status
+    from orchestrator.monitor.status import read_run
     from orchestrator.run import launch
     from orchestrator.run.check import run_check
     from orchestrator.run.stop import stop
@@ -111,7 +111,7 @@ def _one_round(n: int, plan: Any, tmp: Path, r: int, per_process: str | None) ->
         record = launch.start(plan, str(tmp / "hosts.toml"), launch.StartOptions(timeout=300, run_name=f"seen-{n}-{r}"),
                               opener=cluster.opener).record
         _set_mode(per_process)
-    out["status"] = _measure(lambda: status(record, timeout=60, opener=cluster.opener))
+    out["status"] = _measure(lambda: read_run(record, timeout=60, opener=cluster.opener))
     out["check"] = _measure(lambda: run_check(plan, cluster.opener, timeout=60))
     out["stop"] = _measure(lambda: stop(record, grace=0, timeout=60, purge=True, opener=cluster.opener))
     return out

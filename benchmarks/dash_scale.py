@@ -135,7 +135,7 @@ async def _measure(collector: CountingCollector, seconds: float, warmup: float, 
         while time.monotonic() - t0 < ready_timeout:
             st = collector.state
             if (all(s.connected for s in collector.streams)
-                    and sum(1 for t in st.tasks.values() if t.liveness == "running") >= len(st.tasks) - 4):
+                    and sum(1 for t in st.tasks.values() if t.state == "running") >= len(st.tasks) - 4):
                 break
             await asyncio.sleep(0.5)
         else:

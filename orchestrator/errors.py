@@ -12,7 +12,7 @@ Reason = Literal[
     # the machine or its sshd cannot be reached, or a working connection broke (worth a retry)
     "refused", "timeout", "unreachable", "lost",
     # the user must act
-    "auth-failed", "hostkey-unknown", "hostkey-changed", "sftp-failed",
+    "auth-failed", "hostkey-unknown", "hostkey-changed",
     # a step of a command on the host failed, or was cancelled
     "prepare", "ship", "launch", "supervisor", "task-failed", "remote", "purge", "port-taken",
     "command-failed", "cancelled", "error",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 
 from orchestrator.monitor.events import Event, EventParser
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.plan.names import task_name
 
 
 class FakeClock:
@@ -70,7 +71,7 @@ class ReplaySource:
         return self.state
 
     def task_log(self, job: str, task: int, lines: int = 200) -> list[str]:
-        return self.logs.get(f"{job}-{task}", [])[-lines:]
+        return self.logs.get(task_name(job, task), [])[-lines:]
 
     def close(self) -> None:
         pass

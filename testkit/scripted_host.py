@@ -3,8 +3,9 @@
 A fake for what cannot be real in a unit test (hundreds of hosts, a fault at an exact step): it keeps a
 host's state (its code cache, run dirs, the supervisor of each run and its tasks' states) and answers
 the operations tfcluster performs on a host the way the real host programs do (training/supervisor's
-`--detach`, `--probe`, `--stop`, the agent's stream, `tail`, `kill`, check's probe), with the same
-JSON shapes, so the orchestrator's own decoders read them. `testkit.scripted_transport` recognises the
+`--detach`, the read of a run and the stop (the sh scripts of orchestrator/run/read_host.py and
+sh_stop.py), the agent's stream, `tail`, `kill`, check's probe), with the same output, so the
+orchestrator's own decoders read them. `testkit.scripted_transport` recognises the
 commands and calls these operations; this module knows nothing of command strings.
 
 Knobs a test turns on a host: `down` (connections refused), `fail(step, kind, ...)` (a fault at one
@@ -22,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Step = Literal["connect", "prepare", "ship", "launch", "probe", "stop", "purge", "agent", "tail", "kill", "check"]
+Step = Literal["connect", "prepare", "ship", "launch", "read", "stop", "purge", "agent", "tail", "kill", "check"]
 FaultKind = Literal["lost", "timeout", "exit", "refused"]
 _pids = itertools.count(4000)
 
@@ -228,24 +229,23 @@ class ScriptedHost:
         if run.supervisor_pid is None:
             return None
         return {"kind": "supervisor", "host": self.name, "pid": run.supervisor_pid, "state": run.supervisor_state,
-                "run_id": run.run_id, "alive": run.supervisor_alive,
-                "updated_at": time.time()}
+                "run_id": run.run_id, "updated_at": time.time()}
 
     def state_lines(self, run: ScriptedRun) -> list[str]:
         sup = self.supervisor_state(run)
         states = ([sup] if sup else []) + [self.task_state(t) for t in run.tasks.values()]
         return [json.dumps(s) for s in states]
 
-    def processes(self, run: ScriptedRun) -> list[dict[str, Any]]:
+    def processes(self, run: ScriptedRun) -> list[str]:
+        """The run's live processes as sh_procs.py's `describe` prints them."""
         out = []
         if run.supervisor_alive and run.supervisor_pid is not None:
-            out.append({"pid": run.supervisor_pid, "pgid": run.supervisor_pid, "task": "", "args": "supervisor"})
+            out.append(f"{run.supervisor_pid} {run.supervisor_pid} - supervisor")
         for t in run.tasks.values():
             if t.alive and t.pid is not None and run.supervisor_alive:
-                out.append({"pid": t.pid, "pgid": run.supervisor_pid, "task": f"{t.name}#{t.restarts}",
-                            "args": f"task {t.name}"})
+                out.append(f"{t.pid} {run.supervisor_pid} {t.name}#{t.restarts} task {t.name}")
         if run.leftover is not None:
-            out.append({"pid": run.leftover, "pgid": run.leftover, "task": "", "args": "stubborn leftover"})
+            out.append(f"{run.leftover} {run.leftover} - stubborn leftover")
         return out
 
     def prepare(self, workdir: str, run_id: str, host: str, tree: str, run_json: bytes) -> tuple[str, bool]:
@@ -256,24 +256,38 @@ class ScriptedHost:
         self.write_run_file(root, run_json)
         return root, placed
 
-    def probe(self, root: str) -> dict[str, Any]:
+    def read(self, root: str) -> str:
+        """What orchestrator/run/read_host.py's script prints: the state files, then whether the
+        supervisor lives (and, when it does not, the run's processes)."""
         with self.lock:
+            out = [f"@@tfc now {time.time():.6f}"]
             run = self.runs.get(root)
             if run is None or not run.code:
-                return {"absent": True}
+                return "\n".join([*out, "@@tfc absent", ""])
             sup = self.supervisor_state(run)
-            return {"run_dir": root, "exists": True, "supervisors": [sup] if sup else [],
-                    "tasks": [self.task_state(t) for t in run.tasks.values()],
-                    "processes": self.processes(run), "now": time.time()}
+            states = ([("supervisor-" + self.name, sup)] if sup else []) + \
+                [(t.name, self.task_state(t)) for t in run.tasks.values()]
+            out.append("==> /dev/null <==")
+            for stem, data in states:
+                out += ["", f"==> state/{stem}.json <==", json.dumps(data)]
+            if run.supervisor_alive:
+                out.append(f"@@tfc alive {run.supervisor_pid}")
+            else:
+                out.append(f"@@tfc dead {run.supervisor_pid or '-'}")
+                out += [f"@@tfc proc {p}" for p in self.processes(run)]
+            return "\n".join([*out, ""])
 
-    def stop(self, root: str) -> dict[str, Any]:
-        """TERM the supervisor, KILL what is left; a stubborn host keeps one process alive."""
+    def stop(self, root: str, purge: bool) -> str:
+        """What orchestrator/run/sh_stop.py's script prints: TERM the supervisor, KILL what is left (a
+        stubborn host keeps one process alive), a fresh look, the run dir gone (`purge`) if clean."""
         with self.lock:
             run = self.runs.get(root)
             if run is None or not run.code:
-                return {"absent": True}
-            killed = [p["pid"] for p in self.processes(run)]
-            terminated = [run.supervisor_pid] if run.supervisor_alive and run.supervisor_pid else []
+                if purge:
+                    self.runs.pop(root, None)
+                return "ABSENT\n"
+            out = [f"TERMINATED {run.supervisor_pid}"] if run.supervisor_alive and run.supervisor_pid else []
+            out += [f"KILLED {p.split()[0]}" for p in self.processes(run)]
             for task in run.tasks.values():
                 if task.alive:
                     self._exit(task, None, 15)
@@ -282,26 +296,12 @@ class ScriptedHost:
             run.supervisor_alive = False
             if self.stubborn and run.leftover is None:
                 run.leftover = next(_pids)
-            return {"run_dir": root, "terminated": terminated, "killed": killed,
-                    "remaining": self.processes(run)}
-
-    def purge(self, root: str) -> None:
-        with self.lock:
-            self.runs.pop(root, None)
-
-    def stop_verified(self, root: str, purge: bool) -> dict[str, Any]:
-        """`supervisor --stop --verify [--purge]`: the stop, a fresh probe, the run dir gone if clean."""
-        with self.lock:
-            report = self.stop(root)
-            if report.get("absent"):
-                if purge:
-                    self.purge(root)
-                return report
-            report["verified"] = seen = self.probe(root)
-            report["purged"] = purge and not seen["processes"]
-            if report["purged"]:
-                self.purge(root)
-            return report
+            left = self.processes(run)
+            out += [f"LEFT {p}" for p in left]
+            if purge and not left:
+                self.runs.pop(root, None)
+                out.append("PURGED")
+            return "\n".join([*out, ""])
 
     def signal_pid(self, pid: int, sig: str) -> bool:
         """`kill -s SIG pid`: a task killed by TERM or KILL is restarted by its supervisor (on-failure)."""
@@ -322,6 +322,23 @@ class ScriptedHost:
                     if path == f"{run.root}/logs/{task.name}.log":
                         return run.logs.get(task.name, [f"hello from {task.job}:{task.index}"])
             return None
+
+    def tail(self, paths: list[str], headers: bool) -> tuple[str, str]:
+        """`tail -n N -- /dev/null PATH...` (headers): (stdout with a header before each file, stderr);
+        `tail -n N PATH`: that file's lines only."""
+        if not headers:
+            log = self.log_lines(paths[0])
+            if log is None:
+                return "", f"tail: cannot open '{paths[0]}' for reading: No such file or directory"
+            return "".join(line + "\n" for line in log), ""
+        out, err = ["==> /dev/null <=="], []
+        for path in paths:
+            log = self.log_lines(path)
+            if log is None:
+                err.append(f"tail: cannot open '{path}' for reading: No such file or directory")
+            else:
+                out += ["", f"==> {path} <==", *log]
+        return "\n".join([*out, ""]), "\n".join(err)
 
     def check_report(self, ports: list[int], workdir: str) -> dict[str, Any]:
         return {"python_version": "3.11.7", "tf_found": bool(self.tf_version), "tf_version": self.tf_version,

@@ -11,8 +11,9 @@ and the collector take in place of the real one:
     cluster.host("m1").supervisors_started                  # 1: the retried launch found the first one
 
 It recognises a command by what the real host would run (training/launcher.py's start conversation,
-`training.supervisor --probe` and `--stop`, the agent, `tail`, `kill`, check's probe) and answers with
-what the real programs print (testkit/scripted_session.py holds the start conversation). Latency: a
+the read of a run and the stop (orchestrator/run/read_host.py's and sh_stop.py's sh scripts), the agent,
+`tail`, `kill`, check's probe) and answers with what the real programs print
+(testkit/scripted_session.py holds the start conversation). Latency: a
 connection costs `connect_rtts` round trips, a command or an exchange with a running command one, plus
 the step's fixed remote `cost` in seconds (time.sleep: no CPU of the orchestrator's).
 """
@@ -20,7 +21,6 @@ the step's fixed remote `cost` in seconds (time.sleep: no CPU of the orchestrato
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import threading
 import time
@@ -35,7 +35,8 @@ from testkit.scripted_session import ScriptedSession, is_start_command
 from training.run.layout import host_module
 from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_TASK_STATE, dumps, make_event
 
-_RUN_DIR = re.compile(r"--run-dir ('[^']*'|[^\s;]+)")
+READ_MARK = "@@tfc now"  # in orchestrator/run/read_host.py's script only
+STOP_MARK = 'echo "TERMINATED $p"'  # in orchestrator/run/sh_stop.py's script only
 
 
 class ScriptedCluster:
@@ -80,17 +81,17 @@ class ScriptedCluster:
             time.sleep(delay)
 
 
-def _token(command: str, pattern: re.Pattern[str]) -> str | None:
-    match = pattern.search(command)
-    return shlex.split(match.group(1))[0] if match else None
+def script_args(command: str) -> list[str]:
+    """The values a script of orchestrator/run sets on its first line (`set -- 'a' 'b' ...`)."""
+    return shlex.split(command.split("\n", 1)[0])[2:]
 
 
 def classify(command: str) -> Step | None:
     """Which step a shell command is, by what it runs on the host."""
-    if host_module("supervisor") in command:
-        for flag, step in (("--probe", "probe"), ("--stop", "stop")):
-            if flag in command:
-                return step  # type: ignore[return-value]
+    if READ_MARK in command:
+        return "read"
+    if STOP_MARK in command:
+        return "stop"
     if command.startswith("tail "):
         return "tail"
     if command.startswith("kill "):
@@ -163,28 +164,21 @@ class ScriptedTransport(ShellTransport):
 
     def _answer(self, step: Step, command: str) -> tuple[int, str, str]:
         h = self.scripted
-        root = _token(command, _RUN_DIR)
-        if step == "probe":
-            assert root is not None
-            return 0, json.dumps(h.probe(root)) + "\n", ""
+        if step == "read":
+            return 0, h.read(script_args(command)[0]), ""
         if step == "stop":
-            assert root is not None
-            purge = "--purge" in command
-            report = h.stop_verified(root, purge) if "--verify" in command else h.stop(root)
-            return 0, json.dumps(report) + "\n", ""
+            _mark, root, _grace, purge = script_args(command)
+            return 0, h.stop(root, purge == "1"), ""
         if step == "tail":
-            log = h.log_lines(shlex.split(command)[-1])
-            if log is None:
-                return 1, "", "tail: cannot open: No such file or directory"
-            return 0, "".join(line + "\n" for line in log), ""
+            argv = shlex.split(command)
+            headers = "/dev/null" in argv
+            out, err = h.tail(argv[argv.index("/dev/null") + 1:] if headers else argv[-1:], headers)
+            return (1 if err else 0), out, err
         if step == "kill":
             _, _, sig, pid = shlex.split(command)[:4]
             ok = h.signal_pid(int(pid), sig)
             return (0, "", "") if ok else (1, "", f"kill: ({pid}) - No such process")
         return 127, "", f"unhandled step {step}"
-
-    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
-        raise HostError(self.host, "sftp-failed", "the scripted host has no SFTP: tfcluster ships over the start command")
 
     def open_session(self, command: str) -> ScriptedSession:
         self.connect()

@@ -20,6 +20,7 @@ from orchestrator.monitor.events import (
     TaskStateEvent,
 )
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.plan.names import job_and_index, task_name
 
 BATCH = 128
 
@@ -31,9 +32,9 @@ class Scenario:
     hosts: int = 2  # workers are spread over hosts h0..; PS tasks live on their own hosts p0..
     seconds: int = 70
     start: float = 1_700_000_000.0
-    stall: str | None = None  # worker name that stops making progress
+    stall: str | None = None  # the worker ("worker:1") that stops making progress
     stall_at: float = 50.0
-    kill: str | None = None  # worker name SIGKILLed and restarted
+    kill: str | None = None  # the worker SIGKILLed and restarted
     kill_at: float = 55.0
     lost_host: str | None = None  # host whose stream drops
     lost_at: float = 60.0
@@ -61,8 +62,8 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
     gstep = 0
     steps = {i: 0 for i in range(sc.workers)}
     restart_at = sc.kill_at + 3.0
-    kill_idx = int(sc.kill.split("-")[1]) if sc.kill else -1
-    stall_idx = int(sc.stall.split("-")[1]) if sc.stall else -1
+    kill_idx = job_and_index(sc.kill)[1] if sc.kill else -1
+    stall_idx = job_and_index(sc.stall)[1] if sc.stall else -1
     host_names = [f"h{h}" for h in range(min(sc.hosts, sc.workers))] + [f"p{p}" for p in range(sc.ps)]
     tcp_in = dict.fromkeys(range(sc.ps), 0)
     tcp_out = dict.fromkeys(range(sc.ps), 0)
@@ -91,7 +92,7 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
             v = _speed(i)
             steps[i] += v
             moved += v
-            pb = {f"ps-{p}": PsBytes(pulled=40_000 * v, pushed=40_000 * v) for p in range(sc.ps)}
+            pb = {task_name("ps", p): PsBytes(pulled=40_000 * v, pushed=40_000 * v) for p in range(sc.ps)}
             loss = round(2.0 / (1.0 + 0.05 * s) + 0.01 * i, 4)
             events.append((t, ProgressEvent(t, h, "worker", i, steps[i], gstep + moved, steps[i] * BATCH, loss, 1.0,
                                             pb)))
@@ -105,7 +106,7 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
             ps_tcp = {}
             if h.startswith("p"):
                 p = int(h[1:])
-                ps_tcp[f"ps-{p}"] = PsTcp(23000 + p, tcp_in[p], tcp_out[p],
+                ps_tcp[task_name("ps", p)] = PsTcp(23000 + p, tcp_in[p], tcp_out[p],
                                           {"127.0.0.2": (tcp_in[p] // 2, tcp_out[p] // 2),
                                            "127.0.0.3": (tcp_in[p] - tcp_in[p] // 2, tcp_out[p] - tcp_out[p] // 2)})
             gpus = (GpuSample(0, 60.0 + (s % 7), 5000.0, 16000.0),) if sc.gpus and h.startswith("h") else ()
@@ -126,7 +127,7 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
 def sample_logs(sc: Scenario) -> dict[str, list[str]]:
     logs = {}
     for i in range(sc.workers):
-        logs[f"worker-{i}"] = [f"INFO worker {i}: step {k * 100} loss {2.0 / (1 + k):.4f}" for k in range(30)]
+        logs[task_name("worker", i)] = [f"INFO worker {i}: step {k * 100} loss {2.0 / (1 + k):.4f}" for k in range(30)]
     for p in range(sc.ps):
-        logs[f"ps-{p}"] = [f"INFO ps {p}: serving on port {23000 + p}"]
+        logs[task_name("ps", p)] = [f"INFO ps {p}: serving on port {23000 + p}"]
     return logs

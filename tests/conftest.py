@@ -1,10 +1,14 @@
 """Shared fixtures: real sshd machines on loopback addresses (see testkit/sshd.py), for tests/integration and
-tests/faults; a real three-node Slurm cluster on this machine (see testkit/slurm.py)."""
+tests/faults; a real three-node Slurm cluster on this machine (see testkit/slurm.py); `spawned`, the processes a
+test starts, killed at its end."""
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -95,3 +99,19 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         slurm.remove(cluster)
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (it appends them); each still running at the end is killed, with its
+    process group when it leads one."""
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            with suppress(ProcessLookupError):  # it may end meanwhile
+                if os.getpgid(p.pid) == p.pid:
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    p.kill()
+        p.wait()

@@ -1,6 +1,10 @@
 """`tfcluster` entry point: a thin Typer app. Every command lives in `tfcluster.commands.<name>`.
 
 Project errors become one line on stderr with their exit code (2 for bad input), never a traceback.
+Start-up is paid by every command (scripts call `status` in loops): the command modules import what
+they use when they run, and the help is click's plain text (Typer's Rich help imports rich.markdown),
+so `--help`, `ls` and `plan` import no Paramiko, Rich table machinery, Textual, matplotlib or
+TensorFlow they do not use (tests/unit/test_cli_import_cost.py).
 """
 
 from __future__ import annotations
@@ -9,11 +13,9 @@ import importlib
 import sys
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from orchestrator.errors import TfclusterError
-from tfcluster.common import interrupt_on_hangup
+from tfcluster.common import console, interrupt_on_hangup
 
 # Each module registers its commands; listed here so `--help` has a stable order.
 COMMAND_MODULES = ("plan", "check", "lifecycle", "dash", "results", "demo", "bench", "export")
@@ -24,8 +26,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"tfcluster.commands.{_name}").register(app)
@@ -37,10 +39,12 @@ def main() -> None:
         # Not Click's standalone mode: it turns a Ctrl-C anywhere into "Aborted!" and exit 1.
         code = app(standalone_mode=False)
     except TfclusterError as exc:
-        err_console.print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True)
+        from rich.markup import escape
+
+        console(stderr=True).print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True, soft_wrap=True)
         sys.exit(exc.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        err_console.print("interrupted")
+        console(stderr=True).print("interrupted")
         sys.exit(130)
     except Exception as exc:
         # Usage errors (Click's own exceptions, vendored by newer Typer): its message, its exit code (2).

@@ -1,18 +1,22 @@
-"""What several commands share: the hosts.toml and run-id arguments, loading hosts.toml into a plan,
-and output wide enough for their tables when it goes to a pipe."""
+"""What several commands share: the hosts.toml and run-id arguments, loading hosts.toml into a plan, the
+consoles, and output wide enough for their tables when it goes to a pipe. Light to import: Rich and the
+plan's schema (pydantic) are imported by the functions that use them."""
 
 from __future__ import annotations
 
 import signal
+from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
-from orchestrator.config.schema import Mode
-from orchestrator.plan.from_file import plan_file
-from orchestrator.plan.model import ClusterPlan
+from orchestrator.config.modes import Mode
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.plan.model import ClusterPlan
 
 HostsFile = Annotated[Path, typer.Argument(help="The cluster description (see hosts.example.toml).")]
 LatestRunId = Annotated[str | None, typer.Argument(help="Run id (default: the latest run).")]
@@ -21,7 +25,17 @@ LatestRunId = Annotated[str | None, typer.Argument(help="Run id (default: the la
 def load_plan(hosts_file: Path, mode: Mode | None = None) -> ClusterPlan:
     """The plan of hosts.toml (ConfigError: one line with the file's line, exit 2), with ~/.ssh/config
     aliases resolved to the HostName the TF tasks dial (orchestrator.plan.from_file)."""
+    from orchestrator.plan.from_file import plan_file
+
     return plan_file(hosts_file, mode)
+
+
+@cache
+def console(stderr: bool = False) -> Console:
+    """The command's console on stdout (or stderr), made once."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
 
 
 def widen(console: Console, min_width: int) -> Console:

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 OK = 0
 FAILED = 1
 USAGE = 2
@@ -19,10 +21,10 @@ UNREACHABLE = 3
 INTERRUPTED = 130
 
 
-def for_states(states: list[str], *, failed: bool) -> int:
-    """The exit code of `status` or `dash --once` from the run's task states."""
-    if failed:
+def for_run(run_state: str, task_states: Iterable[str]) -> int:
+    """The exit code of `status` and `dash --once`: from the run's state and its tasks' (the reducer's)."""
+    if run_state == "failed":
         return FAILED
-    if any(s in ("unreachable", "lost") for s in states):
+    if any(s in ("unreachable", "lost") for s in task_states):
         return UNREACHABLE
     return OK

@@ -1,6 +1,8 @@
-"""The run's live state for the command line: one collector (an agent stream per host) feeding a Rich
-table (`status --watch`, `dash --once`), JSON (scripts), or the Textual dashboard (`dash`, `start
---dash`). Shared by the command modules, which never import each other.
+"""A run's state for the command line: one read of every host (`status`, `dash --once`), or the agents'
+streams (`status --watch`, the Textual dashboard), both judged by the one reducer (ClusterState); shown
+as a Rich table, as the one JSON document (orchestrator/monitor/state_json.py), or as the dashboard.
+Shared by the command modules, which never import each other. Every heavy import (Rich, Paramiko
+through the orchestrator, Textual) happens inside the function that needs it.
 """
 
 from __future__ import annotations
@@ -11,42 +13,36 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
-
-from orchestrator.errors import UsageError
-from orchestrator.monitor.collect import Collector, CollectorActions
-from orchestrator.monitor.reducer import ClusterState
-from orchestrator.monitor.views import task_sort_key
-from orchestrator.run import records
-from training.supervisor.policy import needed_for_the_run
-from tui.task_actions import RestartPolicy
-
 if TYPE_CHECKING:
-    from orchestrator.results.board import Board
+    from rich.table import Table
 
-ONCE_HEARTBEATS = 3  # `--once` waits for this many intervals of data from every host
+    from orchestrator.monitor.reducer import ClusterState
+    from orchestrator.results.board import Board
+    from orchestrator.run.records import RunRecord
+    from tui.task_actions import RestartPolicy
 
 
 def state_table(st: ClusterState) -> Table:
     """The ClusterState as a Rich table (status --watch, dash --once without --json)."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.monitor.task_state import task_sort_key
     from tui import format as fmt
 
     loss = "-" if st.loss is None else f"{st.loss:.4f}"
     counts = "  ".join(f"{n} {s}" for s, n in st.counts.items() if n)
-    table = Table(header_style="bold", title=f"run {st.run_id}  step {fmt.number(st.global_step)}  loss {loss}  "
-                                             f"{fmt.rate(st.examples_per_s)} ex/s  ({counts or 'no tasks'})")
+    table = Table(header_style="bold", title=f"run {st.run_id}: {st.run_state}  step {fmt.number(st.global_step)}  "
+                                             f"loss {loss}  {fmt.rate(st.examples_per_s)} ex/s  ({counts or 'no tasks'})")
     for col, just in (("host", "left"), ("task", "left"), ("state", "left"), ("steps/s", "right"),
                       ("ex/s", "right"), ("step", "right"), ("loss", "right"), ("restarts", "right"),
                       ("age", "right")):
         table.add_column(col, justify=just)  # type: ignore[arg-type]
-    for tv in sorted(st.tasks.values(), key=task_sort_key):
-        table.add_row(escape(tv.host), tv.name, fmt.state_text(tv.liveness, tv.exit_code, tv.held),
-                      fmt.rate(tv.steps_per_s), fmt.rate(tv.examples_per_s, 0), fmt.number(tv.global_step),
-                      "-" if tv.loss is None else f"{tv.loss:.4f}", str(tv.restarts),
-                      fmt.age(tv.age_s) + ("!" if tv.liveness == "unreachable" else ""))
+    for t in sorted(st.tasks.values(), key=task_sort_key):
+        table.add_row(escape(t.host), t.name, fmt.state_text(t.state, t.exit_code, t.held),
+                      fmt.rate(t.steps_per_s), fmt.rate(t.examples_per_s, 0), fmt.number(t.global_step),
+                      "-" if t.loss is None else f"{t.loss:.4f}", str(t.restarts),
+                      fmt.age(t.age_s) + ("!" if t.state == "unreachable" else ""))
     for p in sorted(st.ps.values(), key=lambda p: p.name):
         table.caption = (table.caption or "") + (
             f"{p.name}: in {fmt.byte_rate(p.measured_in)} (accounted {fmt.byte_rate(p.accounted_in)}), "
@@ -54,15 +50,29 @@ def state_table(st: ClusterState) -> Table:
     return table
 
 
-def print_state(st: ClusterState, as_json: bool, tensorboard: str | None = None) -> None:
-    """A final or one-off state on stdout: JSON for scripts, else the table (dash --once, demo --headless),
-    with the URL of the run's TensorBoard when one is open (`tensorboard`: null in the JSON otherwise)."""
+def print_json(st: ClusterState, *, compact: bool = False) -> None:
+    """The one JSON document of the run's state on stdout (orchestrator/monitor/state_json.py), with the URL
+    of the run's open TensorBoard (`tensorboard`, null when none is open)."""
+    from orchestrator.monitor.state_json import state_json
+
+    data = {**state_json(st), "tensorboard": open_tensorboard_url(st.run_id)}
+    text = json.dumps(data, separators=(",", ":")) if compact else json.dumps(data, indent=1)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def print_state(st: ClusterState, as_json: bool) -> None:
+    """A final or one-off state on stdout: JSON for scripts, else the table (dash --once, demo --headless)
+    and the URL of the run's TensorBoard when one is open."""
     if as_json:
-        sys.stdout.write(json.dumps({**st.to_json(), "tensorboard": tensorboard}, indent=1) + "\n")
+        print_json(st)
     else:
+        from rich.console import Console
+
         Console().print(state_table(st))
-        if tensorboard:
-            Console().print(f"TensorBoard: {tensorboard}")
+        url = open_tensorboard_url(st.run_id)
+        if url:
+            Console().print(f"TensorBoard: {url}")
 
 
 def open_tensorboard_url(run_id: str) -> str | None:
@@ -77,7 +87,7 @@ class DashboardBoard:
     """The dashboard's `t`: the run's TensorBoard that is already open (another process's), or one opened
     here on first use and closed with the dashboard (`close`)."""
 
-    def __init__(self, record: records.RunRecord) -> None:
+    def __init__(self, record: RunRecord) -> None:
         self.record = record
         self.board: Board | None = None
         self._lock = threading.Lock()
@@ -100,26 +110,36 @@ class DashboardBoard:
                 self.board = None
 
 
-def collect_once(run: str | None, interval: float, timeout: float | None = None) -> ClusterState:
-    record = records.resolve(run)
-    collector = Collector.for_record(record, interval).start()
-    try:
-        return collector.wait_for_data(ONCE_HEARTBEATS, timeout or 15.0 + 4 * interval)
-    finally:
-        collector.close()
+def read_once(run: str | None, timeout: float) -> ClusterState:
+    """`status` and `dash --once`: one read of every host of the run (orchestrator/monitor/status.py)."""
+    from orchestrator.monitor.status import read_run
+    from orchestrator.run import records
+
+    return read_run(records.resolve(run), timeout=timeout)
+
+
+def exit_code(st: ClusterState) -> int:
+    """`status` and `dash --once`: 1 when the run failed, 3 when a host is unreachable or a task lost."""
+    from tfcluster import exit_codes
+
+    return exit_codes.for_run(st.run_state, (t.state for t in st.tasks.values()))
 
 
 def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) -> None:
     """Until Ctrl-C: a Rich live table of the run (`status --watch`), or with `as_json` one JSON line of
     the whole state per interval on stdout (`status --watch --json`, for scripts that follow a run)."""
-    record = records.resolve(run)
-    collector = Collector.for_record(record, interval).start()
+    from orchestrator.monitor.collect import Collector
+    from orchestrator.run import records
+
+    collector = Collector.for_record(records.resolve(run), interval).start()
     try:
         if as_json:
             while True:
-                sys.stdout.write(json.dumps(collector.poll().to_json(), separators=(",", ":")) + "\n")
-                sys.stdout.flush()
+                print_json(collector.poll(), compact=True)
                 time.sleep(interval)
+        from rich.console import Console
+        from rich.live import Live
+
         with Live(state_table(collector.poll()), console=Console(), refresh_per_second=4, transient=False) as live:
             while True:
                 time.sleep(interval)
@@ -130,19 +150,33 @@ def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) 
         collector.close()
 
 
-def restart_policy(record: records.RunRecord) -> RestartPolicy:
+def restart_policy(record: RunRecord) -> RestartPolicy:
     """What the dashboard's questions say happens after a restart or kill: the run's plan's policy."""
-    return RestartPolicy(record.plan.training.restart, record.plan.training.max_restarts,
-                         frozenset(needed_for_the_run(record.plan_json)))
+    from orchestrator.plan.names import name_of_stem
+    from training.supervisor.policy import needed_for_the_run
+    from tui.task_actions import RestartPolicy
+
+    needed = frozenset(name_of_stem(stem) for stem in needed_for_the_run(record.plan_json))  # job-index on hosts
+    return RestartPolicy(record.plan.training.restart, record.plan.training.max_restarts, needed)
 
 
 def open_dashboard(run: str | None, *, readonly: bool = False, interval: float = 1.0,
                    prometheus: int | None = None) -> None:
-    """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out."""
+    """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out.
+    Its first frame comes from one read of every host (as `status`); the agents' streams take over."""
+    from orchestrator.errors import UsageError
+    from orchestrator.monitor.collect import Collector, CollectorActions
+    from orchestrator.monitor.status import fold, read_hosts
+    from orchestrator.run import records
+
     record = records.resolve(run)
-    collector = Collector.for_record(record, interval).start()
-    exporter = None
+    collector = Collector.for_record(record, interval)
+    now = time.time()
+    for name, seen in read_hosts(record).items():
+        fold(collector.state, name, seen, now)
+    collector.start()
     board = DashboardBoard(record)
+    exporter = None
     try:
         if prometheus is not None:
             from orchestrator.monitor.prometheus import PrometheusExporter

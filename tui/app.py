@@ -30,6 +30,7 @@ from textual.widgets import DataTable, Footer, Input
 
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.source import StateSource, TaskActions
+from orchestrator.plan.names import job_and_index
 from tui.messages import WIDE_TERMINAL, FrameCost, Settings, StateUpdated
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.task import TaskScreen
@@ -258,7 +259,7 @@ class DashboardApp(App[None]):
             self.notify(f"read-only dashboard: {verb} {name} refused", severity="warning")
             return
         actions = self.actions
-        job, _, idx = name.rpartition("-")
+        job, idx = job_and_index(name)
 
         def run() -> None:
             try:

@@ -10,10 +10,10 @@ from rich.text import Text
 BARS = "▁▂▃▄▅▆▇█"
 # A state is always shown as a word; the glyph and colour only help the eye.
 GLYPHS = {"running": "●", "stalled": "◐", "starting": "◌", "restarting": "↻", "exited": "✖", "unreachable": "?",
-          "lost": "⊘"}
+          "lost": "⊘", "not-started": "·"}
 STATE_STYLE = {
     "running": "green", "stalled": "yellow", "starting": "cyan", "restarting": "magenta",
-    "exited": "red", "unreachable": "bright_black", "lost": "bold red",
+    "exited": "red", "unreachable": "bright_black", "lost": "bold red", "not-started": "bright_black",
 }
 STOPPED_GLYPH, STOPPED_STYLE = "■", "blue"  # exited because the user stopped it for good
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from orchestrator.monitor.source import TaskActions
-from orchestrator.monitor.views import TaskView
+from orchestrator.monitor.task_state import TaskState
 
 Verb = Literal["restart", "kill", "stop"]
 
@@ -25,14 +25,14 @@ Verb = Literal["restart", "kill", "stop"]
 @dataclass(frozen=True)
 class RestartPolicy:
     """The run's `[training] restart` and `max_restarts` (from its plan), and the tasks it cannot go on
-    without (training/supervisor/policy.py `needed_for_the_run`: `job-index` names)."""
+    without (training/supervisor/policy.py `needed_for_the_run`, by their `job:index` names)."""
 
     restart: str  # "on-failure" | "never"
     max_restarts: int
     needed: frozenset[str] = frozenset()
 
 
-def question(verb: Verb, name: str, task: TaskView | None, policy: RestartPolicy | None) -> str:
+def question(verb: Verb, name: str, task: TaskState | None, policy: RestartPolicy | None) -> str:
     if verb == "stop":
         text = f"Stop {name} for good (SIGTERM)? It will not be restarted; "
         if task is not None and policy is not None and task.name in policy.needed:
@@ -42,7 +42,7 @@ def question(verb: Verb, name: str, task: TaskView | None, policy: RestartPolicy
     return head + _after_exit(verb, task, policy)
 
 
-def _after_exit(verb: Verb, task: TaskView | None, policy: RestartPolicy | None) -> str:
+def _after_exit(verb: Verb, task: TaskState | None, policy: RestartPolicy | None) -> str:
     if policy is None:
         return "The supervisor restarts it by the run's restart policy."
     if policy.restart == "never":

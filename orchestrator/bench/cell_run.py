@@ -3,7 +3,7 @@
 The cluster is started with `orchestrator.run.launch.start`, watched through `Collector.for_record`
 (its state a RecordingState, so every sample is kept), ended with `orchestrator.run.stop.stop`, whose
 verification (nothing of the run left) is recorded, and, in a cell timed in steps, followed to its end
-with `orchestrator.monitor.status.status`. Whatever happens (a failure, Ctrl-C) the cluster is stopped
+with `orchestrator.monitor.status.read_run`. Whatever happens (a failure, Ctrl-C) the cluster is stopped
 before `run_cell` returns: a failed cell is a result with its error, an interrupted one is marked so and
 the caller ends the bench.
 
@@ -29,7 +29,7 @@ from orchestrator.bench.scaling import advise, ps_ceiling
 from orchestrator.bench.spec import BenchSpec
 from orchestrator.errors import TfclusterError
 from orchestrator.monitor.collect import Collector
-from orchestrator.monitor.status import status as run_status
+from orchestrator.monitor.status import read_run
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run.records import RunRecord
@@ -152,8 +152,8 @@ def _poll(live: _Live, trainers: list[str], killed: str | None = None) -> None:
     for tv in st.tasks.values():
         if tv.name == killed:
             continue
-        if tv.proc_state == "exited" and tv.exit_code not in (0, None):  # "exited" is for good
-            tail = _log_tail(live.collector, tv.job, tv.task)
+        if tv.failed:
+            tail = _log_tail(live.collector, tv.job, tv.index)
             raise CellFailed(f"{tv.name} on {tv.host} exited with code {tv.exit_code}{tail}")
 
 
@@ -170,7 +170,7 @@ def _wait_first_steps(live: _Live, trainers: list[str], deadline: float, phase: 
     assert live.collector is not None
     while True:
         _poll(live, trainers)
-        stepping = [n for n in trainers if live.state.tasks[n].t_progress is not None]
+        stepping = [n for n in trainers if live.state.tasks[n].progress_at is not None]
         phase("first steps", len(stepping), len(trainers))
         if len(stepping) == len(trainers):
             return
@@ -179,7 +179,7 @@ def _wait_first_steps(live: _Live, trainers: list[str], deadline: float, phase: 
             name = waiting[0]
             tv = live.state.tasks[name]
             raise CellFailed(f"no training step from {', '.join(waiting)} within the cell timeout "
-                             f"({tv.liveness}{_log_tail(live.collector, tv.job, tv.task)})")
+                             f"({tv.state}{_log_tail(live.collector, tv.job, tv.index)})")
 
 
 def _measure_seconds(spec: BenchSpec, cell: Cell, live: _Live, trainers: list[str], start: float,
@@ -209,7 +209,7 @@ def _await_recovery(live: _Live, trainers: list[str], task: str, phase: PhaseFn)
     until = time.time() + RECOVERY_WAIT_S
     while time.time() < until:
         tv = live.state.tasks[task]
-        if tv.t_progress is not None and tv.t_progress > live.killed_at and (tv.local_step or 0) < steps_before:
+        if tv.progress_at is not None and tv.progress_at > live.killed_at and (tv.local_step or 0) < steps_before:
             return
         phase("recovery", RECOVERY_WAIT_S - (until - time.time()), RECOVERY_WAIT_S)
         _poll(live, trainers, task)
@@ -225,7 +225,7 @@ def _measure_steps(spec: BenchSpec, live: _Live, trainers: list[str], start: flo
         phase("measure", float(live.state.global_step or 0), float(spec.steps))
         if time.monotonic() >= next_status:
             next_status = time.monotonic() + STATUS_EVERY_S
-            state = run_status(live.record).state
+            state = read_run(live.record).run_state
             if state == "finished":
                 break
             if state in ("failed", "stopped"):

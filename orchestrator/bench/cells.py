@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.bench.spec import BenchSpec, TaskRef
-from orchestrator.config.schema import Config, HostConfig, Mode
+from orchestrator.config.modes import Mode
+from orchestrator.config.schema import Config, HostConfig
 from orchestrator.errors import UsageError
 from orchestrator.plan.build import TRAINING_CHIEF_MODES
 from orchestrator.plan.from_file import plan_config
@@ -124,16 +125,16 @@ def without_ps(config: Config) -> Config:
 
 def slowdown_for(spec: BenchSpec, plan_trainers: list[str], variant: Variant) -> dict[str, float]:
     """Every trainer at `pace`; the straggler (in its variant) at pace x factor. Keys like `worker:1`."""
-    slow = {label: spec.pace for label in plan_trainers}
+    slow = {name: spec.pace for name in plan_trainers}
     if variant == "straggler" and spec.straggler is not None:
-        slow[spec.straggler.task.label] = spec.pace * spec.straggler.factor
+        slow[spec.straggler.task.name] = spec.pace * spec.straggler.factor
     return {k: v for k, v in slow.items() if v > 1.0}
 
 
-def trainer_labels(config: Config, mode: Mode) -> list[str]:
+def trainer_names(config: Config, mode: Mode) -> list[str]:
     """The tasks `slowdown` can slow in this mode: workers, and the chief where it trains."""
     plan = plan_config(config)
-    return [t.label for t in plan.tasks if t.job == "worker" or (t.job == "chief" and mode in TRAINING_CHIEF_MODES)]
+    return [t.name for t in plan.tasks if t.job == "worker" or (t.job == "chief" and mode in TRAINING_CHIEF_MODES)]
 
 
 def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
@@ -153,7 +154,7 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
     training["checkpoint_every_steps"] = None
     training["checkpoint_every_secs"] = 3600.0
     config = config.model_copy(update={"training": config.training.model_copy(update=training)})
-    slowdown = slowdown_for(spec, trainer_labels(config, cell.mode), cell.variant)
+    slowdown = slowdown_for(spec, trainer_names(config, cell.mode), cell.variant)
     return config.model_copy(update={"training": config.training.model_copy(update={"slowdown": slowdown})})
 
 

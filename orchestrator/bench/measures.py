@@ -23,8 +23,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from orchestrator.bench.samples import CellSamples, HostSample, ProgressSample
+from orchestrator.plan.names import task_name
 
 LOSS_MEDIAN_OF = 3
+CLIENT = task_name("chief", 0)  # the in-graph client, the parameter-server-strategy coordinator
 
 
 @dataclass(frozen=True)
@@ -201,10 +203,10 @@ def cell_figures(samples: CellSamples, window: Window, mode: str, ps_names: Sequ
         count = sum(1 for p in series if window.holds(p.t))
         if gstep is not None and (updates is None or count > updates[0]):
             updates = (count, gstep)
-    per_worker = {t: v for t, v in steps.items() if t.startswith("worker-")}
-    if mode == "in-graph" and "chief-0" in steps:
-        towers = sorted({t for h in samples.hosts for t in h.task_cpu_s if t.startswith("worker-")})
-        per_worker = dict.fromkeys(towers, steps["chief-0"])
+    per_worker = {t: v for t, v in steps.items() if t.startswith("worker:")}
+    if mode == "in-graph" and CLIENT in steps:
+        towers = sorted({t for h in samples.hosts for t in h.task_cpu_s if t.startswith("worker:")})
+        per_worker = dict.fromkeys(towers, steps[CLIENT])
     tasks_seen = sorted({t for h in samples.hosts for t in h.task_cpu_s})
     cpu = {t: v for t in tasks_seen if (v := cpu_pct(samples.hosts, t, window)) is not None}
     ps: dict[str, PsFigures] = {}
@@ -213,7 +215,7 @@ def cell_figures(samples: CellSamples, window: Window, mode: str, ps_names: Sequ
         a_in, a_out = ps_accounted(samples.progress, name, window)
         ps[name] = PsFigures(m_in, m_out, a_in, a_out)
     curve = loss_curve(samples.progress)
-    client = cpu.get("chief-0") if mode in ("in-graph", "parameter-server-strategy") else None
+    client = cpu.get(CLIENT) if mode in ("in-graph", "parameter-server-strategy") else None
     return CellFigures(
         window_s=window.seconds,
         examples_per_s=cluster_examples(samples.progress, trainers, window),

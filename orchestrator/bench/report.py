@@ -27,7 +27,7 @@ from typing import Any, Literal, cast, get_args
 from orchestrator.bench.cells import Cell, Variant
 from orchestrator.bench.measures import CellFigures, PsFigures
 from orchestrator.bench.samples import CellSamples
-from orchestrator.config.schema import Mode
+from orchestrator.config.modes import Mode
 from orchestrator.errors import UsageError
 
 SCHEMA = "tfcluster-bench"

@@ -16,12 +16,13 @@ from typing import Any
 
 from orchestrator.monitor.events import Event, HostSampleEvent, ProgressEvent, TaskStateEvent
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.plan.names import task_name
 
 
 @dataclass(frozen=True)
 class ProgressSample:
     t: float  # local unix time
-    task: str  # "worker-1"
+    task: str  # "worker:1"
     local_step: int
     global_step: int
     examples: int | None
@@ -126,14 +127,14 @@ class RecordingState(ClusterState):
             t = ev.t + offset
             if isinstance(ev, ProgressEvent):
                 out.progress.append(ProgressSample(
-                    t, f"{ev.job}-{ev.task}", ev.local_step, ev.global_step, ev.examples, ev.loss, ev.interval_s,
+                    t, task_name(ev.job, ev.task), ev.local_step, ev.global_step, ev.examples, ev.loss, ev.interval_s,
                     {k: (b.pulled, b.pushed) for k, b in ev.ps_bytes.items()}, ev.coordinator))
             elif isinstance(ev, HostSampleEvent):
                 out.hosts.append(HostSample(t, ev.host, ev.cpu_pct,
                                             {k: (m.bytes_in, m.bytes_out) for k, m in ev.ps_tcp.items()},
                                             {k: f.cpu_s for k, f in ev.tasks.items()}))
             elif isinstance(ev, TaskStateEvent):
-                out.states.append(StateSample(t, f"{ev.job}-{ev.task}", ev.state, ev.exit_code, ev.restarts))
+                out.states.append(StateSample(t, task_name(ev.job, ev.task), ev.state, ev.exit_code, ev.restarts))
         for series in (out.progress, out.hosts, out.states):
             series.sort(key=lambda s: s.t)
         return out

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.names import task_name
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, human_bytes, trainer_count
 from training.cluster.placement import greedy_assign
 from training.models.sizes import BUILTIN_SHAPES
@@ -40,7 +41,7 @@ class PsCeiling:
     model_bytes: int
     trainers: int
     ps_count: int
-    bytes_on_ps: dict[str, int]  # "ps-0" -> bytes of the variables placed there
+    bytes_on_ps: dict[str, int]  # "ps:0" -> bytes of the variables placed there
     transfers_per_step: float  # how many times its bytes the busiest PS moves per (per-worker) step
     capacity_Bps: float
     steps_per_s_per_worker: float  # the ceiling
@@ -91,7 +92,8 @@ def ps_ceiling(plan: ClusterPlan, capacity_Bps: float, ps_count: int | None = No
     busiest = max(range(count), key=lambda i: (on_ps[i], -i))
     ceiling = capacity_Bps / (per_step * on_ps[busiest]) if on_ps[busiest] else float("inf")
     return PsCeiling(plan.mode, plan.training.model, sum(sizes[1:]), trainers, count,
-                     {f"ps-{i}": b for i, b in enumerate(on_ps)}, per_step, capacity_Bps, ceiling, f"ps-{busiest}")
+                     {task_name("ps", i): b for i, b in enumerate(on_ps)}, per_step, capacity_Bps, ceiling,
+                     task_name("ps", busiest))
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, get_args
 
-from orchestrator.config.schema import Mode
+from orchestrator.config.modes import Mode
 from orchestrator.errors import UsageError
+from orchestrator.plan.names import task_name
 
 ALL_MODES: tuple[Mode, ...] = get_args(Mode)
 GBIT = 1e9 / 8  # bytes per second in one Gb/s
@@ -30,12 +31,8 @@ class TaskRef:
     index: int
 
     @property
-    def label(self) -> str:
-        return f"{self.job}:{self.index}"
-
-    @property
     def name(self) -> str:
-        return f"{self.job}-{self.index}"
+        return task_name(self.job, self.index)
 
 
 @dataclass(frozen=True)
@@ -160,7 +157,7 @@ def check_spec(spec: BenchSpec) -> None:
     if spec.repeat < 1:
         raise UsageError("--repeat must be at least 1")
     if spec.kill is not None and spec.steps is None and spec.kill.at_s >= spec.seconds:
-        raise UsageError(f"--kill {spec.kill.task.label}@{spec.kill.at_s:g}s is after the end of each cell's "
+        raise UsageError(f"--kill {spec.kill.task.name}@{spec.kill.at_s:g}s is after the end of each cell's "
                          f"measurement (--seconds {spec.seconds:g}): kill earlier or measure longer")
     if spec.pace < 1.0:
         raise UsageError("--pace must be at least 1 (1 = no pacing)")

@@ -122,7 +122,7 @@ def rows(report: BenchReport) -> list[Row]:
 class StragglerEffect:
     mode: str
     workers: int
-    straggler: str  # "worker-1"
+    straggler: str  # "worker:1"
     ratios: dict[str, float]  # worker -> median over repeats of (rate with / rate without)
     per_repeat: dict[str, list[float]]
 

@@ -11,11 +11,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.config.modes import Mode
 from orchestrator.config.slurm_schema import SlurmSection, custom_error
 from orchestrator.config.strict import Strict
 
 Role = Literal["ps", "worker", "chief"]
-Mode = Literal["between-graph", "in-graph", "multi-worker-mirrored", "parameter-server-strategy"]
 HostKeyPolicy = Literal["yes", "accept-new", "no"]
 Port = Annotated[int, Field(ge=1, le=65535)]
 # Strings that reach a remote shell or the file system: printable, one line (a newline would silently

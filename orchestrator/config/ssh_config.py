@@ -13,12 +13,13 @@ from __future__ import annotations
 import getpass
 import os
 from dataclasses import dataclass
-from typing import Any
-
-import paramiko
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.config.schema import SSH_DEFAULTS, SSHOptions
 from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    import paramiko
 
 DEFAULT_CONFIG_FILE = "~/.ssh/config"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
@@ -69,6 +70,11 @@ def load_ssh_config(config_file: str | None) -> paramiko.SSHConfig | None:
         if config_file is not None:
             raise ConfigError("hosts.toml", "ssh.config_file", f"ssh config file {path} does not exist")
         return None
+    from orchestrator.deferred_invoke import defer_invoke
+
+    defer_invoke()
+    import paramiko  # only when there is a file to parse: `plan` of a config without one never loads it
+
     try:
         return paramiko.SSHConfig.from_path(path)
     except (OSError, UnicodeDecodeError, paramiko.ConfigParseError) as exc:

@@ -9,4 +9,4 @@ class Strict(BaseModel):
     """Every section rejects unknown keys (a typo must never be silently ignored) and takes TOML's own
     types as they are: `port = "22"` or `gpus = [true]` is an error, not a silent conversion."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)  # built on first use: start-up

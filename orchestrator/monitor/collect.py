@@ -23,6 +23,7 @@ from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, Stre
 from orchestrator.monitor.pump import StreamPump
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.model import HostPlan
+from orchestrator.plan.names import task_name
 from orchestrator.run.records import RunRecord
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
@@ -192,6 +193,7 @@ class Collector:
             run_dirs[h.name] = rec.run_dir or RunLayout.for_host(h.workdir, record.run_id, h.name).root
             pythons[h.name] = rec.python or h.python
         state = ClusterState.from_plan(record.plan, record.run_id, interval)
+        state.record_status = record.status
         return cls(state, hosts, run_dirs, pythons, interval, opener)
 
     def start(self) -> Collector:
@@ -249,7 +251,7 @@ class Collector:
             raise
 
     def task_log(self, job: str, task: int, lines: int = 200) -> list[str]:
-        tv = self.state.tasks.get(f"{job}-{task}")
+        tv = self.state.tasks.get(task_name(job, task))
         if tv is None or tv.host not in self.run_dirs:
             return []
         path = RunLayout(self.run_dirs[tv.host]).log_file(job, task)
@@ -259,11 +261,11 @@ class Collector:
         return str(res.stdout).splitlines()
 
     def signal_task(self, job: str, task: int, sig: str) -> str:
-        tv = self.state.tasks.get(f"{job}-{task}")
+        tv = self.state.tasks.get(task_name(job, task))
         if tv is None:
-            return f"{job}-{task}: no such task"
-        if tv.pid is None or tv.liveness in ("exited", "unreachable"):
-            return f"{tv.name}: no running process to signal ({tv.liveness})"
+            return f"{task_name(job, task)}: no such task"
+        if tv.pid is None or tv.state in ("exited", "unreachable"):
+            return f"{tv.name}: no running process to signal ({tv.state})"
         res = self._aux_run(tv.host, ["kill", "-s", sig, str(tv.pid)])
         if not res.ok:
             return f"{tv.name}: kill -{sig} {tv.pid} failed: {res.stderr.strip()[:200]}"
@@ -272,11 +274,11 @@ class Collector:
     def stop_task(self, job: str, task: int) -> str:
         """Stop for good: one command on the task's host writes its hold file, then SIGTERMs every process
         of the task (training/supervisor/hold.py); its supervisor never starts it again."""
-        tv = self.state.tasks.get(f"{job}-{task}")
+        tv = self.state.tasks.get(task_name(job, task))
         if tv is None or tv.host not in self.run_dirs:
-            return f"{job}-{task}: no such task"
-        if tv.liveness in ("exited", "unreachable"):
-            return f"{tv.name}: nothing to stop ({tv.liveness})"
+            return f"{task_name(job, task)}: no such task"
+        if tv.state in ("exited", "unreachable"):
+            return f"{tv.name}: nothing to stop ({tv.state})"
         run_dir = self.run_dirs[tv.host]
         argv = [self.pythons[tv.host], "-S", "-m", host_module("supervisor.hold"), "--run-dir", run_dir,
                 "--job", job, "--task", str(int(task))]

@@ -2,6 +2,8 @@
 
 Unknown kinds and fields are ignored; malformed lines are counted by `EventParser`, never raised.
 The collector adds two events of its own, `StreamUp` and `StreamDown`, for a host's agent stream.
+Task names arrive as the hosts store them (`ps-0` in ps_bytes and ps_tcp, `worker-1` in the facts) and
+leave as the one name (`ps:0`, `worker:1`: task_state.py).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.plan.names import name_of_stem, task_name
 from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_PROGRESS, KIND_TASK_STATE
 
 
@@ -97,6 +100,8 @@ class HostSampleEvent:
     tasks: dict[str, TaskFacts] = field(default_factory=dict)
     supervisor_alive: bool | None = None  # None: not known (no supervisor state yet, or an older agent)
     allreduce_tcp: dict[str, PsTcp] = field(default_factory=dict)  # multi-worker-mirrored workers' traffic
+    supervisor_state: str | None = None  # its state file's word (None: not known)
+    outcome: str | None = None  # the run's outcome as the supervisor decided it
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +168,7 @@ def _ps_bytes(raw: Any) -> dict[str, PsBytes]:
         return {}
     out: dict[str, PsBytes] = {}
     for name, v in raw.items():
-        key = name if str(name).startswith("ps-") else f"ps-{name}"
+        key = task_name("ps", int(name)) if str(name).isdigit() else name_of_stem(str(name))
         if isinstance(v, dict):  # (one per PS in every progress line: ints, the common case, as they are)
             pulled, pushed = v.get("pulled", 0), v.get("pushed", 0)
             out[key] = PsBytes(pulled if type(pulled) is int else int(pulled or 0),
@@ -195,7 +200,7 @@ def _task_facts(raw: Any) -> dict[str, TaskFacts]:
     out: dict[str, TaskFacts] = {}
     for name, v in raw.items():
         if isinstance(v, dict):
-            out[str(name)] = TaskFacts(int(v.get("procs", 0) or 0), float(v.get("cpu_s", 0.0) or 0.0),
+            out[name_of_stem(str(name))] = TaskFacts(int(v.get("procs", 0) or 0), float(v.get("cpu_s", 0.0) or 0.0),
                                        v.get("stopped") is True, _num(v, "cpu_moved_at"), _num(v, "listening_since"))
     return out
 
@@ -211,7 +216,7 @@ def _ps_tcp(raw: Any) -> dict[str, PsTcp]:
         for ip, pv in (v.get("peers") or {}).items():
             if isinstance(pv, dict):
                 peers[str(ip)] = (int(pv.get("in", 0)), int(pv.get("out", 0)))
-        out[str(name)] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)), peers)
+        out[name_of_stem(str(name))] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)), peers)
     return out
 
 
@@ -240,10 +245,12 @@ def from_dict(d: dict[str, Any]) -> Event | None:
                                  _ps_bytes(d.get("ps_bytes")), d.get("coordinator") is True)
         if kind == KIND_HOST_SAMPLE:
             supervisor = d.get("supervisor")
-            alive = supervisor.get("alive") if isinstance(supervisor, dict) else None
+            sup = supervisor if isinstance(supervisor, dict) else {}
+            alive = sup.get("alive")
             return HostSampleEvent(t, host, _num(d, "cpu_pct"), _num(d, "mem_pct"), _gpus(d.get("gpus")),
                                    _ps_tcp(d.get("ps_tcp")), _task_facts(d.get("tasks")),
-                                   alive if isinstance(alive, bool) else None, _ps_tcp(d.get("allreduce_tcp")))
+                                   alive if isinstance(alive, bool) else None, _ps_tcp(d.get("allreduce_tcp")),
+                                   _str(sup, "state"), _str(sup, "outcome"))
         if kind == KIND_HEARTBEAT:
             return HeartbeatEvent(t, host, _num(d, "interval_s"))
     except (TypeError, ValueError, AttributeError) as exc:

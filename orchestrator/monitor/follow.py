@@ -1,6 +1,6 @@
 """Following one run to its end (`start --wait`): when to stop following, and what to say last.
 
-`follow` polls `status()` (orchestrator/monitor/status.py) and re-reads the local run record every turn,
+`follow` reads the run (`read_run`, orchestrator/monitor/status.py) and re-reads the local run record every turn,
 so a `tfcluster stop` from another terminal ends it. `RunFollower.judge` decides from as few of
 status's fields as it can (the run's state; each task's name, state, final, exit code, failed, error; the
 global step), so it does not care how status judges a task. It promises:
@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from orchestrator.errors import UsageError
-from orchestrator.monitor.status import RunStatus, TaskStatus, status
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.status import read_run
+from orchestrator.monitor.task_state import TaskState
 from orchestrator.run import records
 from training.supervisor.policy import needed_for_the_run, waited_for
 
@@ -36,6 +38,19 @@ Outcome = Literal["finished", "failed", "stopped", "lost"]
 
 
 @dataclass(frozen=True)
+class Seen:
+    """What the follower reads of one look at the run (a ClusterState: `Seen.of`)."""
+
+    run_state: str
+    tasks: list[TaskState]
+    global_step: int | None
+
+    @classmethod
+    def of(cls, st: ClusterState) -> Seen:
+        return cls(st.run_state, list(st.tasks.values()), st.global_step)
+
+
+@dataclass(frozen=True)
 class Ending:
     outcome: Outcome
     why: str  # one line: the follower's last word
@@ -43,7 +58,7 @@ class Ending:
 
 @dataclass
 class RunFollower:
-    """Successive status() results of one run, judged against its plan and the clock (seconds, monotonic)."""
+    """Successive looks at one run, judged against its plan and the clock (seconds, monotonic)."""
 
     waited: frozenset[str]  # "job:index" names whose exit 0 finishes the run
     needed: frozenset[str]  # without these the run cannot finish (waited ones included)
@@ -59,18 +74,19 @@ class RunFollower:
         waited = labels(waited_for(record.plan_json))
         return cls(waited, waited | labels(needed_for_the_run(record.plan_json)), window_s)
 
-    def judge(self, st: RunStatus, record_status: str, now: float) -> Ending | None:
+    def judge(self, st: Seen, record_status: str, now: float) -> Ending | None:
         """The ending, or None: keep following."""
+        tasks = st.tasks
         if record_status in ("stopped", "purged"):
             return Ending("stopped", "stopped by `tfcluster stop`")
-        if st.state == "stopped":
+        if st.run_state == "stopped":
             return Ending("stopped", "stopped: what the run waits for was stopped for good")
-        if st.state == "failed":
-            return Ending("failed", f"failed: {first_failure(st.tasks)}")
-        if st.state == "finished":
+        if st.run_state == "failed":
+            return Ending("failed", f"failed: {first_failure(tasks)}")
+        if st.run_state == "finished":
             return Ending("finished", "finished")
-        by_name = {t.name: t for t in st.tasks}
-        lost = self._lost(st.tasks, now)
+        by_name = {t.name: t for t in tasks}
+        lost = self._lost(tasks, now)
         waited_done = bool(self.waited) and all(
             n in by_name and by_name[n].final and by_name[n].exit_code == 0 for n in self.waited)
         fatal = sorted(n for n in lost if n in self.needed)
@@ -79,7 +95,7 @@ class RunFollower:
         self._note_events(st, now)
         quiet_since = self.last_event[0]
         if waited_done:
-            left = [t.name for t in st.tasks if not t.final and t.name not in lost]
+            left = [t.name for t in tasks if not t.final and t.name not in lost]
             if not left or now - quiet_since >= 2 * self.window_s:
                 notes = [f"{_named(sorted(lost), by_name)} lost on the way"] if lost else []
                 notes += [f"{', '.join(left)} still not ended"] if left else []
@@ -92,7 +108,7 @@ class RunFollower:
                                       f"has moved for {2 * self.window_s:g}s")
         return None
 
-    def _lost(self, tasks: list[TaskStatus], now: float) -> dict[str, float]:
+    def _lost(self, tasks: list[TaskState], now: float) -> dict[str, float]:
         """Tasks gone for good, or unreachable for a whole liveness window: since when they count as lost."""
         lost = {}
         for t in tasks:
@@ -105,14 +121,15 @@ class RunFollower:
                 lost[t.name] = lost_at
         return lost
 
-    def _note_events(self, st: RunStatus, now: float) -> None:
-        moving = any(t.state == "running" for t in st.tasks if t.name in self.waited)
-        marks = (st.global_step, tuple((t.name, t.state, t.final) for t in st.tasks))
+    def _note_events(self, st: Seen, now: float) -> None:
+        tasks = st.tasks
+        moving = any(t.state == "running" for t in tasks if t.name in self.waited)
+        marks = (st.global_step, tuple((t.name, t.state, t.final) for t in tasks))
         if moving or marks != self.last_event[1]:
             self.last_event = (now, marks)
 
 
-def first_failure(tasks: list[TaskStatus]) -> str:
+def first_failure(tasks: list[TaskState]) -> str:
     """`worker:0: <its error>` for the failed task that ended first."""
     failed = sorted((t for t in tasks if t.failed), key=lambda t: t.updated_at or 0.0)
     if not failed:
@@ -122,14 +139,14 @@ def first_failure(tasks: list[TaskStatus]) -> str:
     return f"{t.name}: {how}"
 
 
-def _named(names: list[str], by_name: dict[str, TaskStatus]) -> str:
+def _named(names: list[str], by_name: dict[str, TaskState]) -> str:
     return ", ".join(f"{n} (host {by_name[n].host})" for n in names)
 
 
-def follow(run_id: str, on_status: Callable[[RunStatus], None], *, every: float = EVERY_S,
+def follow(run_id: str, on_status: Callable[[ClusterState], None], *, every: float = EVERY_S,
            window_s: float = LIVENESS_WINDOW_S, clock: Callable[[], float] = time.monotonic,
            sleep: Callable[[float], None] = time.sleep) -> Ending:
-    """Poll the run until it ends (RunFollower); `on_status` sees every status on the way."""
+    """Read the run until it ends (RunFollower); `on_status` sees every state on the way."""
     follower: RunFollower | None = None
     while True:
         try:
@@ -137,9 +154,9 @@ def follow(run_id: str, on_status: Callable[[RunStatus], None], *, every: float 
         except UsageError as exc:  # removed or damaged meanwhile: nothing left to follow
             return Ending("stopped", f"stopped: the run record is gone ({exc})")
         follower = follower or RunFollower.of(record, window_s)
-        st = status(record, timeout=window_s)
+        st = read_run(record, timeout=window_s)
         on_status(st)
-        ending = follower.judge(st, record.status, clock())
+        ending = follower.judge(Seen.of(st), record.status, clock())
         if ending is not None:
             return ending
         sleep(every)

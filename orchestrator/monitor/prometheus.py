@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.source import StateSource
-from orchestrator.monitor.views import LIVENESS_STATES
+from orchestrator.monitor.task_state import LIVENESS_STATES
 
 
 def _esc(v: str) -> str:
@@ -46,7 +46,7 @@ def render(st: ClusterState) -> str:
     metric("tfcluster_task_data_age_seconds", "gauge", "Age of the task's last data.",
            [(tl[t.name], t.age_s) for t in tasks])
     metric("tfcluster_task_state", "gauge", "1 for the task's current liveness state.",
-           [(_labels(task=t.name, job=t.job, host=t.host, state=s), 1.0 if t.liveness == s else 0.0)
+           [(_labels(task=t.name, job=t.job, host=t.host, state=s), 1.0 if t.state == s else 0.0)
             for t in tasks for s in LIVENESS_STATES])
     hosts = sorted(st.hosts.values(), key=lambda h: h.name)
     metric("tfcluster_host_cpu_percent", "gauge", "Host CPU use.", [(_labels(host=h.name), h.cpu_pct) for h in hosts])

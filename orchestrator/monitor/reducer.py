@@ -1,8 +1,12 @@
-"""ClusterState: what the dashboard and `status --watch` show, built from typed events and a clock.
+"""ClusterState, the one reducer: typed events and a clock in, one frozen TaskState per task out.
 
-`ClusterState.apply(event, now)` folds one event in (O(1), mutable for speed: 256 tasks at 1 Hz) and
-`ClusterState.tick(now)` recomputes liveness and totals. Liveness itself is the pure functions
-`host_reachable` and `task_liveness` of the recorded times and the clock (DESIGN.md "Liveness states").
+`ClusterState.apply(event, now)` folds one event into the working state (O(1), mutable for speed: 1024
+tasks at 1 Hz) and `ClusterState.tick(now)` judges every task and the run and hands out the snapshots:
+`tasks` (name -> TaskState, task_state.py), `run_state`, the totals. Readers use only those (and the
+per-task histories for sparklines). Liveness itself is the pure functions of views.py of the recorded
+times and the clock (DESIGN.md "Liveness states"). `status`, `dash --once` and the dashboard's first
+frame feed it what one read of each host saw (status.py); the dashboard and `status --watch` the agents'
+streams (collect.py).
 The state is only touched from one thread (the UI's or the CLI's); collector threads hand over events
 through a queue.
 
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
 
 from orchestrator.monitor.events import (
     Event,
@@ -26,25 +29,25 @@ from orchestrator.monitor.events import (
     StreamUp,
     TaskStateEvent,
 )
+from orchestrator.monitor.task_state import LIVENESS_STATES, Liveness, Reports, RunState, TaskState
 from orchestrator.monitor.views import (
     HISTORY_S,
-    LIVENESS_STATES,
     LOG_LEN,
     STALE_INTERVALS,
     HostView,
-    Liveness,
     LogEntry,
     PsTraffic,
-    TaskView,
+    TaskTrack,
     append_window,
     ema,
     host_reachable,
     run_state,
+    snapshot,
     task_liveness,
-    task_sort_key,
     window_buckets,
 )
 from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.names import task_name
 from training.run.roles import reports_progress
 
 WARMUP_INTERVALS = 3
@@ -58,7 +61,8 @@ class ClusterState:
         self.cluster_name = cluster_name
         self.interval_s = interval_s
         self.now = time.time() if now is None else now
-        self.tasks: dict[str, TaskView] = {}
+        self.tracks: dict[str, TaskTrack] = {}  # the working state, by task name
+        self.tasks: dict[str, TaskState] = {}  # what the last tick judged: what every reader reads
         self.hosts: dict[str, HostView] = {}
         self.ps: dict[str, PsTraffic] = {}
         self.allreduce: dict[str, PsTraffic] = {}  # multi-worker-mirrored: each worker's measured traffic
@@ -72,7 +76,8 @@ class ClusterState:
         self.loss: float | None = None
         self.examples_per_s = 0.0
         self.steps_per_s = 0.0
-        self.run_state = "running"  # running | finished | failed | stopped, from the tasks' ends
+        self.run_state: RunState = "running"
+        self.record_status: str | None = None  # the local run record's word, when there is one
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -86,11 +91,9 @@ class ClusterState:
         for h in plan.hosts:
             st.host(h.name)
         for t in plan.tasks:
-            tv = st.add_task(t.job, t.index, t.host, t.gpu, port=t.port)
-            if plan.uses_user_command:
-                tv.reports = "maybe"
-            else:
-                tv.reports = "yes" if reports_progress(plan.mode, t.job) else "no"
+            reports: Reports = "maybe" if plan.uses_user_command else (
+                "yes" if reports_progress(plan.mode, t.job) else "no")
+            st.add_task(t.job, t.index, t.host, t.gpu, port=t.port, reports=reports)
         return st
 
     def host(self, name: str) -> HostView:
@@ -99,12 +102,13 @@ class ClusterState:
             h = self.hosts[name] = HostView(name, self.now, self.interval_s)
         return h
 
-    def add_task(self, job: str, index: int, host: str, gpu: int | None = None, port: int | None = None) -> TaskView:
-        name = f"{job}-{index}"
-        tv = self.tasks.get(name)
+    def add_task(self, job: str, index: int, host: str, gpu: int | None = None, port: int | None = None,
+                 reports: Reports | None = None) -> TaskTrack:
+        name = task_name(job, index)
+        tv = self.tracks.get(name)
         if tv is None:
             self.host(host)
-            tv = self.tasks[name] = TaskView(job, index, host, gpu, reports="no" if job == "ps" else "yes")
+            tv = self.tracks[name] = TaskTrack(job, index, host, gpu, reports=reports or ("no" if job == "ps" else "yes"))
             if job == "ps":
                 self.ps[name] = PsTraffic(name, host, port)
         return tv
@@ -124,6 +128,7 @@ class ClusterState:
         elif isinstance(ev, HostSampleEvent):
             self._host_sample(ev, host, now)
         elif isinstance(ev, HeartbeatEvent):
+            host.error = None  # heard again: whatever could not be read before can be now
             host.clock_offset = now - ev.t
             if ev.interval_s:
                 host.interval_s = ev.interval_s
@@ -139,7 +144,9 @@ class ClusterState:
         tv = self.add_task(ev.job, ev.task, ev.host)
         t = host.local(ev.t)
         prev = tv._prev
-        if prev is not None and ev.local_step >= prev[1] and ev.t > prev[0]:
+        if prev is not None and ev.t <= prev[0]:
+            return  # a line seen already, or older (a stream's backlog replayed after a read of the host)
+        if prev is not None and ev.local_step >= prev[1]:
             dt = ev.t - prev[0]
             steps = (ev.local_step - prev[1]) / dt
             tv.steps_per_s = ema(tv.steps_per_s, steps, dt)
@@ -170,13 +177,21 @@ class ClusterState:
         t = host.local(ev.t)
         if tv.t_state is not None and t < tv.t_state:
             return  # an older line (files replayed out of order): the newer state stands
-        tv.proc_state, tv.t_state, tv.restarts = ev.state, t, max(ev.restarts, tv.restarts)
+        tv.proc_state, tv.t_state, tv.state_written_at = ev.state, t, ev.t
+        tv.restarts = max(ev.restarts, tv.restarts)
         tv.stopped_by, tv.restarts_left, tv.error = ev.stopped_by, ev.restarts_left, ev.error
+        tv.final, tv.signal = ev.final or ev.state == "exited", ev.signal
         tv.restart_reason = ev.restart_reason if ev.state == "restarting" else None
         if ev.pid is not None:
             tv.pid = ev.pid
         # Python's convention: a process ended by signal N has exit code -N.
         code = ev.exit_code if ev.exit_code is not None else (-ev.signal if ev.signal else None)
+        # A new process, or none: what came before is the old process's. (Progress newer than this word
+        # is the new process's already: another host's stream or read may be folded in first.)
+        newer = tv.t_progress is None or t >= tv.t_progress
+        if ev.state in ("exited", "restarting") and newer:
+            tv.steps_per_s = tv.examples_per_s = None  # the dead process's rates are not the task's
+            tv._prev = None
         if ev.state == "exited":
             tv.exit_code = code
             tv.down = True
@@ -194,8 +209,9 @@ class ClusterState:
                       + (f": {ev.error}" if ev.error else ""))
             tv.down = True
         elif ev.state in ("starting", "running"):
-            tv._prev = None  # a new process starts its counters from zero
-            tv.t_step_moved = None
+            if newer:
+                tv._prev = None  # a new process starts its counters from zero
+                tv.t_step_moved = None
             if ev.state == "running":
                 tv.exit_code = None
                 if tv.down:
@@ -207,8 +223,12 @@ class ClusterState:
         t = host.local(ev.t)
         if ev.supervisor_alive is not None:
             host.supervisor_alive = ev.supervisor_alive
+        if ev.supervisor_state is not None:
+            host.supervisor_state, host.outcome = ev.supervisor_state, ev.outcome
+        if ev.tasks:
+            host.processes = sum(f.procs for f in ev.tasks.values()) + (1 if ev.supervisor_alive else 0)
         for name, facts in ev.tasks.items():
-            tv = self.tasks.get(name)
+            tv = self.tracks.get(name)
             if tv is None:
                 continue
             tv.procs, tv.sigstopped, tv.cpu_s = facts.procs, facts.stopped, facts.cpu_s
@@ -252,7 +272,8 @@ class ClusterState:
         steps = examples = 0.0
         gstep: int | None = None
         losses: list[float] = []
-        for tv in self.tasks.values():
+        snapshots: dict[str, TaskState] = {}
+        for name, tv in self.tracks.items():
             h = self.hosts[tv.host]
             live = task_liveness(tv, h, now)
             if live != tv.liveness:
@@ -270,6 +291,7 @@ class ClusterState:
             if tv.t_progress is None and live == "running" and h.t_sample is not None:
                 last = h.t_sample  # a server writes no progress: its freshest data is its host's sample
             tv.age_s = None if last is None else max(now - last, 0.0)
+            snapshots[name] = snapshot(tv, h)
             if tv.global_step is not None:
                 gstep = tv.global_step if gstep is None else max(gstep, tv.global_step)
             if live == "running" and not tv.coordinator:
@@ -278,7 +300,8 @@ class ClusterState:
                 if tv.loss is not None:
                     losses.append(tv.loss)
         self.counts = counts
-        self.run_state = run_state(self.tasks.values())
+        self.tasks = snapshots
+        self.run_state = run_state(snapshots.values(), self.hosts.values(), self.record_status)
         self.steps_per_s, self.examples_per_s, self.global_step = steps, examples, gstep
         if losses:
             self.loss = sum(losses) / len(losses)
@@ -307,52 +330,13 @@ class ClusterState:
 
     # -- views ----------------------------------------------------------------------------------------
 
-    def sparkline_values(self, tv: TaskView, buckets: int = 12, window_s: float = HISTORY_S) -> list[float]:
-        """Steps/s in `buckets` equal slices of the last `window_s` seconds (0 where nothing was seen)."""
-        return window_buckets(tv.history, self.now, buckets, window_s)
+    def sparkline_values(self, name: str, buckets: int = 12, window_s: float = HISTORY_S) -> list[float]:
+        """A task's steps/s in `buckets` equal slices of the last `window_s` seconds (0 where nothing was seen)."""
+        return window_buckets(self.tracks[name].history, self.now, buckets, window_s)
 
-    def to_json(self) -> dict[str, Any]:
-        def r(x: float | None, nd: int = 3) -> float | None:
-            return None if x is None else round(x, nd)
-
-        return {
-            "run_id": self.run_id, "mode": self.mode, "cluster": self.cluster_name, "now": self.now,
-            "interval_s": self.interval_s, "malformed_lines": self.malformed,
-            "run_state": self.run_state,
-            "totals": {"global_step": self.global_step, "loss": r(self.loss, 6), "steps_per_s": r(self.steps_per_s),
-                       "examples_per_s": r(self.examples_per_s), "counts": self.counts},
-            "tasks": [
-                {"name": tv.name, "job": tv.job, "task": tv.task, "host": tv.host, "state": tv.liveness,
-                 "stale": tv.liveness == "unreachable", "process_state": tv.proc_state, "pid": tv.pid,
-                 "exit_code": tv.exit_code, "held": tv.held, "restarts": tv.restarts, "local_step": tv.local_step,
-                 "global_step": tv.global_step, "loss": r(tv.loss, 6), "steps_per_s": r(tv.steps_per_s),
-                 "examples_per_s": r(tv.examples_per_s), "age_s": r(tv.age_s, 2),
-                 "no_progress_reported": tv.no_progress, "cpu_s": tv.cpu_s, "restarts_left": tv.restarts_left,
-                 "restart_reason": tv.restart_reason, "stopped_by": tv.stopped_by, "error": tv.error}
-                for tv in sorted(self.tasks.values(), key=task_sort_key)
-            ],
-            "hosts": [
-                {"name": h.name, "reachable": h.reachable, "stream_up": h.stream_up,
-                 "supervisor_alive": h.supervisor_alive, "cpu_pct": r(h.cpu_pct, 1),
-                 "mem_pct": r(h.mem_pct, 1),
-                 "gpus": [{"index": g.index, "util_pct": g.util_pct, "mem_used_mb": g.mem_used_mb} for g in h.gpus],
-                 "age_s": None if h.t_heard is None else r(self.now - h.t_heard, 2)}
-                for h in sorted(self.hosts.values(), key=lambda h: h.name)
-            ],
-            "ps": [
-                {"name": p.name, "host": p.host, "port": p.port, "measured_in_Bps": r(p.measured_in, 1),
-                 "measured_out_Bps": r(p.measured_out, 1), "accounted_in_Bps": r(p.accounted_in, 1),
-                 "accounted_out_Bps": r(p.accounted_out, 1),
-                 "peers": {ip: {"in_Bps": round(a, 1), "out_Bps": round(b, 1)} for ip, (a, b) in p.peers.items()}}
-                for p in sorted(self.ps.values(), key=lambda p: p.name)
-            ],
-            "allreduce": [
-                {"name": p.name, "host": p.host, "port": p.port, "measured_in_Bps": r(p.measured_in, 1),
-                 "measured_out_Bps": r(p.measured_out, 1)}
-                for p in sorted(self.allreduce.values(), key=lambda p: p.name)
-            ],
-            "log": [{"t": e.t, "kind": e.kind, "text": e.text} for e in list(self.log)[-50:]],
-        }
+    def loss_values(self, name: str, buckets: int = 12, window_s: float = HISTORY_S) -> list[float]:
+        """A task's loss in `buckets` slices of the last `window_s` seconds (a level: carried forward)."""
+        return window_buckets(self.tracks[name].loss_history, self.now, buckets, window_s, fill_forward=True)
 
 
 def _measure(traffic: PsTraffic, host: str, m: PsTcp, remote_t: float, t: float) -> None:

@@ -1,213 +1,120 @@
-"""`status`: every task's state, restarts and pid, and each host's supervisor, from one probe per host.
+"""`status`, `dash --once` and the dashboard's first frame: one read of every host, judged by the reducer.
 
-A probe is `training.supervisor --probe`: the state files the supervisor keeps, the run's live
-processes (found by their environment marker), the host's facts (training/telemetry/host_facts.py) and
-each task's newest progress line, decoded by training/telemetry/state_files.py. Each task's state is
-then judged by the dashboard's own reducer (orchestrator/monitor), fed with what the probe saw: `status`
-and `dash` never disagree. A task whose supervisor and processes are gone is `lost`; a host that cannot
-be reached makes its tasks `unreachable`, never "running" or "stopped".
+Each host is read in ONE command that starts no Python there (orchestrator/run/read_host.py), all hosts
+at once (transport.fan_out), one connection each. What a read saw is folded into the dashboard's own
+reducer (ClusterState) as the events it stands for: the task state files as task_state, the newest
+progress lines as progress (two of them give the current rates), the facts as a host_sample. So the
+commands that print a run, and the live dashboard, judge every task by the same functions and print
+the same TaskStates (task_state.py). A task whose supervisor and processes are gone is `lost`; a host
+that cannot be read makes its tasks `unreachable`, never "running" or "stopped".
 """
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any
 
 from orchestrator.errors import HostError
-from orchestrator.monitor.events import EventParser, HeartbeatEvent
+from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, TaskStateEvent, from_dict
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.monitor.views import Liveness, TaskView
-from orchestrator.plan.model import TaskPlan
+from orchestrator.plan.names import file_stem
 from orchestrator.run import records
+from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
-from training.telemetry.state_files import ProbeReport, SupervisorStateFile
+from training.telemetry.state_files import TaskStateFile
 
-RunState = Literal["running", "finished", "failed", "stopped", "partial"]
-TaskStatusWord = Liveness | Literal["not-started"]
-RUN_STATES: tuple[RunState, ...] = ("running", "finished", "failed", "stopped", "partial")
+READ_INTERVAL_S = 1.0  # what a read's facts and progress are judged against (the supervisor's pace)
 
 
-@dataclass
-class TaskStatus:
-    job: str
-    index: int
-    host: str
-    state: TaskStatusWord
-    pid: int | None = None
-    restarts: int = 0
-    exit_code: int | None = None
-    signal: int | None = None
-    final: bool = False
-    failed: bool = False  # exited for good with an error (not ended by the user, the run or a stop)
-    updated_at: float | None = None
-    stopped_by: str | None = None  # "user" (stopped for good), "run" (ended with the run), "stop"
-    restarts_left: int | None = None
-    error: str | None = None
-    no_progress_reported: bool = False  # judged by its CPU: it reports no progress tfcluster can read
-
-    @property
-    def name(self) -> str:
-        return f"{self.job}:{self.index}"
-
-    @property
-    def held(self) -> bool:
-        """Stopped for good by the user (training/supervisor/hold.py): never a failure."""
-        return self.stopped_by == "user"
-
-
-@dataclass
-class HostStatus:
-    host: str
-    reachable: bool
-    error: str | None = None
-    supervisor: str | None = None  # its last recorded state: starting | running | finished | failed | stopped
-    supervisor_alive: bool = False
-    supervisor_pid: int | None = None
-    processes: int = 0  # live processes of the run on this host
-    outcome: str | None = None  # the run's outcome as this host's supervisor knows it
-
-
-@dataclass
-class RunStatus:
-    run_id: str
-    state: RunState
-    tasks: list[TaskStatus]
-    hosts: list[HostStatus]
-    global_step: int | None = None  # the highest any task reported
-    loss: float | None = None
-
-    @property
-    def failed(self) -> bool:
-        return any(t.failed for t in self.tasks)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "state": self.state, "failed": self.failed,
-                "global_step": self.global_step, "loss": self.loss,
-                "tasks": [{**asdict(t), "name": t.name, "held": t.held} for t in self.tasks],
-                "hosts": [asdict(h) for h in self.hosts]}
-
-
-def _task_status(planned: TaskPlan, seen: ProbeReport | HostError | None, judged: TaskView) -> TaskStatus:
-    ts = TaskStatus(job=planned.job, index=planned.index, host=planned.host, state="not-started")
-    if isinstance(seen, HostError):
-        ts.state = "unreachable"
-        return ts
-    data = None if seen is None else next((t for t in seen.tasks if t.job == ts.job and t.task == ts.index), None)
-    if seen is None or data is None:
-        return ts
-    ts.state = judged.liveness
-    ts.pid, ts.restarts = data.pid, data.restarts
-    ts.exit_code, ts.signal = data.exit_code, data.signal
-    ts.final, ts.updated_at = data.final, data.updated_at
-    sup = seen.supervisor
-    stopped = sup is not None and sup.state == "stopped"
-    ts.failed = data.failed and not stopped
-    ts.stopped_by = data.stopped_by
-    ts.restarts_left = data.restarts_left
-    ts.error = data.error
-    ts.no_progress_reported = judged.no_progress
-    return ts
-
-
-def judge(record: records.RunRecord, probes: dict[str, ProbeReport | HostError], now: float) -> ClusterState:
-    """The dashboard's ClusterState fed with what the probes saw at `now` (a host that answered is heard
-    now; one that did not never was)."""
-    st = ClusterState.from_plan(record.plan, record.run_id, interval_s=1.0, now=now)
-    parser = EventParser()
-    for name, seen in probes.items():
-        if isinstance(seen, HostError):
-            st.host(name).created = now - 1e9  # never heard: unreachable
-            continue
-        remote_now = seen.now if seen.now is not None else now
-        st.apply(HeartbeatEvent(remote_now, name, 1.0), now)
-        lines: list[dict[str, Any]] = [{**t, "kind": "task_state", "t": t["updated_at"]} for t in _raw_tasks(seen)]
-        lines += [line for line in seen.progress.values() if isinstance(line, dict)]
-        lines.append({**_live_facts(seen), "kind": "host_sample", "t": remote_now, "host": name})
-        for line in sorted(lines, key=lambda d: d.get("t") or 0):
-            event = parser.parse(json.dumps(line))
-            if event is not None:
-                st.apply(event, now)
-    st.tick(now)
-    return st
-
-
-def _live_facts(seen: ProbeReport) -> dict[str, Any]:
-    """The host's facts with what this probe saw live: whether the supervisor lives and how many
-    processes each task has (the facts file stops changing when its supervisor dies)."""
-    facts = dict(seen.facts or {})
-    live = [p.task.split("#", 1)[0] for p in seen.processes if p.task]
-    tasks = {name: dict(f) for name, f in (facts.get("tasks") or {}).items() if isinstance(f, dict)}
-    for t in seen.tasks:
-        tasks.setdefault(f"{t.job}-{t.task}", {})
-    for name, f in tasks.items():
-        f["procs"] = live.count(name)
-    facts["tasks"] = tasks
-    if seen.supervisor is not None:
-        facts["supervisor"] = {"pid": seen.supervisor.pid, "alive": seen.supervisor.alive}
-    return facts
-
-
-def _raw_tasks(seen: ProbeReport) -> list[dict[str, Any]]:
-    return [{**asdict(t), "host": t.host, "job": t.job, "task": t.task} for t in seen.tasks]
-
-
-def _host_status(name: str, seen: ProbeReport | HostError | None) -> HostStatus:
-    if seen is None:
-        return HostStatus(name, reachable=True, error="never prepared")
-    if isinstance(seen, HostError):
-        return HostStatus(name, reachable=False, error=seen.one_line())
-    sup: SupervisorStateFile | None = seen.supervisor
-    return HostStatus(
-        name, reachable=True, supervisor=sup.state if sup else None, supervisor_alive=bool(sup and sup.alive),
-        supervisor_pid=sup.pid if sup else None, processes=len(seen.processes), outcome=sup.outcome if sup else None,
-        error="run dir absent" if seen.absent else None,
-    )
-
-
-def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> RunStatus:
+def read_hosts(record: records.RunRecord, *, timeout: float = 15.0,
+               opener: Opener = transport_for) -> dict[str, HostReading | HostError]:
+    """Every host of the run that was prepared, read at once (a lost connection is tried again)."""
     names = [h.name for h in record.hosts if h.run_dir]
     plan_hosts = {h.name: h for h in record.plan.hosts}  # dicts: a lookup per host, not a scan
     run_dirs = {h.name: h.run_dir for h in record.hosts}
 
-    def one(name: str) -> ProbeReport:
+    def one(name: str) -> HostReading:
         remote = RemoteRun(plan_hosts[name], run_dirs[name], opener)
         try:
-            return with_retry(name, lambda: remote.probe(timeout), time.monotonic() + timeout)
+            script = read_script(run_dirs[name], name)
+            result = with_retry(name, lambda: remote.run_shell(script, timeout), time.monotonic() + timeout)
+            return decode(name, result)
         finally:
             remote.close()
 
-    probes = fan_out(names, one, shardable=True)
-    judged = judge(record, probes, time.time())
-    hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
-    tasks = [_task_status(t, probes.get(t.host), judged.tasks[t.name]) for t in record.plan.tasks]
-    state = _run_state(record, tasks, hosts)
-    if state in ("finished", "failed") and record.status != state:
-        record.status = state  # what `ls` shows from now on
+    return fan_out(names, one, shardable=True)
+
+
+def _task_event(t: TaskStateFile) -> TaskStateEvent:
+    return TaskStateEvent(t.updated_at, t.host, t.job, t.task, t.state, t.pid, t.exit_code, t.restarts, t.signal,
+                          t.final, t.stopped_by, t.restarts_left, t.restart_reason, t.error)
+
+
+def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
+    """The host_sample a read stands for. While the supervisor lives its facts are current; once it is
+    dead they are stale, and each task's processes are the ones the read found carrying its id."""
+    tasks = {stem: dict(f) for stem, f in (seen.facts.get("tasks") or {}).items() if isinstance(f, dict)}
+    if seen.processes is not None:
+        live = [p.task.split("#", 1)[0] for p in seen.processes if p.task]
+        for t in seen.tasks:
+            tasks.setdefault(file_stem(t.job, t.task), {})  # (events.py maps it back to the task's name)
+        for stem, f in tasks.items():
+            f["procs"] = live.count(stem)
+    sup = seen.supervisor
+    supervisor = {"alive": seen.supervisor_alive, "state": sup.state if sup else None,
+                  "outcome": sup.outcome if sup else None}
+    return {"kind": "host_sample", "t": remote_now, "host": name, "tasks": tasks, "supervisor": supervisor}
+
+
+def _events(name: str, seen: HostReading, remote_now: float) -> list[Event]:
+    events: list[Event] = [_task_event(t) for t in seen.tasks]
+    for line in [*(x for lines in seen.progress.values() for x in lines), _facts(name, seen, remote_now)]:
+        try:
+            ev = from_dict(line)
+        except Malformed:
+            continue
+        if ev is not None:
+            events.append(ev)
+    return sorted(events, key=lambda e: e.t)
+
+
+def fold(st: ClusterState, name: str, seen: HostReading | HostError | None, now: float) -> None:
+    """What one read of host `name` saw, at local time `now` (None: the host was never prepared)."""
+    host = st.host(name)
+    if isinstance(seen, HostError):
+        host.created = now - 1e9  # never heard: unreachable
+        host.error = seen.one_line()
+        return
+    remote_now = seen.now if seen is not None and seen.now is not None else now
+    st.apply(HeartbeatEvent(remote_now, name, st.interval_s), now)
+    if seen is None or seen.absent:
+        host.absent, host.processes = True, 0
+        host.error = "never prepared" if seen is None else "run dir absent"
+        return
+    for ev in _events(name, seen, remote_now):
+        st.apply(ev, now)
+    sup = seen.supervisor
+    host.supervisor_pid = sup.pid if sup else None
+    host.supervisor_alive = seen.supervisor_alive
+    if seen.processes is not None:
+        host.processes = len(seen.processes)
+    if seen.damaged:
+        host.error = f"unreadable: {', '.join(seen.damaged)}"
+
+
+def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> ClusterState:
+    """The run as one read of every host shows it, judged now. A run found finished or failed is
+    recorded so (what `ls` shows from then on)."""
+    readings = read_hosts(record, timeout=timeout, opener=opener)
+    now = time.time()
+    st = ClusterState.from_plan(record.plan, record.run_id, interval_s=READ_INTERVAL_S, now=now)
+    st.record_status = record.status
+    for h in record.hosts:
+        fold(st, h.name, readings.get(h.name), now)
+    st.tick(now)
+    if st.run_state in ("finished", "failed") and record.status != st.run_state:
+        record.status = st.run_state
         records.save(record)
-    return RunStatus(record.run_id, state, tasks, hosts, judged.global_step, judged.loss)
-
-
-def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[HostStatus]) -> RunState:
-    """The run's state from every host's view: the supervisors' outcome (their success policy) first."""
-    outcomes = {h.outcome for h in hosts if h.outcome}
-    all_final = bool(tasks) and all(t.final for t in tasks)
-    if any(t.failed for t in tasks) or "failed" in outcomes:
-        return "failed"
-    if all_final and (all(t.held for t in tasks) or "stopped" in outcomes):
-        return "stopped"  # the user stopped for good what the run waited for
-    ended_well = all(t.exit_code == 0 or t.stopped_by in ("user", "run") for t in tasks)
-    if all_final and ("finished" in outcomes or ended_well):
-        return "finished"  # held tasks included: the user chose to go on without them
-    if any(not h.reachable for h in hosts):
-        return "partial"  # what runs there is unknown: never call such a run stopped or running
-    alive = any(h.processes for h in hosts)
-    if not alive and (record.status in ("stopped", "purged", "failed-to-start", "interrupted")
-                      or any(h.supervisor == "stopped" for h in hosts)):
-        return "stopped"
-    if record.status == "partial" or any(t.state in ("not-started", "lost", "unreachable") for t in tasks):
-        return "partial"
-    return "running"
+    return st

@@ -1,8 +1,10 @@
-"""The per-host, per-task and per-PS views the reducer keeps, and liveness as pure functions of them.
+"""The reducer's working state per host, task and PS, and its judgements as pure functions of them.
 
-Liveness (DESIGN.md "Liveness states") is `host_reachable` and `task_liveness` of the recorded times
-and the clock; nothing here reads a clock itself. `ema` and `window_buckets` turn uneven samples into
-smoothed rates and sparkline buckets.
+`TaskTrack` is what the reducer keeps of a task between events (rates, histories, the facts); readers
+never see it: `snapshot` turns it into the frozen `TaskState` (task_state.py) they all read. Liveness
+(DESIGN.md "Liveness states") is `host_reachable` and `task_liveness`, a task's failure `task_failed`,
+the run's state `run_state`: functions of the recorded times and the clock; nothing here reads a clock
+itself. `ema` and `window_buckets` turn uneven samples into smoothed rates and sparkline buckets.
 """
 
 from __future__ import annotations
@@ -11,17 +13,15 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, get_args
 
 from orchestrator.monitor.events import GpuSample
+from orchestrator.monitor.task_state import Liveness, Reports, RunState, TaskState
+from orchestrator.plan.names import task_name
 
 STALE_INTERVALS = 3  # a value older than this many intervals no longer counts as current
 EMA_TAU_S = 3.0  # smoothing time constant for rates
 HISTORY_S = 60.0  # sparkline window
 LOG_LEN = 500
-
-Liveness = Literal["running", "stalled", "starting", "restarting", "exited", "unreachable", "lost"]
-LIVENESS_STATES: tuple[Liveness, ...] = get_args(Liveness)
 
 
 def ema(previous: float | None, value: float, dt: float, tau: float = EMA_TAU_S) -> float:
@@ -48,6 +48,13 @@ class HostView:
     stream_reason: str = ""
     reachable: bool = True  # as of the last tick
     supervisor_alive: bool | None = None  # from the host's facts; None = not known
+    # From the supervisor's own state file (a read of the host, or the agent's facts); None = not known.
+    supervisor_state: str | None = None  # starting | running | finished | failed | stopped | crashed
+    supervisor_pid: int | None = None
+    outcome: str | None = None  # the run's, as this host's supervisor decided it
+    processes: int | None = None  # live processes of the run there; None = not known
+    absent: bool = False  # the run dir is not there: the run never reached this host (or was purged)
+    error: str | None = None  # why it could not be read
 
     def local(self, remote_t: float) -> float:
         return remote_t + self.clock_offset
@@ -60,24 +67,27 @@ def host_reachable(host: HostView, now: float) -> bool:
 
 
 @dataclass
-class TaskView:
+class TaskTrack:
     job: str
     task: int
     host: str
     gpu: int | None = None
     # Whether this task writes progress events itself (the built-in trainers do; servers never; a user's
     # program may: then "maybe", and liveness falls back to its processes' CPU until it does).
-    reports: Literal["yes", "no", "maybe"] = "yes"
+    reports: Reports = "yes"
     # from the supervisor's task_state
     proc_state: str | None = None
     pid: int | None = None
     exit_code: int | None = None
+    signal: int | None = None
+    final: bool = False
     restarts: int = 0
     restarts_left: int | None = None
     restart_reason: str | None = None
     stopped_by: str | None = None
     error: str | None = None
     t_state: float | None = None
+    state_written_at: float | None = None  # the same moment on the host's clock, as its supervisor wrote it
     down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
     # from progress
     local_step: int | None = None
@@ -101,24 +111,10 @@ class TaskView:
     # computed by tick
     liveness: Liveness = "starting"
     age_s: float | None = None
+    name: str = field(init=False)  # the one name, spelled once (read per task per tick)
 
-    @property
-    def name(self) -> str:
-        return f"{self.job}-{self.task}"
-
-    @property
-    def held(self) -> bool:
-        """Stopped for good by the user: exited, and its supervisor will not start it again."""
-        return self.stopped_by == "user"
-
-    @property
-    def expects_progress(self) -> bool:
-        return self.reports == "yes"
-
-    @property
-    def no_progress(self) -> bool:
-        """Alive and judged by its CPU alone: it reports no progress the dashboard can read."""
-        return self.reports != "no" and self.t_progress is None and self.liveness in ("running", "stalled")
+    def __post_init__(self) -> None:
+        self.name = task_name(self.job, self.task)
 
     @property
     def last_data(self) -> float | None:
@@ -126,7 +122,7 @@ class TaskView:
         return max(times) if times else None
 
 
-def task_liveness(task: TaskView, host: HostView, now: float) -> Liveness:
+def task_liveness(task: TaskTrack, host: HostView, now: float) -> Liveness:
     """One task's liveness from recorded times, the host's facts and the clock (DESIGN.md "Liveness").
 
     unreachable: its host's stream is silent. exited: it ended for good. lost: its supervisor is gone and
@@ -137,6 +133,8 @@ def task_liveness(task: TaskView, host: HostView, now: float) -> Liveness:
     CPU time moves, stalled when it does not (or when it is SIGSTOPped)."""
     if not host_reachable(host, now):
         return "unreachable"
+    if task.proc_state is None and host.absent:
+        return "not-started"
     if task.proc_state == "exited":
         return "exited"
     if host.supervisor_alive is False and task.procs == 0:
@@ -192,13 +190,6 @@ class LogEntry:
     text: str
 
 
-JOB_ORDER = {"chief": 0, "ps": 1, "worker": 2}
-
-
-def task_sort_key(tv: TaskView) -> tuple[str, int, str, int]:
-    return (tv.host, JOB_ORDER.get(tv.job, 9), tv.job, tv.task)
-
-
 def append_window(dq: deque[tuple[float, float]], t: float, v: float) -> None:
     dq.append((t, v))
     while dq and dq[0][0] < t - HISTORY_S * 2:
@@ -228,14 +219,57 @@ def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int
     return out
 
 
-def run_state(tasks: Iterable[TaskView]) -> str:
-    """The run as its tasks' ends say: failed as soon as one failed for good; once all ended, finished
-    when one of them exited 0 by itself (those the user stopped for good or the run ended included),
-    else stopped (the user stopped for good what the run needed: training/supervisor/policy.py)."""
-    tasks = list(tasks)
-    ended = [t for t in tasks if t.liveness == "exited"]
-    if any(t.exit_code not in (0, None) and t.stopped_by is None for t in ended):
+def task_failed(task: TaskTrack, host: HostView) -> bool:
+    """Ended for good with an error (a signal counts), not by the user, the run or a stop."""
+    stopped = host.supervisor_state == "stopped"  # `tfcluster stop` ended it, whatever its code says
+    return task.proc_state == "exited" and task.exit_code not in (0, None) and task.stopped_by is None and not stopped
+
+
+# Rates are of the current process: none while it is down, starting again or gone.
+NO_RATES = ("restarting", "exited", "lost", "starting", "not-started")
+
+
+def snapshot(t: TaskTrack, host: HostView) -> TaskState:
+    """The frozen TaskState of a track as the last tick judged it (built per task per tick: TaskState.of)."""
+    rates = t.liveness not in NO_RATES
+    return TaskState.of({
+        "name": t.name, "job": t.job, "index": t.task, "host": t.host, "gpu": t.gpu, "state": t.liveness,
+        "process_state": t.proc_state, "pid": t.pid, "exit_code": t.exit_code, "signal": t.signal,
+        "final": t.final, "failed": task_failed(t, host), "stopped_by": t.stopped_by, "restarts": t.restarts,
+        "restarts_left": t.restarts_left, "restart_reason": t.restart_reason, "error": t.error,
+        "updated_at": t.state_written_at, "reports": t.reports, "coordinator": t.coordinator,
+        "local_step": t.local_step, "global_step": t.global_step, "examples": t.examples, "loss": t.loss,
+        "steps_per_s": t.steps_per_s if rates else None, "examples_per_s": t.examples_per_s if rates else None,
+        "progress_at": t.t_progress, "age_s": t.age_s, "cpu_s": t.cpu_s,
+        "no_progress_reported": t.reports != "no" and t.t_progress is None and t.liveness in ("running", "stalled"),
+    })
+
+
+ENDED_BY_USER_OR_RUN = ("user", "run")
+STOPPED_RECORDS = ("stopped", "purged", "failed-to-start", "interrupted")
+
+
+def run_state(tasks: Iterable[TaskState], hosts: Iterable[HostView], record_status: str | None = None) -> RunState:
+    """The run's state from its tasks and every host's view, the supervisors' outcome (their success
+    policy) first: failed as soon as one task failed for good; once all ended, finished (those the user
+    stopped for good or the run ended included) or stopped (the user stopped all, or `stop`); partial
+    while a host cannot be read or a task is lost or never started; else running. `record_status` is
+    the local record's word (a run `stop` ended, or whose start was interrupted, with nothing left)."""
+    tasks, hosts = list(tasks), list(hosts)
+    outcomes = {h.outcome for h in hosts if h.outcome}
+    all_final = bool(tasks) and all(t.final for t in tasks)
+    if any(t.failed for t in tasks) or "failed" in outcomes:
         return "failed"
-    if not tasks or len(ended) < len(tasks):
-        return "running"
-    return "finished" if any(t.exit_code == 0 and t.stopped_by is None for t in tasks) else "stopped"
+    if all_final and (all(t.held for t in tasks) or "stopped" in outcomes):
+        return "stopped"
+    if all_final and ("finished" in outcomes or all(t.exit_code == 0 or t.stopped_by in ENDED_BY_USER_OR_RUN
+                                                    for t in tasks)):
+        return "finished"
+    if any(not h.reachable for h in hosts):
+        return "partial"  # what runs there is unknown: never call such a run stopped or running
+    nothing_left = all(h.processes == 0 for h in hosts)
+    if nothing_left and (record_status in STOPPED_RECORDS or any(h.supervisor_state == "stopped" for h in hosts)):
+        return "stopped"
+    if record_status == "partial" or any(t.state in ("not-started", "lost", "unreachable") for t in tasks):
+        return "partial"
+    return "running"

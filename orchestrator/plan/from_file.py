@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-
-import paramiko
+from typing import TYPE_CHECKING
 
 from orchestrator.config.load import read_config, with_line
-from orchestrator.config.schema import Config, Mode, explicit_ssh
+from orchestrator.config.modes import Mode
+from orchestrator.config.schema import Config, explicit_ssh
 from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.slurm import SlurmNode, SlurmPlan, plan_slurm
+
+if TYPE_CHECKING:
+    import paramiko
 
 Resolved = dict[str, ResolvedSSH]  # host name -> effective SSH settings (SSH hosts only)
 

@@ -11,7 +11,9 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
-from orchestrator.config.schema import Mode, SSHOptions, TrainingSection
+from orchestrator.config.modes import Mode
+from orchestrator.config.schema import SSHOptions, TrainingSection
+from orchestrator.plan.names import task_name
 
 Job = Literal["chief", "ps", "worker"]
 JOBS: tuple[Job, ...] = get_args(Job)
@@ -41,12 +43,7 @@ class TaskPlan:
 
     @property
     def name(self) -> str:
-        return f"{self.job}-{self.index}"
-
-    @property
-    def label(self) -> str:
-        """How users name a task on the command line and in logs: `worker:1`."""
-        return f"{self.job}:{self.index}"
+        return task_name(self.job, self.index)
 
     @property
     def target(self) -> str:
@@ -62,7 +59,7 @@ class HostPlan:
     workdir: str
     ssh: SSHOptions
     roles: tuple[str, ...]
-    tasks: tuple[str, ...]  # task names ("worker-0") on this host
+    tasks: tuple[str, ...]  # task names ("worker:0") on this host
     login_shell: bool = False  # [remote] login_shell: run tfcluster's commands under `$SHELL -l`
     dial_address: str = ""  # where the other machines reach it (an ssh alias's HostName), "" = address
     control_port: int = 0  # its supervisor's peer channel (training/supervisor/peers.py), 0 = none

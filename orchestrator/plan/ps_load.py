@@ -65,7 +65,7 @@ def estimate_ps_load(plan: ClusterPlan, steps_per_sec: float) -> PsLoadEstimate 
         on_ps[ps] += size
     trainers = trainer_count(plan)
     per_ps = tuple(
-        PsLoad(f"ps:{t.index}", t.target, on_ps[t.index], on_ps[t.index] * 2 * trainers * steps_per_sec)
+        PsLoad(t.name, t.target, on_ps[t.index], on_ps[t.index] * 2 * trainers * steps_per_sec)
         for t in ps_tasks
     )
     return PsLoadEstimate(model, sum(sizes[1:]), trainers, steps_per_sec, per_ps)

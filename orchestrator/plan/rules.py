@@ -84,7 +84,7 @@ def check_rules(config: Config, source: str) -> None:
 
 def needs_ps(config: Config) -> bool:
     """Whether the mode needs a parameter server: the built-in in-graph client keeps its variables on PS
-    tasks too (training/in_graph.py)."""
+    tasks too (training/graph/in_graph.py)."""
     mode = config.cluster.mode
     return mode in ("between-graph", "parameter-server-strategy") or (
         mode == "in-graph" and config.training.command is None)

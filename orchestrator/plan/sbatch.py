@@ -58,7 +58,7 @@ def sbatch_header(job: SlurmPlan) -> list[str]:
 
 def layout_comment(job: SlurmPlan) -> list[str]:
     """`#   rank 0  chief:0  node 0` lines: where each rank runs, nodes in name order."""
-    return [f"#   rank {rank:<4} {task.label:<12} node {job.node_of_rank(rank)}"
+    return [f"#   rank {rank:<4} {task.name:<12} node {job.node_of_rank(rank)}"
             for rank, task in enumerate(job.ranks)]
 
 

@@ -81,11 +81,11 @@ class SlurmPlan:
     def to_json(self) -> dict[str, Any]:
         return {
             "allocated": self.allocated,
-            "nodes": [{"index": i, "name": n.name, "address": n.address, "tasks": [t.label for t in tasks]}
+            "nodes": [{"index": i, "name": n.name, "address": n.address, "tasks": [t.name for t in tasks]}
                       for i, (n, tasks) in enumerate(self.layout())],
             "tasks_per_node": list(self.tasks_per_node),
             "gpus_per_task": self.gpus_per_task,
-            "ranks": [{"rank": r, "task": t.label, "node": self.node_of_rank(r)} for r, t in enumerate(self.ranks)],
+            "ranks": [{"rank": r, "task": t.name, "node": self.node_of_rank(r)} for r, t in enumerate(self.ranks)],
         }
 
 

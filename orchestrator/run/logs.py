@@ -1,8 +1,9 @@
 """`logs`: task logs prefixed `job:task@host`, read once or followed (`-f`) with reconnects.
 
-Each chosen task's `logs/<job>-<task>.log` is read with `tail` on its host (one connection per host);
-following keeps one `tail -F` stream per task and reconnects with backoff when a host goes away, until
-the caller's stop event is set or Ctrl-C.
+Read once, every chosen log of a host comes from ONE `tail` over all of them (its `==> <path> <==`
+headers say which lines are whose; `/dev/null` among the files makes it print them even for one
+file), every host at once; following keeps one `tail -F` stream per task and reconnects with backoff
+when a host goes away, until the caller's stop event is set or Ctrl-C.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from orchestrator.errors import HostError, UsageError
 from orchestrator.plan.model import TaskPlan
 from orchestrator.run import records
 from orchestrator.run.remote import RemoteRun, with_retry
-from orchestrator.transport.base import LineStream
+from orchestrator.transport.base import LineStream, shell_command
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
 from training.run.layout import RunLayout
@@ -36,14 +37,14 @@ def select_tasks(record: records.RunRecord, selectors: Iterable[str]) -> list[Ta
         matched = [t for t in tasks
                    if t.job == job and (not sep or str(t.index) == index) and (not host or t.host == host)]
         if not matched:
-            known = ", ".join(t.label for t in tasks)
+            known = ", ".join(t.name for t in tasks)
             raise UsageError(f"no task {sel!r} in run {record.run_id} (tasks: {known})")
         chosen.extend(t for t in matched if t not in chosen)
     return chosen
 
 
 def _prefix(task: TaskPlan) -> str:
-    return f"{task.label}@{task.host}"
+    return f"{task.name}@{task.host}"
 
 
 def logs(record: records.RunRecord, selectors: Iterable[str], emit: Callable[[str], None], *,
@@ -64,22 +65,43 @@ def _log_path(record: records.RunRecord, task: TaskPlan) -> str:
     return RunLayout(record.host(task.host).run_dir).log_file(task.job, task.index)
 
 
+def split_tail(stdout: str, paths: Iterable[str]) -> dict[str, list[str]]:
+    """`tail`'s output over several files, by path: the lines after each `==> <path> <==` header (a
+    header names one of `paths`; a missing file has none)."""
+    headers = {f"==> {p} <==": p for p in paths}
+    out: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in stdout.splitlines():
+        if line in headers:
+            current = out.setdefault(headers[line], [])
+        elif current is not None:
+            current.append(line)
+    for lines in out.values():
+        if lines and not lines[-1]:
+            lines.pop()  # the blank line tail writes before the next header
+    return out
+
+
+def _no_log(path: str, errors: list[str]) -> str:
+    why = next((e for e in errors if path in e), "")
+    return f"-- no log yet ({why[-160:]})" if why else "-- no log yet"
+
+
 def _read(record: records.RunRecord, chosen: list[TaskPlan], emit: Callable[[str], None], tail_from: str,
           timeout: float, opener: Opener) -> None:
-    """Each chosen log once, host by host in parallel, emitted in task order per host."""
+    """Each chosen log once: one `tail` per host, every host in parallel, emitted in task order per host."""
     def read(host: str) -> list[tuple[TaskPlan, list[str]]]:
         remote = RemoteRun(record.plan.host(host), record.host(host).run_dir, opener)
+        tasks = [t for t in chosen if t.host == host]
+        paths = [_log_path(record, t) for t in tasks]
+        argv = ["tail", "-n", tail_from, "--", "/dev/null", *paths]
         try:
-            out = []
-            for task in (t for t in chosen if t.host == host):
-                argv = ["tail", "-n", tail_from, _log_path(record, task)]
-                result = with_retry(host, lambda a=argv: remote.transport.run(a, timeout=timeout),  # type: ignore[misc]
-                                    time.monotonic() + timeout)
-                out.append((task, result.stdout.splitlines() if result.ok else
-                            [f"-- no log yet ({result.stderr.strip()[-120:]})"]))
-            return out
+            result = with_retry(host, lambda: remote.run_shell(shell_command(argv), timeout), time.monotonic() + timeout)
         finally:
             remote.close()
+        found = split_tail(result.stdout, paths)
+        errors = result.stderr.strip().splitlines()
+        return [(t, found[p] if p in found else [_no_log(p, errors)]) for t, p in zip(tasks, paths, strict=True)]
 
     results = fan_out(sorted({t.host for t in chosen}), read)
     for host, res in results.items():

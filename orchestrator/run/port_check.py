@@ -33,7 +33,7 @@ def ports_to_try(plan: ClusterPlan) -> dict[str, list[list[object]]]:
     wanted: dict[str, list[list[object]]] = {h.name: [] for h in plan.hosts}
     for t in plan.tasks:
         if t.in_cluster:
-            wanted[t.host].append([t.label, "", t.port])
+            wanted[t.host].append([t.name, "", t.port])
     for h in plan.hosts:
         if h.control_port:
             wanted[h.name].append(["supervisor", h.dial_address or h.address, h.control_port])

@@ -5,8 +5,10 @@ One JSON file per run in platformdirs' user state dir (`TFCLUSTER_STATE_DIR` ove
 always set it to a temporary directory); the directory is 0700 and every file 0600 (a record holds
 host names, users and paths). `RunRecord.from_json` is the one typed decoder: a record that is not
 what `to_json` writes raises RecordError, and listings skip such a file with a one-line warning
-naming it instead of failing; but a command given no RUN refuses (naming the file) when a damaged
-record may be the newest: it never silently acts on an older run instead.
+naming it instead of failing (`RunSummary.from_json` reads only what `ls` shows and which run is
+the latest: the same checks, but the plan is not decoded, which needs the schema); but a command given
+no RUN refuses (naming the file) when a damaged record may be the newest: it never silently acts on an
+older run instead.
 """
 
 from __future__ import annotations
@@ -19,13 +21,28 @@ import secrets
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, get_args
 
 from orchestrator.errors import UsageError
-from orchestrator.plan.model import ClusterPlan, PlanDecodeError
+
+if TYPE_CHECKING:
+    from orchestrator.plan.model import ClusterPlan
+
+
+
+class _Listed(Protocol):
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def created(self) -> float: ...
+
+
+R = TypeVar("R", bound=_Listed)
 
 STATE_DIR_ENV = "TFCLUSTER_STATE_DIR"
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -103,15 +120,7 @@ class RunRecord:
 
     @property
     def shown_status(self) -> str:
-        """`status`, except a start whose process died half-way: `interrupted`, not `starting` forever."""
-        if self.status == "starting" and self.start_pid is not None and self.start_machine == socket.gethostname():
-            try:
-                os.kill(self.start_pid, 0)
-            except ProcessLookupError:
-                return "interrupted"
-            except PermissionError:
-                pass
-        return self.status
+        return shown_status(self.status, self.start_pid, self.start_machine)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -124,27 +133,17 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: object) -> RunRecord:
         """The inverse of to_json; RecordError (one line) for anything else."""
-        if not isinstance(data, dict):
-            raise RecordError(f"a record is a JSON object, not {type(data).__name__}")
+        from orchestrator.plan.model import ClusterPlan, PlanDecodeError
+
+        summary = RunSummary.from_json(data)
+        assert isinstance(data, dict)
         try:
-            status = data.get("status", "starting")
-            if status not in get_args(RecordStatus):
-                raise RecordError(f"unknown status {status!r}")
-            created = data["created"]
-            if isinstance(created, bool) or not isinstance(created, int | float):
-                raise RecordError(f"`created` is {type(created).__name__}, not a time")
-            hosts = data["hosts"]
-            if not isinstance(hosts, list):
-                raise RecordError("`hosts` is not a list")
-            start_pid = data.get("start_pid")
             return cls(
-                run_id=_text(data["run_id"], "run_id"), config_path=_text(data["config_path"], "config_path"),
-                cluster=_text(data["cluster"], "cluster"), mode=_text(data["mode"], "mode"),
-                created=float(created), plan=ClusterPlan.from_json(data["plan"]),
-                hosts=[_host_record(h) for h in hosts], status=cast(RecordStatus, status),
-                notes=[str(n) for n in data.get("notes", [])],
-                start_pid=start_pid if isinstance(start_pid, int) else None,
-                start_machine=str(data.get("start_machine", "")),
+                run_id=summary.run_id, config_path=_text(data["config_path"], "config_path"),
+                cluster=summary.cluster, mode=summary.mode, created=summary.created,
+                plan=ClusterPlan.from_json(data["plan"]), hosts=[_host_record(h) for h in data["hosts"]],
+                status=summary.status, notes=[str(n) for n in data.get("notes", [])],
+                start_pid=summary.start_pid, start_machine=summary.start_machine,
             )
         except PlanDecodeError as exc:
             raise RecordError(f"its plan: {exc}") from None
@@ -154,6 +153,64 @@ class RunRecord:
             if isinstance(exc, RecordError):
                 raise
             raise RecordError(f"{type(exc).__name__}: {str(exc)[:120]}") from None
+
+
+def shown_status(status: str, start_pid: int | None, start_machine: str) -> str:
+    """`status`, except a start whose process died half-way: `interrupted`, not `starting` forever."""
+    if status == "starting" and start_pid is not None and start_machine == socket.gethostname():
+        try:
+            os.kill(start_pid, 0)
+        except ProcessLookupError:
+            return "interrupted"
+        except PermissionError:
+            pass
+    return status
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What `ls` shows of a record, and what picks the latest run: its plan is checked, not decoded."""
+
+    run_id: str
+    cluster: str
+    mode: str
+    created: float
+    hosts: tuple[str, ...]
+    status: RecordStatus
+    start_pid: int | None
+    start_machine: str
+
+    @property
+    def shown_status(self) -> str:
+        return shown_status(self.status, self.start_pid, self.start_machine)
+
+    @classmethod
+    def from_json(cls, data: object) -> RunSummary:
+        if not isinstance(data, dict):
+            raise RecordError(f"a record is a JSON object, not {type(data).__name__}")
+        try:
+            status = data.get("status", "starting")
+            if status not in get_args(RecordStatus):
+                raise RecordError(f"unknown status {status!r}")
+            created = data["created"]
+            if isinstance(created, bool) or not isinstance(created, int | float):
+                raise RecordError(f"`created` is {type(created).__name__}, not a time")
+            hosts, plan = data["hosts"], data["plan"]
+            if not isinstance(hosts, list) or not all(isinstance(h, dict) for h in hosts):
+                raise RecordError("`hosts` is not a list of objects")
+            if not isinstance(plan, dict) or not isinstance(plan.get("tasks"), list):
+                raise RecordError("its plan: not a tfcluster plan")
+            start_pid = data.get("start_pid")
+            _text(data["config_path"], "config_path")
+            return cls(
+                run_id=_text(data["run_id"], "run_id"), cluster=_text(data["cluster"], "cluster"),
+                mode=_text(data["mode"], "mode"), created=float(created),
+                hosts=tuple(_text(h.get("name"), "hosts.name") for h in hosts), status=cast(RecordStatus, status),
+                start_pid=start_pid if isinstance(start_pid, int) else None,
+                start_machine=str(data.get("start_machine", "")),
+            )
+        except KeyError as exc:
+            raise RecordError(f"no {exc.args[0]!r} key") from None
 
 
 def _text(value: object, key: str) -> str:
@@ -200,8 +257,12 @@ def exists(run_id: str) -> bool:
 
 def read(path: Path) -> RunRecord:
     """One record file; RecordError naming the file when it is unreadable or not a record."""
+    return _read(path, RunRecord.from_json)
+
+
+def _read(path: Path, decode: Callable[[object], R]) -> R:
     try:
-        return RunRecord.from_json(json.loads(path.read_text(encoding="utf-8")))
+        return decode(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         why = exc if isinstance(exc, RecordError) else f"not JSON ({type(exc).__name__})"
         raise RecordError(f"{path}: unreadable run record: {why}") from None
@@ -210,7 +271,7 @@ def read(path: Path) -> RunRecord:
 def load(run_id: str) -> RunRecord:
     path = _path(run_id)
     if not RUN_NAME.match(run_id) or not path.exists():
-        known = ", ".join(r.run_id for r in list_runs()[0][-5:]) or "none"
+        known = ", ".join(r.run_id for r in list_summaries()[0][-5:]) or "none"
         raise UsageError(f"unknown run {run_id!r} (known: {known}; see `tfcluster ls`)")
     try:
         return read(path)
@@ -218,39 +279,45 @@ def load(run_id: str) -> RunRecord:
         raise UsageError(str(exc)) from None
 
 
-def list_runs() -> tuple[list[RunRecord], list[str]]:
-    """Every readable run record, oldest first, and a one-line warning for each file that is not one
-    (a damaged record must not hide the others)."""
-    records, damaged = _scan()
-    return records, [f"skipped {exc}" for _, exc in damaged]
-
-
-def _scan() -> tuple[list[RunRecord], list[tuple[Path, RecordError]]]:
+def _listed(decode: Callable[[object], R]) -> tuple[list[R], list[tuple[Path, RecordError]]]:
+    """Every readable record, oldest first, and each file that is not one, with why (a damaged record
+    must not hide the others)."""
     directory = state_dir()
     if not directory.is_dir():
         return [], []
-    records, damaged = [], []
+    found, damaged = [], []
     for path in sorted(directory.glob("*.json")):
         try:
-            records.append(read(path))
+            found.append(_read(path, decode))
         except RecordError as exc:
             damaged.append((path, exc))
-    return sorted(records, key=lambda r: (r.created, r.run_id)), damaged
+    return sorted(found, key=lambda r: (r.created, r.run_id)), damaged
+
+
+def list_runs() -> tuple[list[RunRecord], list[str]]:
+    runs, damaged = _listed(RunRecord.from_json)
+    return runs, [f"skipped {exc}" for _, exc in damaged]
+
+
+def list_summaries() -> tuple[list[RunSummary], list[str]]:
+    """As list_runs, without decoding any plan (`ls`, and which run is the latest)."""
+    summaries, damaged = _listed(RunSummary.from_json)
+    return summaries, [f"skipped {exc}" for _, exc in damaged]
 
 
 def latest() -> RunRecord:
     """The newest run, for a command given no RUN. A damaged record written after that run was created
     may be the newest one: then refuse (naming it) rather than act on an older run the user did not mean."""
-    records, damaged = _scan()
-    newest_created = records[-1].created if records else float("-inf")
+    summaries, damaged = _listed(RunSummary.from_json)
+    newest_created = summaries[-1].created if summaries else float("-inf")
     for path, exc in damaged:
         with contextlib.suppress(OSError):
             if path.stat().st_mtime >= newest_created:
                 raise UsageError(f"{exc}; it may be the newest run: name the run (`tfcluster ls`), or remove "
                                  f"{path.name} from {path.parent}")
-    if not records:
+    if not summaries:
         raise UsageError("no run yet: start one with `tfcluster start hosts.toml`")
-    return records[-1]
+    return load(summaries[-1].run_id)
 
 
 def resolve(run_id: str | None) -> RunRecord:

@@ -1,27 +1,25 @@
-"""Per-host remote operations of a run after its start (probe; stop, verify and purge), each one
-command, with retries on a lost connection. (`start`'s own conversation is orchestrator.run.start_host.)
+"""Per-host remote operations of a run after its start (stop, verify and purge), each one command,
+with retries on a lost connection. (`start`'s own conversation is orchestrator.run.start_host; reading
+a run is orchestrator.run.read_host.)
 
-The work on the host is done by `training.supervisor --probe/--stop`, shipped with the run's code, so
-a probe or a stop is one command whatever the number of tasks.
+The work on the host is a POSIX sh script (orchestrator/run/sh_stop.py): one command whatever the
+number of tasks, and no Python started on a host that may be busy training or have lost its python.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from orchestrator.errors import CommandFailed, HostError, Reason
+from orchestrator.errors import HostError, Reason
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.sh_stop import parse_sh_stop, sh_stop_script
-from orchestrator.transport.base import CommandResult, Transport, shell_command
+from orchestrator.transport.base import CommandResult, Transport
 from orchestrator.transport.factory import Opener, transport_for
-from training.run.layout import HOST_PACKAGE, RunLayout, host_module
-from training.telemetry.state_files import ProbeReport, StateFileError, StopReport
+from training.run.layout import RunLayout
+from training.telemetry.state_files import StopReport
 
 T = TypeVar("T")
 # The only reasons worth trying again for: the connection, not the host's answer. Anything else (auth,
@@ -53,8 +51,7 @@ def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: 
 
 @dataclass(frozen=True)
 class StopVerdict:
-    report: StopReport  # what the stop signalled
-    verified: ProbeReport | None  # what was seen running afterwards (None: the run dir is not there)
+    report: StopReport  # what the stop signalled, and what a fresh look saw left running afterwards
     purged: bool
 
 
@@ -88,46 +85,9 @@ class RemoteRun:
             self.close()
             raise
 
-    def _supervisor_call(self, flags: list[str], timeout: float,
-                         absent: str = "echo '{\"absent\": true}'") -> object:
-        """Run tfcluster's supervisor module with `flags` from the host's lib/ (one command, one interpreter:
-        -S, the supervisor is stdlib only); the `absent` script when the run dir (or its lib/) is not here."""
-        lib = shlex.quote(self.layout.lib)
-        package = shlex.quote(os.path.join(self.layout.lib, HOST_PACKAGE))
-        cmd = shell_command([self.host.python, "-S", "-m", host_module("supervisor"), *flags, "--run-dir",
-                             self.layout.root])
-        script = f"if [ -d {package} ]; then cd {lib} && exec {cmd}; else {absent}; fi"
-        result = self.run_shell(script, timeout).check("remote", f"supervisor {flags[0]}")
-        try:
-            return json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError) as exc:
-            raise HostError(self.host.name, "remote", f"unreadable answer: {result.stdout[-200:]!r}") from exc
-
-    def probe(self, timeout: float) -> ProbeReport:
-        raw = self._supervisor_call(["--probe"], timeout)
-        try:
-            return ProbeReport.decode(raw)
-        except StateFileError as exc:
-            raise HostError(self.host.name, "remote", f"unreadable probe report: {exc}") from None
-
     def stop(self, grace: float, timeout: float, *, purge: bool = False) -> StopVerdict:
-        """One command: `training.supervisor --stop --verify` (TERM, grace, KILL, then a fresh look at
-        the host's processes) and, with `purge`, the run dir removed when nothing of the run is left."""
-        flags = ["--stop", "--grace", str(grace), "--verify", *(["--purge"] if purge else [])]
-        run_dir = shlex.quote(self.layout.root)
-        remove = f"rm -rf -- {run_dir} && {{ rmdir -- {shlex.quote(os.path.dirname(self.layout.root))} 2>/dev/null; }}; " \
-            if purge else ""
-        try:
-            raw = self._supervisor_call(flags, timeout + grace, absent=f"{remove}echo '{{\"absent\": true}}'")
-        except CommandFailed:
-            # The host's python does not run (moved, removed, broken): the same stop in /bin/sh.
-            result = self.run_shell(sh_stop_script(self.layout.root, grace, purge), timeout + grace + 10)
-            report, verified, purged = parse_sh_stop(self.host.name, result)
-            return StopVerdict(report, verified, purged or (report.absent and purge))
-        try:
-            report = StopReport.decode(raw)
-            data = raw if isinstance(raw, dict) else {}
-            verified = ProbeReport.decode(data["verified"]) if "verified" in data else None
-        except StateFileError as exc:
-            raise HostError(self.host.name, "remote", f"unreadable stop report: {exc}") from None
-        return StopVerdict(report, verified, bool(data.get("purged")) or (report.absent and purge))
+        """One command: the supervisor asked to stop (SIGTERM), `grace`, SIGKILL for what is left, a
+        fresh look at the host's processes and, with `purge`, the run dir removed when nothing is left."""
+        result = self.run_shell(sh_stop_script(self.layout.root, grace, purge), timeout + grace + 10)
+        report, purged = parse_sh_stop(self.host.name, result)
+        return StopVerdict(report, purged or (report.absent and purge))

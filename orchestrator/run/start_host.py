@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from orchestrator.errors import HostError
 from orchestrator.plan.model import HostPlan
+from orchestrator.plan.names import task_name
 from orchestrator.run.inline_source import standalone_source
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.run.ship import FileSets, ShippedFileChanged, send_blob
@@ -237,7 +238,7 @@ class HostStart:
             elif line.startswith("{"):
                 state = self._decode(line)
                 if isinstance(state, TaskStateFile):
-                    states[state.name] = state
+                    states[task_name(state.job, state.task)] = state
                     self.progress("wait", self._ready(names, states), len(names))
             elif line == "ALIVE":
                 alive = True
@@ -272,7 +273,7 @@ class HostStart:
                 how = f"exit code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
                 why = f": {t.error}" if t.error else ""
                 raise HostError(self.host.name, "task-failed", f"{name} exited with {how}{why} "
-                                f"(see `tfcluster logs {self.ctx.run_id} {name.replace('-', ':')}`)")
+                                f"(see `tfcluster logs {self.ctx.run_id} {name}`)")
             if t.state == "running" or (t.final and (t.exit_code == 0 or t.stopped_by == "run")):
                 ready += 1  # a run that failed meanwhile is said by the host where it failed
         return ready

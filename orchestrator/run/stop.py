@@ -2,10 +2,10 @@
 
 Every host is visited at once (transport.fan_out); a host that cannot be reached is reported in the
 result (ok=False, error) and the record keeps saying where the run may live, so a later `stop` finds
-it again. The work on each host is ONE command, `training.supervisor --stop --verify [--purge]`
-(SIGTERM, grace, then SIGKILL of every process carrying the run's marker, then a fresh probe of the
-host's processes, then the run dir removed if nothing is left): the verdict comes from what that probe
-sees running afterwards, never from the stop's own report.
+it again. The work on each host is ONE command that starts no Python there (orchestrator/run/sh_stop.py:
+the supervisor's SIGTERM, grace, then SIGKILL of every process carrying the run's marker, then a fresh
+look at the host's processes, then the run dir removed if nothing is left): the verdict comes from what
+that last look sees running, never from what was signalled.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class HostStop:
     ok: bool
     absent: bool = False  # no run dir there (never prepared, or purged)
     killed: list[int] = field(default_factory=list)
-    remaining: list[RunProcess] = field(default_factory=list)  # from the verifying process listing
+    remaining: list[RunProcess] = field(default_factory=list)  # seen running after the stop
     purged: bool = False
     error: str | None = None
     reason: str | None = None  # the HostError's reason word when the host's stop failed
@@ -46,9 +46,9 @@ def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float 
                                  time.monotonic() + timeout + grace)
         finally:
             remote.close()
-        if verdict.report.absent or verdict.verified is None:
+        if verdict.report.absent:
             return HostStop(name, ok=True, absent=True, purged=verdict.purged)
-        remaining = list(verdict.verified.processes)
+        remaining = list(verdict.report.remaining)
         return HostStop(name, ok=not remaining, killed=list(verdict.report.killed), remaining=remaining,
                         purged=verdict.purged)
 

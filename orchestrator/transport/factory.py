@@ -9,7 +9,6 @@ from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.plan.model import HostPlan
 from orchestrator.transport.base import Transport
 from orchestrator.transport.local import LocalTransport
-from orchestrator.transport.ssh import SSHTransport
 
 Opener = Callable[[HostPlan], Transport]  # how every command gets a (not yet connected) transport
 
@@ -18,4 +17,6 @@ def transport_for(host: HostPlan) -> Transport:
     """A (not yet connected) transport for one host of a plan. SSH connects on first use."""
     if host.transport == "local":
         return LocalTransport(host.name, login_shell=host.login_shell)
+    from orchestrator.transport.ssh import SSHTransport  # Paramiko: only for SSH hosts
+
     return SSHTransport(host.name, resolve_ssh(host.address, host.ssh), login_shell=host.login_shell)

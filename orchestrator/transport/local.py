@@ -11,12 +11,10 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shutil
 import signal
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 
 from orchestrator.errors import HostError
@@ -61,20 +59,6 @@ class LocalTransport(ShellTransport):
             host=self.host, command=command, exit_code=proc.returncode, stdout=out.decode("utf-8", "replace"), stderr=err.decode("utf-8", "replace"),
             duration_s=time.monotonic() - start,
         )
-
-    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
-        target = os.path.expanduser(remote_path)
-        tmp = f"{target}.tmp-{uuid.uuid4().hex[:8]}"
-        try:
-            os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-            shutil.copyfile(local_path, tmp)
-            if mode is not None:
-                os.chmod(tmp, mode)
-            os.replace(tmp, target)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {exc}") from exc
 
     def stream(
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None

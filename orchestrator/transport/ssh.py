@@ -16,7 +16,6 @@ import select
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -25,7 +24,6 @@ import paramiko
 from orchestrator.config.ssh_config import ResolvedSSH
 from orchestrator.errors import HostError
 from orchestrator.transport.base import CommandResult, Session, ShellTransport, shell_command, short
-from orchestrator.transport.base import remote_path as remote_path_quoted
 from orchestrator.transport.ssh_channel import (
     QuickAckSocket,
     SSHLineStream,
@@ -234,24 +232,6 @@ class SSHTransport(ShellTransport):
         kill = f"kill -s KILL -- -{pid} 2>/dev/null || kill -s KILL {pid} 2>/dev/null; true"
         with contextlib.suppress(HostError):
             self.run_shell(kill, timeout=self.settings.connect_timeout)
-
-    # --- files -------------------------------------------------------------------------------------
-    def put_file(self, local_path: str, remote_path: str, mode: int | None = None) -> None:
-        """Copy over an exec channel (`cat` into a temporary name, then `mv`: readers never see a
-        half-written file), never SFTP: some sshd configurations have no SFTP subsystem. A leading `~/`
-        means the remote home. Parents are created."""
-        try:
-            with open(local_path, "rb") as f:
-                data = f.read()
-        except OSError as exc:
-            raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {exc}") from exc
-        chmod = f' && chmod {mode:o} "$t"' if mode is not None else ""
-        script = (f"p={remote_path_quoted(remote_path)}; t=\"$p.tmp-{uuid.uuid4().hex[:8]}\"\n"
-                  f'mkdir -p -- "$(dirname -- "$p")" && cat > "$t"{chmod} && mv -f -- "$t" "$p" '
-                  '|| { rm -f -- "$t"; exit 1; }')
-        result = self.run_shell(script, timeout=None, stdin=data)
-        if not result.ok:
-            raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {short(result.stderr)}")
 
     def close(self) -> None:
         with self._lock:

@@ -1,8 +1,8 @@
 """The one place Paramiko and socket errors become the project's `HostError(host, reason, detail)`.
 
 Reasons (errors.Reason): refused, timeout, unreachable (the machine or its sshd cannot be reached),
-auth-failed, hostkey-unknown, hostkey-changed (the user must act), lost (a working connection broke),
-sftp-failed. Everything in orchestrator.transport that talks to Paramiko maps its failures here.
+auth-failed, hostkey-unknown, hostkey-changed (the user must act), lost (a working connection broke).
+Everything in orchestrator.transport that talks to Paramiko maps its failures here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import paramiko
 from orchestrator.config.ssh_config import ResolvedSSH
 from orchestrator.errors import HostError, Reason
 
-# What Paramiko raises when a connection, a channel or an SFTP session breaks under it.
+# What Paramiko raises when a connection or a channel breaks under it.
 SSH_FAULTS = (paramiko.SSHException, EOFError, OSError)
 
 

@@ -65,7 +65,7 @@ class FaultRun:
         return next(t for t in st["tasks"] if t["name"] == name)
 
     def host(self, name: str, st: dict[str, Any]) -> dict[str, Any]:
-        return next(h for h in st["hosts"] if h["host"] == name)
+        return next(h for h in st["hosts"] if h["name"] == name)
 
     def logs(self, lines: int = 25) -> str:
         return cli(self.state, "logs", self.run_id, "-n", str(lines)).stdout

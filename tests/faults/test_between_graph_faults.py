@@ -125,7 +125,7 @@ def test_worker_sigstop_is_stalled_then_resumes(run: FaultRun) -> None:
         try:
             def stalled() -> dict[str, Any] | None:
                 code, st = dash_once(run)
-                task = next(t for t in st["tasks"] if (t["job"], t["task"]) == ("worker", 1))
+                task = next(t for t in st["tasks"] if t["name"] == "worker:1")
                 return {"code": code, "state": st} if task["state"] == "stalled" else None
 
             seen = wait_for(stalled, 90, "dash to say worker:1 stalled", interval=0.5)

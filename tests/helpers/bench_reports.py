@@ -7,7 +7,7 @@ from orchestrator.bench.cells import Cell, Variant
 from orchestrator.bench.measures import Window, cell_figures
 from orchestrator.bench.report import BenchReport, CellResult
 from orchestrator.bench.samples import CellSamples, HostSample, ProgressSample
-from orchestrator.config.schema import Mode
+from orchestrator.config.modes import Mode
 
 T0 = 1_000.0
 BATCH = 32
@@ -16,7 +16,7 @@ PS_BYTES = 100_000  # per step, each way
 
 def _series(task: str, rate: float, seconds: int, coordinator: bool = False) -> list[ProgressSample]:
     return [ProgressSample(T0 + i, task, round(rate * i), round(rate * i), round(rate * i) * BATCH, 2.0 / (1 + i / 3),
-                           1.0, {} if coordinator else {"ps-0": (round(rate) * PS_BYTES, round(rate) * PS_BYTES)},
+                           1.0, {} if coordinator else {"ps:0": (round(rate) * PS_BYTES, round(rate) * PS_BYTES)},
                            coordinator)
             for i in range(seconds + 1)]
 
@@ -27,24 +27,24 @@ def cell_result(mode: Mode, workers: int, variant: Variant, rates: list[float], 
     progress: list[ProgressSample] = []
     cpu: dict[str, float] = {}
     if mode == "in-graph":
-        progress += _series("chief-0", rates[0], seconds)
-        cpu = {"chief-0": 0.6, **{f"worker-{i}": 0.3 for i in range(workers)}}
+        progress += _series("chief:0", rates[0], seconds)
+        cpu = {"chief:0": 0.6, **{f"worker:{i}": 0.3 for i in range(workers)}}
     else:
         for i, rate in enumerate(rates):
-            progress += _series(f"worker-{i}", rate, seconds)
+            progress += _series(f"worker:{i}", rate, seconds)
     total = rates[0] if mode == "in-graph" else sum(rates)
     ps_rate = 2 * total * PS_BYTES * 1.03  # the kernel sees a little more than the variables (headers)
-    hosts = [HostSample(T0 + i, "m0", 40.0, {"ps-0": (int(ps_rate / 2 * i), int(ps_rate / 2 * i))},
+    hosts = [HostSample(T0 + i, "m0", 40.0, {"ps:0": (int(ps_rate / 2 * i), int(ps_rate / 2 * i))},
                         {t: r * i for t, r in cpu.items()}) for i in range(seconds + 1)]
     samples = CellSamples(sorted(progress, key=lambda p: p.t), hosts, [])
     window = Window(T0 + 1, T0 + seconds)
-    figures = cell_figures(samples, window, mode, [] if mode == "multi-worker-mirrored" else ["ps-0"], 0.6)
+    figures = cell_figures(samples, window, mode, [] if mode == "multi-worker-mirrored" else ["ps:0"], 0.6)
     ceiling = None if mode == "multi-worker-mirrored" else {
-        "steps_per_s_per_worker": 2.5e9 / (2 * workers * 400_000), "busiest_ps": "ps-0",
-        "bytes_on_ps": {"ps-0": 400_000}, "transfers_per_step": 2.0 * workers}
+        "steps_per_s_per_worker": 2.5e9 / (2 * workers * 400_000), "busiest_ps": "ps:0",
+        "bytes_on_ps": {"ps:0": 400_000}, "transfers_per_step": 2.0 * workers}
     return CellResult(Cell(mode, workers, variant, repeat), "ok", started=T0, wall_s=seconds + 5.0,
                       window=(window.start, window.end),
-                      cluster={"model": "mlp", "trainers": [f"worker-{i}" for i in range(workers)]},
+                      cluster={"model": "mlp", "trainers": [f"worker:{i}" for i in range(workers)]},
                       figures=figures, ceiling=ceiling, stopped_clean=True, samples=samples)
 
 

@@ -16,8 +16,8 @@ from tui.task_actions import RestartPolicy
 SCENARIOS: dict[str, tuple[Scenario, float]] = {
     # name: (scenario, seconds after start the clock shows)
     "healthy": (Scenario(workers=3, ps=1, hosts=2, gpus=True), 62.0),
-    "stalled": (Scenario(workers=3, ps=1, hosts=2, stall="worker-1", stall_at=50.0), 62.0),
-    "restart": (Scenario(workers=3, ps=1, hosts=2, kill="worker-2", kill_at=55.0), 62.0),
+    "stalled": (Scenario(workers=3, ps=1, hosts=2, stall="worker:1", stall_at=50.0), 62.0),
+    "restart": (Scenario(workers=3, ps=1, hosts=2, kill="worker:2", kill_at=55.0), 62.0),
     "unreachable": (Scenario(workers=4, ps=2, hosts=2, lost_host="h1", lost_at=55.0), 62.0),
     "many": (Scenario(workers=200, ps=4, hosts=20, seconds=65), 62.0),
 }

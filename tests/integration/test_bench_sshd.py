@@ -65,8 +65,8 @@ def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machine
         assert 3.0 <= f["window_s"] <= 15.0, key
         assert 50 <= f["examples_per_s"] <= 1_000_000, key  # batch 32: a few to thousands of steps/s
         assert 1 <= f["updates_per_s"] <= 30_000, key
-        assert set(f["per_worker_steps_per_s"]) == {"worker-0", "worker-1"}, key
-        ps = f["ps"]["ps-0"]
+        assert set(f["per_worker_steps_per_s"]) == {"worker:0", "worker:1"}, key
+        ps = f["ps"]["ps:0"]
         assert 0.7 <= ps["measured_over_accounted"] <= 1.5, (key, ps)  # mlp: small tensors, some gRPC overhead
         assert c["samples"]["progress"] and c["samples"]["hosts"], key  # the raw samples are kept
         assert c["ceiling"]["transfers_per_step"] == (4 if key.startswith("between") else 3)
@@ -74,10 +74,10 @@ def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machine
         assert 1 <= cells[key]["figures"]["client_cpu_pct"] <= 200, key  # the client's own CPU
     rate = {k: c["figures"]["per_worker_steps_per_s"] for k, c in cells.items()}
     # in-graph is synchronous: one slow tower (4x) slows every tower (expected ~1/4)
-    assert rate["in-graph/w2/straggler"]["worker-0"] <= 0.6 * rate["in-graph/w2/baseline"]["worker-0"]
+    assert rate["in-graph/w2/straggler"]["worker:0"] <= 0.6 * rate["in-graph/w2/baseline"]["worker:0"]
     # between-graph: the fast worker keeps (roughly) its pace, far ahead of the straggler
-    fast, slow = rate["between-graph/w2/straggler"]["worker-0"], rate["between-graph/w2/straggler"]["worker-1"]
-    assert fast >= 0.6 * rate["between-graph/w2/baseline"]["worker-0"]
+    fast, slow = rate["between-graph/w2/straggler"]["worker:0"], rate["between-graph/w2/straggler"]["worker:1"]
+    assert fast >= 0.6 * rate["between-graph/w2/baseline"]["worker:0"]
     assert fast >= 2.0 * slow
     # the terminal: the table, a line per straggler effect, the chart
     assert "tfcluster bench" in result.stdout and "in-graph" in result.stdout

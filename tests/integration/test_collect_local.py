@@ -21,6 +21,7 @@ from orchestrator.config.schema import Config
 from orchestrator.errors import HostError
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.prometheus import render
+from orchestrator.monitor.state_json import state_json
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
@@ -103,26 +104,26 @@ def wait_until(collector: Collector, pred: Any, timeout: float = 20.0) -> None:
         if pred(collector.poll()):
             return
         time.sleep(0.05)
-    raise AssertionError(f"not reached; state: {json.dumps(collector.poll().to_json())[:2000]}")
+    raise AssertionError(f"not reached; state: {json.dumps(state_json(collector.poll()))[:2000]}")
 
 
 def test_collector_builds_state_and_survives_a_dropped_stream(fake_run: FakeRun) -> None:
     collector = Collector.for_record(fake_run.record(), INTERVAL).start()
     try:
         st = collector.wait_for_data(3, timeout=20)
-        for name in ("worker-0", "worker-1"):
+        for name in ("worker:0", "worker:1"):
             tv = st.tasks[name]
-            assert tv.liveness == "running", tv
+            assert tv.state == "running", tv
             assert tv.steps_per_s == pytest.approx(4 / INTERVAL, rel=0.5)
         assert st.hosts["a"].cpu_pct is not None and st.hosts["a"].reachable
-        assert st.tasks["worker-0"].pid == fake_run.sleeper.pid
+        assert st.tasks["worker:0"].pid == fake_run.sleeper.pid
         # drop host b's stream by killing its agent: unreachable, then reconnected and back
         stream_b = next(s for s in collector.streams if s.host.name == "b")
         proc = stream_b._stream._proc  # type: ignore[union-attr]
         os.killpg(proc.pid, signal.SIGKILL)  # the agent and its shell
-        wait_until(collector, lambda s: s.tasks["worker-1"].liveness == "unreachable", timeout=10)
-        assert collector.state.tasks["worker-1"].steps_per_s is not None  # last value kept
-        wait_until(collector, lambda s: s.tasks["worker-1"].liveness == "running", timeout=20)
+        wait_until(collector, lambda s: s.tasks["worker:1"].state == "unreachable", timeout=10)
+        assert collector.state.tasks["worker:1"].steps_per_s is not None  # last value kept
+        wait_until(collector, lambda s: s.tasks["worker:1"].state == "running", timeout=20)
         assert stream_b.connects >= 2
         kinds = [e.kind for e in collector.state.log]
         assert "host-lost" in kinds and "host-back" in kinds
@@ -132,7 +133,7 @@ def test_collector_builds_state_and_survives_a_dropped_stream(fake_run: FakeRun)
         assert "sent SIGKILL" in msg
         assert fake_run.sleeper.wait(timeout=5) == -signal.SIGKILL
         text = render(collector.state)
-        assert 'tfcluster_task_state{task="worker-0",job="worker",host="a",state="running"} 1' in text
+        assert 'tfcluster_task_state{task="worker:0",job="worker",host="a",state="running"} 1' in text
     finally:
         t0 = time.monotonic()
         collector.close()
@@ -149,8 +150,8 @@ def test_unreachable_host_never_breaks_the_collector(fake_run: FakeRun) -> None:
     record = fake_run.record()
     collector = Collector.for_record(record, INTERVAL, opener=opener).start()
     try:
-        wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running"
-                   and s.tasks["worker-1"].liveness == "unreachable")
+        wait_until(collector, lambda s: s.tasks["worker:0"].state == "running"
+                   and s.tasks["worker:1"].state == "unreachable")
         assert any("connection refused" in e.text for e in collector.state.log)
         assert record.plan.hosts[1].name == "b"
     finally:
@@ -170,7 +171,7 @@ def test_dash_once_json_cli(fake_run: FakeRun, tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     tasks = {t["name"]: t for t in out["tasks"]}
-    assert tasks["worker-0"]["state"] == "running" and tasks["worker-0"]["steps_per_s"] > 0
+    assert tasks["worker:0"]["state"] == "running" and tasks["worker:0"]["steps_per_s"] > 0
     assert out["totals"]["counts"]["running"] == 2
     bad = subprocess.run([sys.executable, "-m", "tfcluster", "dash", "no-such-run", "--once"], check=False, cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
@@ -194,10 +195,10 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
                 await pilot.pause(0.2)
-                if app.state and all(t.liveness == "running" for t in app.state.tasks.values()):
+                if app.state and all(t.state == "running" for t in app.state.tasks.values()):
                     break
             table = app.query_one("#tasks")
-            assert "running" in str(table.get_cell("worker-0", "state"))  # type: ignore[attr-defined]
+            assert "running" in str(table.get_cell("worker:0", "state"))  # type: ignore[attr-defined]
             await pilot.press("enter")
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline:
@@ -242,4 +243,4 @@ def test_status_watch_live_table_until_ctrl_c(fake_run: FakeRun, tmp_path: Path)
             proc.wait()
     assert proc.returncode == 0, err
     last = out[out.rfind("run collect-test"):]
-    assert "worker-0" in last and "worker-1" in last and "running" in last, out[-2000:]
+    assert "worker:0" in last and "worker:1" in last and "running" in last, out[-2000:]

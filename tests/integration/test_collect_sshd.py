@@ -64,19 +64,19 @@ def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None
     collector = Collector(ClusterState.from_plan(plan, run_id, INTERVAL), list(plan.hosts), run_dirs,
                           {h.name: h.python for h in plan.hosts}, INTERVAL).start()
     try:
-        wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running"
-                   and s.tasks["ps-0"].liveness == "running", 30, "both machines streaming")
-        rate = collector.state.tasks["worker-0"].steps_per_s
+        wait_until(collector, lambda s: s.tasks["worker:0"].state == "running"
+                   and s.tasks["ps:0"].state == "running", 30, "both machines streaming")
+        rate = collector.state.tasks["worker:0"].steps_per_s
         machines.stop(1)  # m1 dies: its sshd, the SSH session and the agent under it
-        took = wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "unreachable", 10, "m1 unreachable")
+        took = wait_until(collector, lambda s: s.tasks["worker:0"].state == "unreachable", 10, "m1 unreachable")
         assert took <= 3 * INTERVAL + 1.0, took  # 3 intervals after the last line, plus polling slack
-        assert collector.state.tasks["worker-0"].steps_per_s == rate  # last value kept
-        assert collector.state.tasks["ps-0"].liveness == "running"  # the other machine is unaffected
+        assert collector.state.tasks["worker:0"].steps_per_s == rate  # last value kept
+        assert collector.state.tasks["ps:0"].state == "running"  # the other machine is unaffected
         assert any(e.kind == "host-lost" and "m1" in e.text for e in collector.state.log)
         time.sleep(3)  # reconnect attempts fail meanwhile (connection refused), with backoff
-        assert collector.state.tasks["worker-0"].liveness == "unreachable"
+        assert collector.state.tasks["worker:0"].state == "unreachable"
         machines.start(1)
-        wait_until(collector, lambda s: s.tasks["worker-0"].liveness == "running", 40, "m1 back")
+        wait_until(collector, lambda s: s.tasks["worker:0"].state == "running", 40, "m1 back")
         assert any(e.kind == "host-back" and "m1" in e.text for e in collector.state.log)
         stream = next(s for s in collector.streams if s.host.name == "m1")
         assert stream.connects >= 2

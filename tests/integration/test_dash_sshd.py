@@ -1,8 +1,10 @@
-"""The dashboard's data path end to end: a real between-graph TensorFlow run (1 ps, 2 workers) started by
-`tfcluster start` on 3 loopback machines behind real sshd; one agent per host over SSH.
+"""The dashboard's data path end to end: real TensorFlow runs (1 ps, 2 workers) on 3 loopback machines
+behind real sshd.
 
 Checks `tfcluster dash --once --json` (step rates, measured PS traffic > 0 next to the accounted one,
-liveness) and that a SIGKILLed worker shows as exited/restarting within 3 intervals.
+liveness), that a SIGKILLed worker shows as exited/restarting within 3 intervals in the live
+collector (one agent per host over SSH), and that `status --json` and `dash --once --json` print the
+same document at every moment of a run: starting, running, a task restarting, lost, finished.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from typing import Any
 import pytest
 
 from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.state_json import state_json
+from orchestrator.plan.from_file import plan_file
+from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
@@ -57,46 +62,169 @@ def test_dash_once_json_and_killed_worker(machines: Machines, tmp_path: Path, st
         tasks = {t["name"]: t for t in snap["tasks"]}
         ps = {p["name"]: p for p in snap["ps"]}
         ok = (all(tasks[w]["state"] == "running" and (tasks[w]["steps_per_s"] or 0) > 0
-                  for w in ("worker-0", "worker-1"))
-              and tasks["ps-0"]["state"] == "running"
-              and (ps["ps-0"]["measured_in_Bps"] or 0) > 0 and (ps["ps-0"]["measured_out_Bps"] or 0) > 0)
+                  for w in ("worker:0", "worker:1"))
+              and tasks["ps:0"]["state"] == "running"
+              and (ps["ps:0"]["accounted_in_Bps"] or 0) > 0 and (ps["ps:0"]["accounted_out_Bps"] or 0) > 0)
         return snap if ok else None
 
+    # One read: the rates and the accounted PS traffic come from the workers' newest progress events.
     snap = wait_for(healthy, 180, "dash --once --json to show a training cluster", interval=1.0)
-    ps0 = next(p for p in snap["ps"] if p["name"] == "ps-0")
-    assert ps0["host"] == "m0" and ps0["peers"], ps0
-    assert (ps0["accounted_in_Bps"] or 0) > 0 and (ps0["accounted_out_Bps"] or 0) > 0
     assert snap["totals"]["counts"]["running"] == 3 and snap["totals"]["global_step"] > 0
     assert all(h["reachable"] for h in snap["hosts"])
-
-    # A SIGKILLed worker: the collector must show it exited or restarting within 3 intervals.
+    # The live dashboard's collector (one agent per host). The kernel's counters need two samples apart:
+    # the measured PS traffic is the agents', not one read's.
     collector = Collector.for_record(runs.load(run_id), INTERVAL).start()
     try:
+        def measured() -> dict[str, Any] | None:
+            ps0 = state_json(collector.poll())["ps"][0]
+            return ps0 if (ps0["measured_in_Bps"] or 0) > 0 and (ps0["measured_out_Bps"] or 0) > 0 else None
+
+        ps0 = wait_for(measured, 30, "the agents to measure ps:0's traffic")
+        assert ps0["name"] == "ps:0" and ps0["host"] == "m0" and ps0["peers"], ps0
+        assert (ps0["accounted_in_Bps"] or 0) > 0 and (ps0["accounted_out_Bps"] or 0) > 0
+
+        # A SIGKILLed worker: the collector must show it exited or restarting within 3 intervals.
         st = collector.wait_for_data(2, timeout=60)
-        pid = st.tasks["worker-1"].pid
-        assert pid is not None and st.tasks["worker-1"].liveness == "running"
+        pid = st.tasks["worker:1"].pid
+        assert pid is not None and st.tasks["worker:1"].state == "running"
         os.kill(pid, signal.SIGKILL)  # every loopback machine shares this kernel
         killed = time.monotonic()
         seen = None
         while time.monotonic() - killed < 10 * INTERVAL:
-            live = collector.poll().tasks["worker-1"].liveness
+            live = collector.poll().tasks["worker:1"].state
             if live in ("exited", "restarting"):
                 seen = time.monotonic() - killed
                 break
             time.sleep(0.05)
-        assert seen is not None, collector.poll().to_json()
+        assert seen is not None, state_json(collector.poll())
         assert seen <= 3 * INTERVAL, f"took {seen:.2f}s"
         # ... and it comes back (the supervisor restarts it) with the restart counted
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
-            tv = collector.poll().tasks["worker-1"]
-            if tv.liveness == "running" and tv.restarts == 1:
+            tv = collector.poll().tasks["worker:1"]
+            if tv.state == "running" and tv.restarts == 1:
                 break
             time.sleep(0.2)
         else:
-            raise AssertionError(collector.poll().to_json())
+            raise AssertionError(state_json(collector.poll()))
         kinds = [e.kind for e in collector.state.log]
         assert "restart" in kinds and "recover" in kinds  # the supervisor goes straight to restarting
         assert any("restarting after exit code -9" in e.text for e in collector.state.log)
     finally:
         collector.close()
+
+
+# A TensorFlow program that reports through tfcluster_report (on every task's PYTHONPATH) until the
+# release file exists; every task of the run (ps included) runs it.
+REPORTING_TF = """\
+import os, sys, time
+import tensorflow as tf
+from tfcluster_report import report
+release = sys.argv[1]
+w = tf.Variable(tf.ones([64, 64]))
+while not os.path.exists(release):
+    w.assign(tf.linalg.normalize(tf.matmul(w, w))[0])
+    report(loss=float(tf.reduce_mean(w)), examples=64)
+    time.sleep(0.02)
+"""
+# Fields that move with time between two reads of the same run; every other field must be equal.
+MOVING = {"now", "age_s", "cpu_s", "local_step", "global_step", "loss", "steps_per_s", "examples_per_s", "totals",
+          "log", "ps", "allreduce", "cpu_pct", "mem_pct", "gpus"}
+
+
+def _differences(a: Any, b: Any, where: str = "") -> list[str]:
+    """Where two JSON documents differ: keys anywhere, and values but those that move with time (which
+    must then be present in both, or absent in both)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if a.keys() != b.keys():
+            return [f"{where}: keys {sorted(a)} != {sorted(b)}"]
+        return [d for key in a for d in (
+            ([] if (a[key] is None) == (b[key] is None) else [f"{where}.{key}: {a[key]!r} vs {b[key]!r}"])
+            if key in MOVING else _differences(a[key], b[key], f"{where}.{key}"))]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in _differences(x, y, f"{where}[{i}]")]
+    return [] if a == b else [f"{where}: {a!r} != {b!r}"]
+
+
+def _both(state_dir: Path, run_id: str) -> tuple[int, dict[str, Any]]:
+    """`status --json`, `dash --once --json`, `status --json` again: when the two status documents say the
+    run did not change meanwhile, dash's must be the same document, with the same exit code. (A run in
+    the middle of a change, e.g. a task's first report, is read again.) (exit code, the document)."""
+    for _ in range(5):
+        code, before = status_json(state_dir, run_id)
+        dash = cli(state_dir, "dash", run_id, "--once", "--json", timeout=60)
+        again, after = status_json(state_dir, run_id)
+        if (code, _differences(before, after)) == (again, []):
+            assert dash.returncode == code, (code, dash.returncode, dash.stderr)
+            assert _differences(before, json.loads(dash.stdout)) == [], dash.stdout
+            return code, before
+    raise AssertionError(f"the run never held still for two reads: {_differences(before, after)}")
+
+
+def _tasks(st: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["name"]: t for t in st["tasks"]}
+
+
+def _start(machines: Machines, tmp_path: Path, name: str, backoff: float) -> tuple[str, Path]:
+    """A run of REPORTING_TF on the 3 machines (ps:0 on m0, worker:0 on m1, worker:1 on m2), started
+    through the product's own launch with a restart backoff of `backoff` seconds; (run id, release file)."""
+    (tmp_path / "train.py").write_text(REPORTING_TF)
+    release = tmp_path / f"release-{name}"
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training={
+        "command": f"{{python}} train.py {release}", "sync": ["train.py"], "restart": "on-failure"})
+    options = launch.StartOptions(timeout=120, run_name=name, supervisor={"backoff_initial": backoff})
+    return launch.start(plan_file(hosts), str(hosts), options).record.run_id, release
+
+
+def test_status_and_dash_once_agree_field_for_field_through_a_run(machines: Machines, tmp_path: Path,
+                                                                  state_dir: Path) -> None:
+    """At every moment of a run (starting, running, a task restarting, lost, finished) `status --json`
+    and `dash --once --json` print the same document and exit with the same code."""
+    run_id, release = _start(machines, tmp_path, "agree", backoff=20.0)
+    _, st = _both(state_dir, run_id)  # starting: right after `start`
+    assert st["state"] == "running" and set(_tasks(st)) == {"ps:0", "worker:0", "worker:1"}
+
+    def reporting() -> dict[str, Any] | None:
+        st = _both(state_dir, run_id)[1]
+        return st if all(t["state"] == "running" and t["steps_per_s"] for t in st["tasks"]) else None
+
+    st = wait_for(reporting, 120, "every task running with its rate", interval=1.0)
+    pid = _tasks(st)["worker:1"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # every loopback machine shares this kernel
+
+    def restarting() -> dict[str, Any] | None:
+        code, st = _both(state_dir, run_id)
+        return st if code == 0 and _tasks(st)["worker:1"]["state"] == "restarting" else None
+
+    st = wait_for(restarting, 15, "worker:1 restarting (its supervisor waits 20 s first)", interval=0.5)
+    w1 = _tasks(st)["worker:1"]
+    assert (w1["exit_code"], w1["restarts"], w1["steps_per_s"], w1["failed"]) == (-9, 1, None, False)
+    wait_for(lambda: _tasks(_both(state_dir, run_id)[1])["worker:1"]["state"] == "running", 90,
+             "worker:1 running again", interval=1.0)
+    release.touch()  # the program ends (a task still running when the chief has finished is ended by the run)
+
+    def finished() -> dict[str, Any] | None:
+        code, st = _both(state_dir, run_id)
+        return st if code == 0 and st["state"] == "finished" else None
+
+    st = wait_for(finished, 60, "the run to finish", interval=1.0)
+    assert all(t["state"] == "exited" and t["final"] and not t["failed"]
+               and (t["exit_code"] == 0 or t["stopped_by"] == "run") for t in st["tasks"]), st["tasks"]
+
+
+def test_status_and_dash_once_agree_on_a_lost_host(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    run_id, _release = _start(machines, tmp_path, "lost", backoff=1.0)
+    wait_for(lambda: _tasks(_both(state_dir, run_id)[1])["worker:1"]["steps_per_s"], 120, "worker:1 training",
+             interval=1.0)
+    m2 = runs.load(run_id).host("m2")
+    supervisor = json.loads(Path(m2.run_dir, "state", "supervisor-m2.json").read_text())["pid"]
+    os.killpg(supervisor, signal.SIGKILL)  # the supervisor and every task of its host: a lost host's run
+
+    def lost() -> dict[str, Any] | None:
+        code, st = _both(state_dir, run_id)
+        return st if _tasks(st)["worker:1"]["state"] == "lost" and code == 3 else None
+
+    st = wait_for(lost, 30, "worker:1 lost", interval=0.5)
+    m2_json = next(h for h in st["hosts"] if h["name"] == "m2")
+    assert (m2_json["supervisor_alive"], m2_json["processes"], st["state"]) == (False, 0, "partial"), st
+    assert _tasks(st)["worker:0"]["state"] == "running"

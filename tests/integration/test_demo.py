@@ -38,7 +38,7 @@ def test_demo_headless_trains_and_prints_final_state(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     st = json.loads(res.stdout)
     tasks = {t["name"]: t for t in st["tasks"]}
-    assert set(tasks) == {"ps-0", "worker-0", "worker-1"}
+    assert set(tasks) == {"ps:0", "worker:0", "worker:1"}
     assert all(t["state"] == "exited" and t["exit_code"] == 0 for t in tasks.values()), tasks
     assert st["totals"]["global_step"] >= 200
     assert "stopping run" in res.stderr

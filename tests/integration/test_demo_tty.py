@@ -64,10 +64,10 @@ def test_demo_dashboard_in_a_terminal_quits_and_stops_the_run(tmp_path: Path, ho
         while time.monotonic() < deadline and proc.poll() is None:
             read_for(1.0)
             text = ANSI.sub(b"", screen[-200_000:])
-            if text.count(b"running") >= 3 and b"worker-1" in text and b"ps-0" in text:
+            if text.count(b"running") >= 3 and b"worker:1" in text and b"ps:0" in text:
                 break
         text = ANSI.sub(b"", screen[-200_000:]).decode("utf-8", "replace")
-        assert "worker-0" in text and "running" in text, text[-3000:]
+        assert "worker:0" in text and "running" in text, text[-3000:]
         if how == "q":
             os.write(master, b"q")
         else:

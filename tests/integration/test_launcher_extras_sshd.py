@@ -21,9 +21,6 @@ from typing import Any
 import paramiko
 import pytest
 
-from orchestrator.config.schema import SSHOptions
-from orchestrator.config.ssh_config import resolve_ssh
-from orchestrator.transport.ssh import SSHTransport
 from testkit import sshd
 from testkit.sshd import Machines
 from tests.helpers.waiting import wait_for
@@ -197,12 +194,6 @@ def test_a_host_without_an_sftp_subsystem_starts_and_runs(no_sftp_machine: Machi
     with pytest.raises(paramiko.SSHException):
         client.open_sftp()  # the machine really has no SFTP
     client.close()
-    (tmp_path / "copied").write_bytes(b"\x00over exec\xff")
-    with SSHTransport("m0", resolve_ssh(m.addresses[0], SSHOptions.model_validate({
-            "user": m.user, "port": m.port, "identity_file": m.identity_file, "known_hosts": m.known_hosts,
-            "config_file": "none", "use_agent": False}))) as transport:
-        transport.put_file(str(tmp_path / "copied"), f"{m.workdir(0)}/sub/copied", mode=0o600)
-    assert Path(m.workdir(0), "sub", "copied").read_bytes() == b"\x00over exec\xff"
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "input.txt").write_text("payload-from-sync\n")
     (tmp_path / "job.py").write_text("print('read:', open('data/input.txt').read().strip(), flush=True)\n")

@@ -140,7 +140,7 @@ def test_failed_task_makes_status_fail(machines: Machines, tmp_path: Path, state
     run_id = "fail-test"
     try:
         if res.returncode != 0:  # it may already have failed while start was waiting: a clear error
-            assert "host m2: task-failed: worker-1 exited with exit code 4" in res.stderr, res.stderr
+            assert "host m2: task-failed: worker:1 exited with exit code 4" in res.stderr, res.stderr
             return
         code, st = wait_for(lambda: (r := status_json(state_dir, run_id))[1]["state"] == "failed" and r, 20, "fail")
         assert code == 1

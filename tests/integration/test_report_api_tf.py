@@ -50,7 +50,7 @@ def run_task(program: str, tmp_path: Path) -> list[dict[str, Any]]:
         state.apply(event, event.t)
     events = [json.loads(line) for line in lines]
     state.tick(events[-1]["t"])
-    view = state.tasks["worker-0"]
+    view = state.tasks["worker:0"]
     assert parser.malformed == 0
     assert len(events) >= 3
     steps = [e["local_step"] for e in events]
@@ -58,7 +58,7 @@ def run_task(program: str, tmp_path: Path) -> list[dict[str, Any]]:
     assert all(e["loss"] is not None and math.isfinite(e["loss"]) for e in events)
     assert events[-1]["loss"] < events[0]["loss"]  # it trained
     assert view.steps_per_s is not None and view.steps_per_s > 0
-    assert view.liveness == "running"
+    assert view.state == "running"
     return events
 
 

@@ -72,21 +72,6 @@ def test_timeout_kills_the_remote_command(ssh: SSHTransport, tmp_path: Path) -> 
     assert ssh.run(["true"]).ok  # the connection is still usable
 
 
-def test_put_file_over_exec(ssh: SSHTransport, machines: Machines, tmp_path: Path) -> None:
-    """A copy is `cat` into a temporary name and `mv` over an exec channel: no SFTP subsystem needed
-    (a machine without one: tests/integration/test_launcher_extras_sshd.py)."""
-    src = tmp_path / "payload"
-    src.write_bytes(b"\x00binary\xffdata")
-    target = Path(machines.workdir(0)) / "deep" / "er" / "file.bin"
-    ssh.put_file(str(src), str(target), mode=0o700)
-    assert target.read_bytes() == b"\x00binary\xffdata"
-    assert target.stat().st_mode & 0o777 == 0o700
-    assert sorted(p.name for p in target.parent.iterdir()) == ["file.bin"]
-    with pytest.raises(HostError) as info:
-        ssh.put_file(str(tmp_path / "missing"), str(target))
-    assert info.value.reason == "ship"
-
-
 def test_stream_lines_and_close_kills(ssh: SSHTransport, tmp_path: Path) -> None:
     stream = ssh.stream(["/bin/sh", "-c", "for i in 1 2 3; do echo line $i; done; echo warn >&2; exit 2"])
     assert list(stream.lines()) == ["line 1", "line 2", "line 3"]

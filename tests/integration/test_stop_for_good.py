@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from orchestrator.monitor.collect import Collector, CollectorActions
+from orchestrator.monitor.state_json import state_json
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
@@ -86,30 +87,30 @@ def test_stop_task_stops_a_task_for_good_and_the_run_still_finishes(machines: Ma
     collector = Collector.for_record(record, INTERVAL).start()
     try:
         st = collector.wait_for_data(2, timeout=60)
-        tv = st.tasks["worker-1"]
+        tv = st.tasks["worker:1"]
         # This program reports no progress, so the dashboard calls it `starting`: alive, with a pid.
-        assert tv.liveness in ("running", "starting") and tv.pid is not None, st.to_json()
+        assert tv.state in ("running", "starting") and tv.pid is not None, state_json(st)
         pid, host = tv.pid, tv.host
         assert _attempts(run_id, "worker-1") == {"worker-1#0"}
 
         answer = CollectorActions(collector).stop_task("worker", 1)
-        assert answer.startswith(f"worker-1 on {host}: stopped for good (held; SIGTERM to pid ") and str(pid) in answer
+        assert answer.startswith(f"worker:1 on {host}: stopped for good (held; SIGTERM to pid ") and str(pid) in answer
         hold = Path(RunLayout(record.host(host).run_dir or "").hold_file("worker", 1))
         assert json.loads(hold.read_text())["reason"] == "stopped by the user"
 
         def held() -> bool:
-            t = collector.poll().tasks["worker-1"]
-            return t.liveness == "exited" and t.held
-        wait_for(held, 10 * INTERVAL + 5, "the collector to show worker-1 exited, held")
-        assert any("worker-1 on " in e.text and "stopped for good by the user" in e.text for e in collector.state.log)
+            t = collector.poll().tasks["worker:1"]
+            return t.state == "exited" and t.held
+        wait_for(held, 10 * INTERVAL + 5, "the collector to show worker:1 exited, held")
+        assert any("worker:1 on " in e.text and "stopped for good by the user" in e.text for e in collector.state.log)
 
         time.sleep(4 * BACKOFF_S)  # several backoff periods: a restart would have started by now
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
         assert _attempts(run_id, "worker-1") == set()  # no new attempt of it anywhere
         st = collector.poll()
-        assert st.tasks["worker-1"].liveness == "exited" and st.tasks["worker-1"].restarts == 0
-        others = [t for name, t in st.tasks.items() if name != "worker-1"]
-        assert others and all(t.liveness in ("running", "starting") for t in others), st.to_json()
+        assert st.tasks["worker:1"].state == "exited" and st.tasks["worker:1"].restarts == 0
+        others = [t for name, t in st.tasks.items() if name != "worker:1"]
+        assert others and all(t.state in ("running", "starting") for t in others), state_json(st)
     finally:
         collector.close()
 
@@ -149,7 +150,7 @@ def test_a_builtin_worker_stopped_for_good_lets_between_graph_training_finish(
     collector = Collector.for_record(runs.load(run_id), INTERVAL).start()
     try:
         st = collector.wait_for_data(2, timeout=60)
-        assert st.tasks["worker-1"].pid is not None, st.to_json()
+        assert st.tasks["worker:1"].pid is not None, state_json(st)
         answer = CollectorActions(collector).stop_task("worker", 1)
         assert "stopped for good" in answer, answer
     finally:

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.state_json import state_json
 from orchestrator.run import records
 from testkit.sshd import Machines
 from tests import requires
@@ -26,7 +28,7 @@ from tests.integration.lifecycle_helpers import (
     started_run_id,
     status_json,
 )
-from tests.integration.test_user_programs import dash_json, until_rates
+from tests.integration.test_user_programs import until_rates
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()
@@ -87,15 +89,20 @@ def test_multi_worker_mirrored_trains_restarts_its_group_and_finishes(
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["worker"], ["worker"]],
                                 mode="multi-worker-mirrored", training={**TRAINING, "steps": 3000})
     run_id = _start(state_dir, hosts)
-    tasks = until_rates(state_dir, run_id, {"worker-0", "worker-1"})
-    assert tasks["worker-0"]["global_step"] and tasks["worker-0"]["loss"] is not None
+    tasks = until_rates(state_dir, run_id, {"worker:0", "worker:1"})
+    assert tasks["worker:0"]["global_step"] and tasks["worker:0"]["loss"] is not None
 
-    def allreduce_measured() -> list[dict[str, Any]] | None:
-        rows = dash_json(state_dir, run_id).get("allreduce") or []
-        ok = {r["name"] for r in rows if (r["measured_in_Bps"] or 0) > 0 and (r["measured_out_Bps"] or 0) > 0}
-        return rows if ok == {"worker-0", "worker-1"} else None
+    # The kernel's counters need two samples apart: the traffic measured is the live dashboard's (its agents').
+    collector = Collector.for_record(records.load(run_id), 0.5).start()
+    try:
+        def allreduce_measured() -> list[dict[str, Any]] | None:
+            rows = state_json(collector.poll())["allreduce"]
+            ok = {r["name"] for r in rows if (r["measured_in_Bps"] or 0) > 0 and (r["measured_out_Bps"] or 0) > 0}
+            return rows if ok == {"worker:0", "worker:1"} else None
 
-    wait_for(allreduce_measured, 60, "each worker's all-reduce traffic measured", interval=1.0)
+        wait_for(allreduce_measured, 60, "each worker's all-reduce traffic measured", interval=0.5)
+    finally:
+        collector.close()
     wait_for(lambda: any(Path(records.load(run_id).host("m0").run_dir, "checkpoints").glob("*.index")), 120,
              "a first checkpoint")
     victim = next(t for t in status_json(state_dir, run_id)[1]["tasks"] if t["name"] == "worker:1")
@@ -115,11 +122,11 @@ def test_parameter_server_strategy_trains_and_goes_on_without_a_dead_worker(
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]],
                                 mode="parameter-server-strategy", training={**TRAINING, "steps": 3000})
     run_id = _start(state_dir, hosts)
-    until_rates(state_dir, run_id, {"worker-0", "worker-1"})
+    until_rates(state_dir, run_id, {"worker:0", "worker:1"})
     victim = next(t for t in status_json(state_dir, run_id)[1]["tasks"] if t["name"] == "worker:1")
     os.kill(victim["pid"], signal.SIGKILL)
-    tasks = until_rates(state_dir, run_id, {"worker-0"})  # the other one keeps training
-    assert tasks["chief-0"]["state"] == "running"
+    tasks = until_rates(state_dir, run_id, {"worker:0"})  # the other one keeps training
+    assert tasks["chief:0"]["state"] == "running"
     st = _ended(state_dir, run_id)
     assert st["state"] == "finished", st
     by_name = {t["name"]: t for t in st["tasks"]}

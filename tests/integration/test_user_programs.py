@@ -116,9 +116,9 @@ def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
     res = cli(state_dir, "start", str(hosts))
     assert res.returncode == 0, res.stderr
     run_id = started_run_id(res.stdout)
-    tasks = until_rates(state_dir, run_id, {"worker-0", "worker-1"})
-    assert tasks["ps-0"]["state"] == "running"  # a server: alive, no progress expected of it
-    assert all(tasks[w]["loss"] is not None and tasks[w]["global_step"] for w in ("worker-0", "worker-1"))
+    tasks = until_rates(state_dir, run_id, {"worker:0", "worker:1"})
+    assert tasks["ps:0"]["state"] == "running"  # a server: alive, no progress expected of it
+    assert all(tasks[w]["loss"] is not None and tasks[w]["global_step"] for w in ("worker:0", "worker:1"))
     enough.touch()
 
     def ended() -> dict[str, Any] | None:
@@ -146,7 +146,7 @@ def test_programs_that_report_themselves_show_rates(machines: Machines, tmp_path
     res = cli(state_dir, "start", str(hosts))
     assert res.returncode == 0, res.stderr
     run_id = started_run_id(res.stdout)
-    tasks = until_rates(state_dir, run_id, {"worker-0"})
-    assert tasks["worker-0"]["loss"] is not None and not tasks["worker-0"]["no_progress_reported"]
+    tasks = until_rates(state_dir, run_id, {"worker:0"})
+    assert tasks["worker:0"]["loss"] is not None and not tasks["worker:0"]["no_progress_reported"]
     wait_for(lambda: status_json(state_dir, run_id)[1]["state"] == "finished", 240, "the run to finish")
     wait_for(lambda: not run_processes(run_id), 30, "no process of the run left")

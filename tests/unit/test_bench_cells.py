@@ -55,7 +55,7 @@ def test_a_cell_plan_is_the_real_plan_with_the_bench_settings() -> None:
     spec = BenchSpec("hosts.toml", straggler=Straggler(TaskRef("worker", 1), 4.0), pace=5.0, seconds=10.0,
                      model="wide", model_args={"params": 200_000})
     plan = cell_plan(spec, FOUR, Cell("between-graph", 2, "straggler", 0))
-    assert [t.name for t in plan.tasks] == ["ps-0", "worker-0", "worker-1"]
+    assert [t.name for t in plan.tasks] == ["ps:0", "worker:0", "worker:1"]
     assert plan.training.slowdown == {"worker:0": 5.0, "worker:1": 20.0}  # paced, the straggler 4x slower
     assert plan.training.steps == ENDLESS_STEPS  # timed in seconds: the bench stops it
     assert plan.training.model == "wide" and plan.training.model_args == {"params": 200_000}
@@ -75,4 +75,4 @@ def test_in_graph_and_ps_strategy_get_their_client_chief() -> None:
     spec = BenchSpec("hosts.toml")
     for mode in ("in-graph", "parameter-server-strategy"):
         plan = cell_plan(spec, FOUR, Cell(mode, 1, "baseline", 0))  # type: ignore[arg-type]
-        assert sorted(t.name for t in plan.tasks) == ["chief-0", "ps-0", "worker-0"], mode
+        assert sorted(t.name for t in plan.tasks) == ["chief:0", "ps:0", "worker:0"], mode

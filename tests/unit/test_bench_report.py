@@ -64,12 +64,12 @@ def test_summary_medians_and_straggler_ratios() -> None:
     by_key = {r.key: r for r in rows(report)}
     bg = by_key[("between-graph", 2, "baseline")]
     assert bg.examples_per_s == pytest.approx(180 * 32)
-    assert bg.measured_over_accounted("ps-0") == pytest.approx(1.03, rel=0.01)
+    assert bg.measured_over_accounted("ps:0") == pytest.approx(1.03, rel=0.01)
     assert by_key[("in-graph", 2, "baseline")].client_cpu_pct == pytest.approx(60.0)
     assert by_key[("parameter-server-strategy", 2, "baseline")].failed == ["host m1: lost: connection reset"]
-    effects = {e.mode: e for e in straggler_effects(report, "worker-1")}
-    assert effects["between-graph"].others == pytest.approx({"worker-0": 95 / 90})
-    assert effects["in-graph"].ratios == pytest.approx({"worker-0": 12 / 50, "worker-1": 12 / 50})
+    effects = {e.mode: e for e in straggler_effects(report, "worker:1")}
+    assert effects["between-graph"].others == pytest.approx({"worker:0": 95 / 90})
+    assert effects["in-graph"].ratios == pytest.approx({"worker:0": 12 / 50, "worker:1": 12 / 50})
 
 
 def test_figures_have_their_axes_and_series() -> None:

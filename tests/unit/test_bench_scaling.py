@@ -24,7 +24,7 @@ def test_between_graph_each_worker_moves_every_variable_twice_per_step() -> None
     assert capacity == pytest.approx(2.5e9)  # 10 Gb/s each way, in + out together
     c = ps_ceiling(tiny_plan(WORKERS2, training=WIDE), capacity)
     assert c is not None
-    assert c.bytes_on_ps == {"ps-0": MODEL_BYTES + 8}  # and the global step
+    assert c.bytes_on_ps == {"ps:0": MODEL_BYTES + 8}  # and the global step
     assert c.transfers_per_step == 4  # 2 workers x (pull + push)
     assert c.steps_per_s_per_worker == pytest.approx(capacity / (4 * (MODEL_BYTES + 8)))
 
@@ -86,7 +86,7 @@ model_args = {params = 20000000}
     text = run("--nic-gbps", "10", "--steps-per-sec", "20")
     assert text.returncode == 0, text.stderr
     # 80 MB on one PS, 2 workers x 2 per step, 2.5 GB/s in + out: 7.8 steps/s per worker
-    assert "PS ceiling (between-graph, wide): ps-0 holds 80.0 MB" in text.stdout
+    assert "PS ceiling (between-graph, wide): ps:0 holds 80.0 MB" in text.stdout
     assert "at most 7.81 steps/s per worker" in text.stdout
     assert "for 20 steps/s per worker: 4 PS tasks (ceiling 31.2 steps/s)" in text.stdout  # 3 PS: one holds 2 shards
     data = json.loads(run("--json", "--nic-gbps", "1").stdout)["ps_ceiling"]

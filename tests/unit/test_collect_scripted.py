@@ -14,6 +14,7 @@ import pytest
 
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.state_json import state_json
 from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.scripted_transport import ScriptedCluster
@@ -52,14 +53,14 @@ def _until(collector: Collector, pred: Callable[[ClusterState], bool], timeout: 
         if pred(st):
             return st
         time.sleep(0.02)
-    raise AssertionError(f"state never matched within {timeout}s: {collector.poll().to_json()}")
+    raise AssertionError(f"state never matched within {timeout}s: {state_json(collector.poll())}")
 
 
 def test_agent_lines_reach_the_state(collector: Collector) -> None:
     st = collector.wait_for_data(heartbeats=3, timeout=10)
     assert all(h.reachable and h.stream_up and h.cpu_pct == 12.5 for h in st.hosts.values())
-    assert {name: tv.proc_state for name, tv in st.tasks.items()} == {
-        "ps-0": "running", "worker-0": "running", "worker-1": "running"}
+    assert {name: t.process_state for name, t in st.tasks.items()} == {
+        "ps:0": "running", "worker:0": "running", "worker:1": "running"}
     assert st.malformed == 0
 
 
@@ -78,7 +79,7 @@ def test_a_host_that_goes_down_is_unreachable_until_it_is_back(collector: Collec
     m2.down = True
     m2.fail("agent", "lost", after=True)
     st = _until(collector, lambda st: not st.hosts["m2"].reachable)
-    assert st.tasks["worker-1"].liveness == "unreachable" and st.hosts["m0"].reachable
+    assert st.tasks["worker:1"].state == "unreachable" and st.hosts["m0"].reachable
     assert "refused" in st.hosts["m2"].stream_reason or "lost" in st.hosts["m2"].stream_reason
     m2.down = False
     st = _until(collector, lambda st: st.hosts["m2"].reachable and st.hosts["m2"].stream_up, timeout=15)
@@ -88,10 +89,10 @@ def test_a_host_that_goes_down_is_unreachable_until_it_is_back(collector: Collec
 def test_logs_and_signals_use_their_own_connection(collector: Collector, cluster: ScriptedCluster) -> None:
     st = collector.wait_for_data(heartbeats=1, timeout=10)
     assert collector.task_log("worker", 0) == ["hello from worker:0"]
-    pid = st.tasks["worker-0"].pid
+    pid = st.tasks["worker:0"].pid
     assert pid is not None
     said = collector.signal_task("worker", 0, "TERM")
-    assert said == f"worker-0 (pid {pid} on m1): sent SIGTERM"
+    assert said == f"worker:0 (pid {pid} on m1): sent SIGTERM"
     task = next(iter(cluster.host("m1").runs.values())).tasks["worker-0"]
     assert task.restarts == 1 and task.pid != pid  # the supervisor started it again
     assert cluster.host("m1").steps.count("agent") == 1  # the stream was not disturbed

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.load import load_config
-from orchestrator.config.schema import Mode
+from orchestrator.config.modes import Mode
 from orchestrator.errors import ConfigError
 from orchestrator.plan.from_file import alias_warnings, plan_config, plan_file, resolve_hosts_ssh
 

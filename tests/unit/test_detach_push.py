@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.procs import stop_run_dir
 from training.run.layout import RUN_DIR_ENV, RunLayout
-from training.supervisor.remote_ops import stop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def layout(tmp_path: Path) -> Iterator[RunLayout]:
     try:
         yield run
     finally:
-        stop(run.root, grace=0.5)  # whatever the test left running
+        stop_run_dir(run.root)  # whatever the test left running
 
 
 def _write_run(layout: RunLayout, tasks: list[dict[str, Any]]) -> None:

@@ -4,8 +4,10 @@ follower over real sshd and real TensorFlow: tests/integration/test_start_wait.p
 
 from __future__ import annotations
 
-from orchestrator.monitor.follow import RunFollower
-from orchestrator.monitor.status import RunState, RunStatus, TaskStatus
+from typing import Any
+
+from orchestrator.monitor.follow import RunFollower, Seen
+from orchestrator.monitor.task_state import RunState, TaskState
 from orchestrator.run import records as runs
 from tests.plans import tiny_plan
 
@@ -22,14 +24,26 @@ def _follower(mode: str = "between-graph", success: str = "chief") -> RunFollowe
     return RunFollower.of(record, WINDOW)
 
 
-def _status(state: RunState = "running", step: int = 0, **tasks: TaskStatus) -> RunStatus:
+UNSET = {"gpu": None, "process_state": None, "pid": None, "exit_code": None, "signal": None, "final": False,
+         "failed": False, "stopped_by": None, "restarts": 0, "restarts_left": None, "restart_reason": None,
+         "error": None, "updated_at": None, "reports": "yes", "coordinator": False, "local_step": None,
+         "global_step": None, "examples": None, "loss": None, "steps_per_s": None, "examples_per_s": None,
+         "progress_at": None, "age_s": None, "cpu_s": None, "no_progress_reported": False}
+
+
+def TaskStatus(job: str, index: int, host: str, state: str, **fields: Any) -> TaskState:
+    return TaskState(name=f"{job}:{index}", job=job, index=index, host=host, state=state,  # type: ignore[arg-type]
+                     **{**UNSET, **fields})
+
+
+def _status(state: RunState = "running", step: int = 0, **tasks: TaskState) -> Seen:
     base = {"ps_0": TaskStatus("ps", 0, "m0", "running"), "worker_0": TaskStatus("worker", 0, "m1", "running"),
             "worker_1": TaskStatus("worker", 1, "m2", "running")}
-    return RunStatus("r", state, list({**base, **tasks}.values()), [], global_step=step)
+    return Seen(state, list({**base, **tasks}.values()), step)
 
 
-def _gone(job: str, index: int, host: str, state: str = "unreachable") -> TaskStatus:
-    return TaskStatus(job, index, host, state)  # type: ignore[arg-type]
+def _gone(job: str, index: int, host: str, state: str = "unreachable") -> TaskState:
+    return TaskStatus(job, index, host, state)
 
 
 def test_a_lost_worker_does_not_keep_it_waiting_once_the_chief_finished() -> None:

@@ -108,7 +108,7 @@ def test_a_failed_launch_rolls_back_what_was_started(tmp_path: Path) -> None:
 def test_a_task_that_fails_at_once_fails_the_start_naming_it(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
     cluster.host("m1").task_exit["worker-0"] = 4
-    with pytest.raises(HostError, match=r"host m1: task-failed: worker-0 exited with exit code 4"):
+    with pytest.raises(HostError, match=r"host m1: task-failed: worker:0 exited with exit code 4"):
         _start(cluster, _plan(), tmp_path)
     assert _running(cluster) == {"m0": 0, "m1": 0, "m2": 0}
 

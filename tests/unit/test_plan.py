@@ -77,7 +77,7 @@ def test_cpu_workers_from_workers_count() -> None:
 def test_between_graph_without_chief_role_worker_0_is_chief() -> None:
     plan = plan_of(GPU_CLUSTER)
     assert "chief" not in plan.cluster_spec
-    assert [t.name for t in plan.tasks if t.is_chief] == ["worker-0"]
+    assert [t.name for t in plan.tasks if t.is_chief] == ["worker:0"]
     assert plan.chief.job == "worker" and plan.chief.index == 0
 
 
@@ -88,7 +88,7 @@ def test_between_graph_chief_role_gets_a_chief_job_and_the_hosts_first_gpu() -> 
     chief = plan.task("chief", 0)
     assert chief.is_chief and chief.gpu == 3 and chief.device == "/job:chief/task:0/device:GPU:0"
     assert [t.gpu for t in plan.tasks if t.job == "worker"] == [4, 7]
-    assert [t.name for t in plan.tasks if t.is_chief] == ["chief-0"]
+    assert [t.name for t in plan.tasks if t.is_chief] == ["chief:0"]
 
 
 def test_between_graph_chief_only_host_on_cpu() -> None:
@@ -111,7 +111,7 @@ def test_in_graph_client_is_chief_on_cpu_on_the_chief_host() -> None:
     assert chief.device == "/job:chief/task:0/device:CPU:0"
     # every worker keeps its GPU: the client does not take one
     assert [t.gpu for t in plan.tasks if t.job == "worker"] == [0, 1, 2, 5]
-    assert [t.name for t in plan.tasks if t.is_chief] == ["chief-0"]
+    assert [t.name for t in plan.tasks if t.is_chief] == ["chief:0"]
 
 
 def test_in_graph_without_chief_role_runs_the_client_on_the_first_worker_host() -> None:
@@ -260,7 +260,7 @@ def test_example_file_loads_and_plans(tmp_path: Path, monkeypatch: pytest.Monkey
     plan = build_plan(config, "hosts.example.toml")
     assert [h.name for h in plan.hosts] == ["chief", "ps-0", "ps-1", "gpu-a", "gpu-b"]
     assert sorted(t.name for t in plan.tasks) == sorted(
-        ["chief-0", "ps-0", "ps-1", "worker-0", "worker-1", "worker-2", "worker-3"]
+        ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1", "worker:2", "worker:3"]
     )
     assert plan.warnings == ()
     assert plan.host("gpu-b").ssh.port == 2222

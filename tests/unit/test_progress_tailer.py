@@ -138,10 +138,10 @@ def test_tailer_keras_verbose1_events_drive_the_reducer(tmp_path: Path) -> None:
         assert isinstance(event, ProgressEvent)
         state.apply(event, event.t)
     state.tick(written[-1]["t"])
-    view = state.tasks["worker-0"]
+    view = state.tasks["worker:0"]
     assert parser.malformed == 0
     assert view.steps_per_s is not None and view.steps_per_s > 0
-    assert view.loss == last_loss and view.liveness == "running"
+    assert view.loss == last_loss and view.state == "running"
 
 
 def test_tailer_resets_on_a_new_attempt_and_drops_the_old_pending_sample(tmp_path: Path) -> None:
@@ -282,7 +282,8 @@ def test_tailer_with_the_real_supervisor_across_a_restart(tmp_path: Path) -> Non
     parsed = [parser.parse(line) for line in lines]
     for event in sorted((e for e in parsed if e is not None), key=lambda e: e.t):
         state.apply(event, event.t)
-    view = state.tasks["worker-0"]
+    state.tick(state.now)
+    view = state.tasks["worker:0"]
     assert parser.malformed == 0 and None not in parsed
-    assert view.restarts == 1 and view.local_step == 300 and view.proc_state == "exited"
+    assert view.restarts == 1 and view.local_step == 300 and view.process_state == "exited"
 

@@ -1,9 +1,9 @@
-"""The local run record, what is shipped (sync entries, the package without bytecode), task selection and
-the run-state rules of `status`. No network, no TensorFlow. (Shipping itself: test_ship_launcher.py.)"""
+"""The local run record, what is shipped (sync entries, the package without bytecode) and task selection.
+No network, no TensorFlow. (Shipping itself: test_ship_launcher.py; the run-state rules:
+test_task_state.py.)"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import time
@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError, UsageError
-from orchestrator.monitor.status import HostStatus, TaskStatus, TaskStatusWord, _run_state, _task_status
-from orchestrator.monitor.views import TaskView
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records as runs
 from orchestrator.run.file_hashes import FileHashes
@@ -21,7 +19,6 @@ from orchestrator.run.logs import select_tasks
 from orchestrator.run.ship import sync_files, training_package_files
 from tests.plans import tiny_plan
 from training.run.layout import HOST_PACKAGE
-from training.telemetry.state_files import ProbeReport, TaskStateFile
 
 
 def _record(run_id: str, created: float, plan: ClusterPlan | None = None) -> runs.RunRecord:
@@ -96,39 +93,6 @@ def test_select_tasks() -> None:
     assert select_tasks(record, ["worker-0", "ps:0@m0"]) == [tasks[1], tasks[0]]
     with pytest.raises(UsageError, match="no task 'chief:0' in run r"):
         select_tasks(record, ["chief:0"])
-
-
-def _task(state: TaskStatusWord, final: bool = False, code: int | None = None, failed: bool = False) -> TaskStatus:
-    return TaskStatus("worker", 0, "m0", state, final=final, exit_code=code, failed=failed)
-
-
-def test_run_state_rules() -> None:
-    rec = _record("r", 1.0)
-    up = [HostStatus("m0", reachable=True, processes=2)]
-    down = [HostStatus("m0", reachable=True, processes=0)]
-    assert _run_state(rec, [_task("running")], up) == "running"
-    assert _run_state(rec, [_task("exited", True, 0)], down) == "finished"
-    assert _run_state(rec, [_task("exited", True, 1, failed=True), _task("running")], up) == "failed"
-    assert _run_state(rec, [_task("unreachable")], [HostStatus("m0", reachable=False)]) == "partial"
-    rec.status = "stopped"
-    assert _run_state(rec, [_task("exited", True, None)], down) == "stopped"
-
-
-def test_a_task_stopped_for_good_is_no_failure_and_the_run_can_finish() -> None:
-    record = _record("r", 1.0)
-    planned = record.plan.tasks[2]  # worker:1@m2
-    held = TaskStateFile(host="m2", job="worker", task=1, state="exited", pid=7, restarts=0, exit_code=None,
-                         signal=15, final=True, updated_at=1.0, stopped_by="user")
-    judged = TaskView("worker", 1, "m2", liveness="exited")
-    ts = _task_status(planned, ProbeReport(tasks=(held,)), judged)
-    assert (ts.state, ts.signal, ts.final, ts.held, ts.failed) == ("exited", 15, True, True, False)
-    unheld = _task_status(planned, ProbeReport(tasks=(dataclasses.replace(held, stopped_by=None),)), judged)
-    assert unheld.failed and not unheld.held  # the same exit without the hold is a failure
-    down = [HostStatus("m0", reachable=True, processes=0)]
-    done = TaskStatus("worker", 0, "m0", "exited", final=True, exit_code=0)
-    assert _run_state(record, [done, ts], down) == "finished"
-    assert _run_state(record, [done, unheld], down) == "failed"
-    assert _run_state(record, [ts], down) == "stopped"  # every task stopped for good, one by one
 
 
 @pytest.mark.parametrize("content", [

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import HostError
-from orchestrator.monitor.status import status
+from orchestrator.monitor.status import read_run
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run import records as runs
@@ -116,5 +116,5 @@ def test_sharded_status_reads_every_host(tmp_path: Path, monkeypatch: pytest.Mon
     opts = launch.StartOptions(timeout=30, op_timeout=10, run_name="watched")
     record = launch.start(_plan(), str(tmp_path / "hosts.toml"), opts, opener=cluster.opener).record
     monkeypatch.setenv(shards.HOSTS_PER_PROCESS_ENV, "2")
-    st = status(record, timeout=5, opener=cluster.opener)
-    assert st.state == "running" and len(st.tasks) == HOSTS and all(t.state == "running" for t in st.tasks)
+    st = read_run(record, timeout=5, opener=cluster.opener)
+    assert st.run_state == "running" and len(st.tasks) == HOSTS and all(t.state == "running" for t in st.tasks.values())

@@ -45,7 +45,7 @@ def slurm_error(tmp_path: Path, text: str) -> ConfigError:
 
 def test_a_good_section_plans(tmp_path: Path) -> None:
     plan = slurm_plan_file(write(tmp_path, GOOD))
-    assert [t.label for t in plan.ranks] == ["ps:0", "worker:0", "worker:1", "worker:2"]
+    assert [t.name for t in plan.ranks] == ["ps:0", "worker:0", "worker:1", "worker:2"]
     assert plan.tasks_per_node == (2, 2)
 
 

@@ -77,7 +77,7 @@ def test_before_the_allocation_the_plan_is_in_node_indexes() -> None:
     plan = slurm_plan("between-graph", 2, workers=3, chief=True)
     assert [(n.name, n.address) for n in plan.nodes] == [
         (NODE_NAME.format(0), NODE_ADDR.format(0)), (NODE_NAME.format(1), NODE_ADDR.format(1))]
-    assert [(node.name, [t.label for t in tasks]) for node, tasks in plan.layout()] == [
+    assert [(node.name, [t.name for t in tasks]) for node, tasks in plan.layout()] == [
         ("<node-0>", ["chief:0", "ps:0", "worker:0"]), ("<node-1>", ["worker:1", "worker:2"])]
     assert plan.plan.cluster_spec["worker"][1].startswith("<node-1-addr>:")
     assert not plan.allocated
@@ -97,7 +97,7 @@ def test_after_it_tasks_dial_the_node_addresses_and_ports_stay_unique_across_the
 def test_gpus_split_as_the_resolver_splits_them_ps_and_clients_on_the_cpu() -> None:
     plan = slurm_plan("in-graph", 2, workers=3, gpus_per_node=4)  # chief (client), ps, 3 workers: 3, 2
     assert plan.gpus_per_task == 1
-    devices = {t.label: (t.cuda_visible_devices, t.device) for t in plan.ranks}
+    devices = {t.name: (t.cuda_visible_devices, t.device) for t in plan.ranks}
     assert devices["chief:0"] == ("", "/job:chief/task:0/device:CPU:0")
     assert devices["ps:0"] == ("", "/job:ps/task:0/device:CPU:0")
     assert devices["worker:0"] == ("2", "/job:worker/task:0/device:GPU:0")  # the 3rd task of node 0

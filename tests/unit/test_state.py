@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -9,6 +10,8 @@ import pytest
 
 from orchestrator.monitor.events import EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.state_json import state_json
+from orchestrator.monitor.task_state import TaskState
 from orchestrator.monitor.views import ema, host_reachable, task_liveness, window_buckets
 from training.telemetry.schema import dumps, make_event
 
@@ -56,10 +59,10 @@ def test_steps_and_examples_rates_from_cumulative_counters() -> None:
     st = ClusterState(now=T0)
     t = healthy(st, 10)
     st.tick(t)
-    tv = st.tasks["worker-0"]
+    tv = st.tasks["worker:0"]
     assert tv.steps_per_s == pytest.approx(5.0)
     assert tv.examples_per_s == pytest.approx(50.0)
-    assert tv.liveness == "running"
+    assert tv.state == "running"
     assert st.examples_per_s == pytest.approx(50.0)
     assert st.global_step == 45
 
@@ -69,29 +72,31 @@ def test_rate_is_smoothed_when_speed_changes() -> None:
     t = healthy(st, 5)  # 5 steps/s, last local step 20
     feed(st, hb("a", t + 1))
     feed(st, progress(t + 1, 20 + 15))  # a 15 steps/s second
-    tv = st.tasks["worker-0"]
-    assert 5.0 < (tv.steps_per_s or 0) < 15.0
-    assert tv.history[-1][1] == pytest.approx(15.0)  # the sparkline keeps the raw value
+    st.tick(t + 1)
+    assert 5.0 < (st.tasks["worker:0"].steps_per_s or 0) < 15.0
+    assert st.tracks["worker:0"].history[-1][1] == pytest.approx(15.0)  # the sparkline keeps the raw value
 
 
 def test_restarted_process_counters_reset_rate() -> None:
     st = ClusterState(now=T0)
     t = healthy(st, 5)
     feed(st, progress(t + 1, 3))  # local_step went backwards: a new process
-    assert st.tasks["worker-0"].steps_per_s is None
+    st.tick(t + 1)
+    assert st.tasks["worker:0"].steps_per_s is None
     feed(st, progress(t + 2, 8))
-    assert st.tasks["worker-0"].steps_per_s == pytest.approx(5.0)
+    st.tick(t + 2)
+    assert st.tasks["worker:0"].steps_per_s == pytest.approx(5.0)
 
 
 def test_running_to_stalled_when_progress_stops() -> None:
     st = ClusterState(now=T0)
     t = healthy(st, 5)
     st.tick(t + 3)
-    assert st.tasks["worker-0"].liveness == "running"  # exactly 3 intervals: still current
+    assert st.tasks["worker:0"].state == "running"  # exactly 3 intervals: still current
     feed(st, hb("a", t + 3.5))
     st.tick(t + 3.5)
-    assert st.tasks["worker-0"].liveness == "stalled"
-    assert st.tasks["worker-0"].age_s == pytest.approx(3.5)
+    assert st.tasks["worker:0"].state == "stalled"
+    assert st.tasks["worker:0"].age_s == pytest.approx(3.5)
     assert any(e.kind == "stall" for e in st.log)
 
 
@@ -101,7 +106,7 @@ def test_stalled_when_progress_arrives_but_global_step_does_not_move() -> None:
         feed(st, hb("a", T0 + i))
         feed(st, progress(T0 + i, 5 * i, gstep=100))
     st.tick(T0 + 7)
-    assert st.tasks["worker-0"].liveness == "stalled"
+    assert st.tasks["worker:0"].state == "stalled"
 
 
 def test_stalled_back_to_running() -> None:
@@ -109,11 +114,11 @@ def test_stalled_back_to_running() -> None:
     t = healthy(st, 3)
     feed(st, hb("a", t + 5))
     st.tick(t + 5)
-    assert st.tasks["worker-0"].liveness == "stalled"
+    assert st.tasks["worker:0"].state == "stalled"
     feed(st, progress(t + 6, 100))
     feed(st, hb("a", t + 6))
     st.tick(t + 6)
-    assert st.tasks["worker-0"].liveness == "running"
+    assert st.tasks["worker:0"].state == "running"
 
 
 def test_exited_then_restarting_then_starting_then_running() -> None:
@@ -121,21 +126,25 @@ def test_exited_then_restarting_then_starting_then_running() -> None:
     t = healthy(st, 3)
     feed(st, task_state(t + 0.5, "exited", pid=11, exit_code=-9, restarts=0))
     st.tick(t + 0.5)
-    tv = st.tasks["worker-0"]
-    assert (tv.liveness, tv.exit_code) == ("exited", -9)
+    tv = st.tasks["worker:0"]
+    assert (tv.state, tv.exit_code, tv.steps_per_s) == ("exited", -9, None)
     feed(st, task_state(t + 1, "restarting", restarts=1))
     st.tick(t + 1)
-    assert tv.liveness == "restarting" and tv.restarts == 1
+    tv = st.tasks["worker:0"]
+    assert tv.state == "restarting" and tv.restarts == 1
+    assert tv.steps_per_s is None and tv.examples_per_s is None  # not the dead process's rates
     feed(st, hb("a", t + 2))
     feed(st, task_state(t + 2, "running", pid=12, restarts=1))
     st.tick(t + 2)
-    assert tv.liveness == "starting"  # no progress from the new process yet
-    assert tv.exit_code is None and tv.pid == 12
+    tv = st.tasks["worker:0"]
+    assert tv.state == "starting"  # no progress from the new process yet
+    assert tv.exit_code is None and tv.pid == 12 and tv.steps_per_s is None
     feed(st, progress(t + 3, 0, gstep=20))
     feed(st, progress(t + 4, 5, gstep=25))
     feed(st, hb("a", t + 4))
     st.tick(t + 4)
-    assert tv.liveness == "running"
+    tv = st.tasks["worker:0"]
+    assert tv.state == "running" and tv.steps_per_s == pytest.approx(5.0)
     kinds = [e.kind for e in st.log]
     assert kinds == ["exit", "restart", "recover"]
 
@@ -147,7 +156,7 @@ def test_progress_newer_than_restarting_means_running() -> None:
     feed(st, progress(T0 + 1, 1))
     feed(st, progress(T0 + 2, 6))
     st.tick(T0 + 2)
-    assert st.tasks["worker-0"].liveness == "running"
+    assert st.tasks["worker:0"].state == "running"
 
 
 def test_exited_wins_over_older_progress_and_stale_task_state_is_ignored() -> None:
@@ -156,7 +165,7 @@ def test_exited_wins_over_older_progress_and_stale_task_state_is_ignored() -> No
     feed(st, task_state(t + 1, "exited", exit_code=0))
     feed(st, task_state(t - 1, "running"))  # replayed older line
     st.tick(t + 1)
-    assert st.tasks["worker-0"].liveness == "exited"
+    assert st.tasks["worker:0"].state == "exited"
 
 
 def test_ps_task_is_running_on_supervisor_word_without_progress() -> None:
@@ -164,7 +173,7 @@ def test_ps_task_is_running_on_supervisor_word_without_progress() -> None:
     feed(st, hb("p", T0))
     feed(st, task_state(T0, "running", job="ps", task=0, host="p", pid=5))
     st.tick(T0 + 1)
-    assert st.tasks["ps-0"].liveness == "running"
+    assert st.tasks["ps:0"].state == "running"
 
 
 def test_host_unreachable_after_three_intervals_values_kept_then_back() -> None:
@@ -172,10 +181,10 @@ def test_host_unreachable_after_three_intervals_values_kept_then_back() -> None:
     t = healthy(st, 5)
     st.apply(StreamDown(t + 0.1, "a", "connection reset"), t + 0.1)
     st.tick(t + 3)
-    assert st.tasks["worker-0"].liveness == "running"
+    assert st.tasks["worker:0"].state == "running"
     st.tick(t + 3.01)
-    tv = st.tasks["worker-0"]
-    assert tv.liveness == "unreachable"
+    tv = st.tasks["worker:0"]
+    assert tv.state == "unreachable"
     assert tv.steps_per_s == pytest.approx(5.0)  # last values stay visible
     assert tv.age_s == pytest.approx(3.01)
     assert st.counts["unreachable"] == 1
@@ -185,7 +194,7 @@ def test_host_unreachable_after_three_intervals_values_kept_then_back() -> None:
     feed(st, progress(t + 5, 100))
     feed(st, progress(t + 6, 105))
     st.tick(t + 6)
-    assert tv.liveness == "running"
+    assert st.tasks["worker:0"].state == "running"
     assert st.log[-1].kind == "host-back"
 
 
@@ -193,20 +202,20 @@ def test_never_heard_host_becomes_unreachable_from_when_it_was_known() -> None:
     st = ClusterState(now=T0)
     st.add_task("worker", 0, "silent")
     st.tick(T0 + 2)
-    assert st.tasks["worker-0"].liveness == "starting"
+    assert st.tasks["worker:0"].state == "starting"
     st.tick(T0 + 4)
-    assert st.tasks["worker-0"].liveness == "unreachable"
-    assert st.tasks["worker-0"].age_s is None
+    assert st.tasks["worker:0"].state == "unreachable"
+    assert st.tasks["worker:0"].age_s is None
 
 
 def test_pure_liveness_functions() -> None:
     st = ClusterState(now=T0)
     t = healthy(st, 4)
-    tv, h = st.tasks["worker-0"], st.hosts["a"]
+    tv, h = st.tracks["worker:0"], st.hosts["a"]
     assert host_reachable(h, t + 3) and not host_reachable(h, t + 3.5)
     assert task_liveness(tv, h, t) == "running"
     assert task_liveness(tv, h, t + 10) == "unreachable"
-    assert tv.liveness == "starting"  # the pure functions did not touch the state
+    assert tv.liveness == "starting" and st.tasks == {}  # the pure functions did not touch the state
 
 
 def test_clock_offset_maps_remote_times() -> None:
@@ -216,8 +225,8 @@ def test_clock_offset_maps_remote_times() -> None:
         st.apply(HeartbeatEvent(T0 + i - skew, "a", 1.0), T0 + i)
         feed(st, progress(T0 + i - skew, 5 * i), now=T0 + i)
     st.tick(T0 + 3)
-    assert st.tasks["worker-0"].liveness == "running"
-    assert st.tasks["worker-0"].age_s == pytest.approx(0.0)
+    assert st.tasks["worker:0"].state == "running"
+    assert st.tasks["worker:0"].age_s == pytest.approx(0.0)
 
 
 def test_totals_counts_and_loss() -> None:
@@ -261,9 +270,9 @@ def test_to_json_is_serialisable() -> None:
     st = ClusterState(run_id="r1", now=T0)
     healthy(st, 3)
     st.tick(T0 + 2)
-    out = json.loads(json.dumps(st.to_json()))
-    assert out["tasks"][0]["name"] == "worker-0" and out["tasks"][0]["state"] == "running"
-    assert out["totals"]["counts"]["running"] == 1
+    out = json.loads(json.dumps(state_json(st)))
+    assert out["tasks"][0]["name"] == "worker:0" and out["tasks"][0]["state"] == "running"
+    assert out["totals"]["counts"]["running"] == 1 and out["state"] == "running" and out["failed"] is False
 
 
 def test_supervisor_sequence_restarting_starting_running_with_signal() -> None:
@@ -272,15 +281,16 @@ def test_supervisor_sequence_restarting_starting_running_with_signal() -> None:
     t = healthy(st, 3)
     feed(st, task_state(t + 0.2, "restarting", pid=11, exit_code=None, signal=9, restarts=1))
     st.tick(t + 0.2)
-    tv = st.tasks["worker-0"]
-    assert (tv.liveness, tv.exit_code, tv.restarts) == ("restarting", -9, 1)
+    tv = st.tasks["worker:0"]
+    assert (tv.state, tv.exit_code, tv.restarts, tv.steps_per_s) == ("restarting", -9, 1, None)
     feed(st, task_state(t + 1.2, "starting", pid=11, restarts=1))
     feed(st, hb("a", t + 1.3))
     feed(st, task_state(t + 1.3, "running", pid=12, restarts=1))
     st.tick(t + 1.3)
-    assert tv.liveness == "starting" and tv.pid == 12
-    assert [e.text for e in st.log] == ["worker-0 on a restarting after exit code -9 (restart 1)",
-                                        "worker-0 on a running again (pid 12)"]
+    tv = st.tasks["worker:0"]
+    assert tv.state == "starting" and tv.pid == 12
+    assert [e.text for e in st.log] == ["worker:0 on a restarting after exit code -9 (restart 1)",
+                                        "worker:0 on a running again (pid 12)"]
 
 
 def test_host_never_heard_is_not_reported_lost_but_not_reachable_yet() -> None:
@@ -309,50 +319,48 @@ def test_a_task_whose_supervisor_and_processes_are_gone_is_lost_and_logged_once(
     t = healthy(st, 5)
     feed(st, sample(t, **{"worker-0": facts(1.0)}))
     st.tick(t)
-    assert st.tasks["worker-0"].liveness == "running"
+    assert st.tasks["worker:0"].state == "running"
     for i in range(1, 6):  # the supervisor dies, then its worker; the state file still says running
         feed(st, hb("a", t + i))
         feed(st, sample(t + i, supervisor_alive=False, **{"worker-0": facts(1.0, procs=0 if i > 2 else 1)}))
         st.tick(t + i)
-    assert st.tasks["worker-0"].liveness == "lost"
+    assert st.tasks["worker:0"].state == "lost"
     assert [e.kind for e in st.log].count("lost") == 1
 
 
 def test_a_program_that_reports_nothing_is_judged_by_its_cpu() -> None:
     st = ClusterState(now=T0)
-    tv = st.add_task("worker", 0, "a")
-    tv.reports = "maybe"  # a user's command
+    st.add_task("worker", 0, "a", reports="maybe")  # a user's command
     feed(st, hb("a", T0))
     feed(st, task_state(T0, "running", pid=10))
     feed(st, sample(T0, **{"worker-0": facts(0.0)}))
     st.tick(T0)
-    assert tv.liveness == "running"  # just started: the benefit of the doubt for one window
+    assert st.tasks["worker:0"].state == "running"  # just started: the benefit of the doubt for one window
     for i in range(1, 6):  # busy
         feed(st, hb("a", T0 + i))
         feed(st, sample(T0 + i, **{"worker-0": facts(0.5 + i, moved_at=T0 + i)}))
         st.tick(T0 + i)
-    assert tv.liveness == "running" and tv.no_progress
+    assert st.tasks["worker:0"].state == "running" and st.tasks["worker:0"].no_progress_reported
     for i in range(6, 12):  # alive but its CPU stopped moving
         feed(st, hb("a", T0 + i))
         feed(st, sample(T0 + i, **{"worker-0": facts(5.5, moved_at=T0 + 5)}))
         st.tick(T0 + i)
-    assert tv.liveness == "stalled" and tv.no_progress
+    assert st.tasks["worker:0"].state == "stalled" and st.tasks["worker:0"].no_progress_reported
     feed(st, sample(T0 + 12, **{"worker-0": facts(9.0, stopped=True, moved_at=T0 + 12)}))
     st.tick(T0 + 12)
-    assert tv.liveness == "stalled"  # SIGSTOPped: going nowhere even if the counter moved
+    assert st.tasks["worker:0"].state == "stalled"  # SIGSTOPped: going nowhere even if the counter moved
 
 
 def test_servers_are_running_while_they_live() -> None:
     st = ClusterState(now=T0)
-    tv = st.add_task("worker", 0, "a")
-    tv.reports = "no"  # an in-graph worker: a TF server, no progress of its own
+    st.add_task("worker", 0, "a", reports="no")  # an in-graph worker: a TF server, no progress of its own
     feed(st, hb("a", T0))
     feed(st, task_state(T0, "running", pid=10))
     feed(st, sample(T0, **{"worker-0": facts(0.1)}))
     st.tick(T0 + 30)
     feed(st, hb("a", T0 + 30))
     st.tick(T0 + 30)
-    assert tv.liveness == "running"
+    assert st.tasks["worker:0"].state == "running"
 
 
 def test_the_log_stays_in_time_order_and_a_replayed_backlog_logs_no_false_stall() -> None:
@@ -372,11 +380,21 @@ def test_task_stopped_for_good_is_exited_held_and_logged_as_the_users_choice() -
     feed(st, task_state(t + 0.5, "exited", pid=42, signal=15, final=True, stopped_by="user"))
     feed(st, task_state(t + 0.5, "exited", job="worker", task=1, pid=43, exit_code=3, final=True))
     st.tick(t + 1)
-    held, failed = st.tasks["worker-0"], st.tasks["worker-1"]
-    assert (held.liveness, held.exit_code, held.held) == ("exited", -15, True)
-    assert (failed.liveness, failed.held) == ("exited", False)
+    held, failed = st.tasks["worker:0"], st.tasks["worker:1"]
+    assert (held.state, held.exit_code, held.held) == ("exited", -15, True)
+    assert (failed.state, failed.held) == ("exited", False)
     texts = [e.text for e in st.log]
-    assert "worker-0 on a exited (code -15, stopped for good by the user)" in texts
-    assert "worker-1 on a exited (code 3)" in texts
-    out = {t["name"]: t for t in json.loads(json.dumps(st.to_json()))["tasks"]}
-    assert out["worker-0"]["held"] is True and out["worker-1"]["held"] is False
+    assert "worker:0 on a exited (code -15, stopped for good by the user)" in texts
+    assert "worker:1 on a exited (code 3)" in texts
+    out = {t["name"]: t for t in json.loads(json.dumps(state_json(st)))["tasks"]}
+    assert out["worker:0"]["held"] is True and out["worker:1"]["held"] is False
+
+
+
+def test_a_snapshot_is_a_whole_frozen_task_state() -> None:  # (built by TaskState.of, not its __init__)
+    st = ClusterState(now=T0)
+    st.tick(healthy(st, 3))
+    snap = st.tasks["worker:0"]
+    assert set(vars(snap)) == {f.name for f in dataclasses.fields(TaskState)} and snap == TaskState(**vars(snap))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        snap.pid = 1  # type: ignore[misc]

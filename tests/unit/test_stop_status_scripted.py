@@ -1,12 +1,12 @@
 """`stop` and `status` over scripted hosts (testkit/scripted_transport.py): verification after a stop,
-purge, an unreachable host, and every run state `status` derives (running, lost, unreachable, finished,
-failed, stopped). The real-sshd versions of these paths are in tests/integration/test_lifecycle.py."""
+purge, an unreachable host, and every run state a read of the hosts derives (running, lost, unreachable,
+finished, failed, stopped). The real-sshd versions of these paths are in tests/integration/test_lifecycle.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.monitor.status import status
+from orchestrator.monitor.status import read_run
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run import records as runs
@@ -37,7 +37,7 @@ def test_stop_verifies_and_is_idempotent(tmp_path: Path) -> None:
     assert runs.load("run").status == "stopped"
     again = stop(record, grace=0.1, timeout=5, opener=cluster.opener)
     assert all(r.ok and not r.killed for r in again.values())
-    assert status(record, timeout=5, opener=cluster.opener).state == "stopped"
+    assert read_run(record, timeout=5, opener=cluster.opener).run_state == "stopped"
 
 
 def test_stop_purge_removes_run_dirs_and_the_record(tmp_path: Path) -> None:
@@ -67,11 +67,10 @@ def test_stop_reports_an_unreachable_host_and_status_says_partial(tmp_path: Path
     assert result["m0"].ok and result["m1"].ok
     assert not result["m2"].ok and result["m2"].error is not None and "refused" in result["m2"].error
     assert runs.load("run").status == "started"  # not every host verified: the record keeps the run
-    st = status(record, timeout=2, opener=cluster.opener)
-    assert st.state == "partial"
-    by_task = {t.name: t for t in st.tasks}
-    assert by_task["worker:1"].state == "unreachable" and by_task["worker:1"].host == "m2"
-    assert not next(h for h in st.hosts if h.host == "m2").reachable
+    st = read_run(record, timeout=2, opener=cluster.opener)
+    assert st.run_state == "partial"
+    assert st.tasks["worker:1"].state == "unreachable" and st.tasks["worker:1"].host == "m2"
+    assert not st.hosts["m2"].reachable
     cluster.host("m2").down = False
     assert all(r.ok for r in stop(record, grace=0.1, timeout=2, opener=cluster.opener).values())
     assert runs.load("run").status == "stopped"
@@ -80,15 +79,15 @@ def test_stop_reports_an_unreachable_host_and_status_says_partial(tmp_path: Path
 def test_status_running_then_lost_when_a_supervisor_is_killed(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
     record = _started(tmp_path, cluster)
-    st = status(record, timeout=5, opener=cluster.opener)
-    assert st.state == "running" and all(t.state == "running" and t.pid for t in st.tasks)
-    assert all(h.supervisor == "running" and h.supervisor_alive and h.processes for h in st.hosts)
+    st = read_run(record, timeout=5, opener=cluster.opener)
+    assert st.run_state == "running" and all(t.state == "running" and t.pid for t in st.tasks.values())
+    assert all(h.supervisor_state == "running" and h.supervisor_alive for h in st.hosts.values())
     cluster.host("m1").kill_supervisor()
-    st = status(record, timeout=5, opener=cluster.opener)
-    assert {t.name: t.state for t in st.tasks} == {"ps:0": "running", "worker:0": "lost", "worker:1": "running"}
-    assert st.state == "partial"
-    m1 = next(h for h in st.hosts if h.host == "m1")
-    assert m1.supervisor == "running" and not m1.supervisor_alive
+    st = read_run(record, timeout=5, opener=cluster.opener)
+    assert {t.name: t.state for t in st.tasks.values()} == {"ps:0": "running", "worker:0": "lost", "worker:1": "running"}
+    assert st.run_state == "partial"
+    m1 = st.hosts["m1"]
+    assert m1.supervisor_state == "running" and m1.supervisor_alive is False and m1.processes == 0
 
 
 def test_status_finished_and_failed(tmp_path: Path) -> None:
@@ -96,24 +95,24 @@ def test_status_finished_and_failed(tmp_path: Path) -> None:
     record = _started(tmp_path, cluster)
     for name in ("m0", "m1", "m2"):
         cluster.host(name).finish_tasks()
-    st = status(record, timeout=5, opener=cluster.opener)
-    assert st.state == "finished" and not st.failed
-    assert all(t.state == "exited" and t.exit_code == 0 and t.final for t in st.tasks)
+    st = read_run(record, timeout=5, opener=cluster.opener)
+    assert st.run_state == "finished"
+    assert all(t.state == "exited" and t.exit_code == 0 and t.final and not t.failed for t in st.tasks.values())
 
     other = _started(tmp_path, cluster, "failing")
     cluster.host("m2").finish_tasks(_root(cluster, "m2", "failing"), exit_code=3)
-    st = status(other, timeout=5, opener=cluster.opener)
-    assert st.state == "failed" and st.failed
-    assert [t.name for t in st.tasks if t.failed] == ["worker:1"]
+    st = read_run(other, timeout=5, opener=cluster.opener)
+    assert st.run_state == "failed"
+    assert [t.name for t in st.tasks.values() if t.failed] == ["worker:1"]
 
 
-def test_status_retries_a_lost_probe_and_reports_a_host_that_keeps_failing(tmp_path: Path) -> None:
+def test_status_retries_a_lost_read_and_reports_a_host_that_keeps_failing(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
     record = _started(tmp_path, cluster)
-    cluster.host("m0").fail("probe", "lost", after=True)  # once: retried
-    cluster.host("m1").fail("probe", "exit", times=10, stderr="python: not found")  # not a transient fault
-    st = status(record, timeout=5, opener=cluster.opener)
-    assert next(t for t in st.tasks if t.host == "m0").state == "running"
-    m1 = next(h for h in st.hosts if h.host == "m1")
-    assert not m1.reachable and m1.error is not None and "python: not found" in m1.error
-    assert cluster.host("m0").steps.count("probe") == 2 and cluster.host("m1").steps.count("probe") == 0
+    cluster.host("m0").fail("read", "lost", after=True)  # once: retried
+    cluster.host("m1").fail("read", "exit", times=10, stderr="sh: permission denied")  # not a transient fault
+    st = read_run(record, timeout=5, opener=cluster.opener)
+    assert st.tasks["ps:0"].state == "running"
+    m1 = st.hosts["m1"]
+    assert not m1.reachable and m1.error is not None and "permission denied" in m1.error
+    assert cluster.host("m0").steps.count("read") == 2 and cluster.host("m1").steps.count("read") == 0

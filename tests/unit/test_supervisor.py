@@ -18,8 +18,11 @@ from typing import Any
 import psutil
 import pytest
 
+from orchestrator.run.read_host import HostReading, decode, read_script
+from orchestrator.transport.base import CommandResult
+from tests.helpers.procs import stop_run_dir
 from training.run.layout import RUN_DIR_ENV, RunLayout
-from training.supervisor.remote_ops import probe, stop
+from training.supervisor.core import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -86,7 +89,7 @@ def cleanup() -> Any:
     dirs: list[str] = []
     yield procs, dirs
     for d in dirs:
-        stop(d, grace=0.5)
+        stop_run_dir(d)
     for p in procs:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
@@ -167,6 +170,13 @@ def test_sigterm_stops_children_including_sh_grandchildren(tmp_path: Path, clean
     assert _state(layout, "ps", 0)["signal"] == signal.SIGKILL  # it ignored TERM, so the grace ran out
 
 
+def _read(layout: RunLayout) -> HostReading:
+    """`status`'s read of the host (orchestrator/run/read_host.py) under this machine's /bin/sh."""
+    done = subprocess.run(["/bin/sh", "-c", read_script(layout.root, "h1")], capture_output=True, text=True,
+                          timeout=30, check=True)
+    return decode("h1", CommandResult("h1", "read", 0, done.stdout, done.stderr, 0.0))
+
+
 def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, cleanup: Any) -> None:
     layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)"),
                                   _task("worker", 1, "import time; time.sleep(60)")])
@@ -176,12 +186,13 @@ def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, 
     os.kill(sup.pid, signal.SIGKILL)  # its tasks are orphaned but still marked
     sup.wait()
     assert len(_marked(layout.root)) == 2
-    seen = probe(layout.root)
-    assert not seen["supervisors"][0]["alive"] and len(seen["processes"]) == 2
-    result = stop(layout.root, grace=0.5)
-    assert result["remaining"] == [] and len(result["killed"]) == 2
+    seen = _read(layout)
+    assert seen.supervisor_alive is False and seen.processes is not None and len(seen.processes) == 2
+    assert {p.task.split("#")[0] for p in seen.processes} == {"worker-0", "worker-1"}
+    result = stop_run_dir(layout.root)
+    assert result.remaining == () and len(result.terminated) == 2 and result.killed == ()  # SIGTERM was enough
     assert _marked(layout.root) == []
-    assert stop(layout.root, grace=0.5)["remaining"] == []  # idempotent
+    assert stop_run_dir(layout.root).remaining == ()  # idempotent
 
 
 # ---- --detach: what `start` runs on every host --------------------------------------------------------
@@ -233,7 +244,7 @@ def test_detach_twice_reports_the_running_supervisor_instead_of_a_second(tmp_pat
     assert first[0] == second[0] and second[2]
     supervisors = [p for p in _marked(layout.root) if "training.supervisor" in " ".join(psutil.Process(p).cmdline())]
     assert supervisors == [first[0]]
-    assert stop(layout.root, grace=0.5)["remaining"] == []
+    assert stop_run_dir(layout.root).remaining == ()
     # The lock died with the supervisor: a new launch starts a new one.
     third = _report(_detach(layout).stdout)
     assert third[0] != first[0] and third[2]
@@ -280,3 +291,25 @@ def test_tasks_get_default_signal_dispositions_and_the_home_python(tmp_path: Pat
     for sig in (signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ):
         assert not ignored & (1 << (sig - 1)), f"{sig.name} is ignored in the task"
     assert "home python ran" in Path(layout.log_file("worker", 1)).read_text()
+
+
+def test_tasks_run_niced_and_their_threads_and_children_too(tmp_path: Path, cleanup: Any) -> None:
+    """Training saturates the cores; sshd and the status and stop scripts must still answer at once: the
+    supervisor lowers its tasks' priority by DEFAULTS["nice"] and keeps its own."""
+    code = ("import os, subprocess, sys, threading, time\n"
+            "child = subprocess.Popen(['sleep', '60'])\n"
+            "t = threading.Thread(target=time.sleep, args=(60,), daemon=True); t.start()\n"
+            "print('ready', child.pid, threading.get_native_id(), t.native_id, flush=True)\n"
+            "time.sleep(60)\n")
+    layout = _make_run(tmp_path, [_task("worker", 0, code)])
+    cleanup[1].append(layout.root)
+    sup = _start(layout)
+    cleanup[0].append(sup)
+    log = Path(layout.log_file("worker", 0))
+    _wait(lambda: log.exists() and "ready" in log.read_text())
+    child, _, thread = (int(x) for x in log.read_text().split("ready", 1)[1].split()[:3])
+    task = _state(layout, "worker", 0)["pid"]
+    mine = os.getpriority(os.PRIO_PROCESS, sup.pid)
+    assert mine == os.getpriority(os.PRIO_PROCESS, 0)  # the supervisor keeps ours
+    for pid in (task, child, thread):  # (a thread's niceness is its own: setpriority takes its id)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == min(mine + DEFAULTS["nice"], 19), pid

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.procs import stop_run_dir
 from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task, _wait
 from training.run.layout import RunLayout
 from training.supervisor.hold import task_pids
-from training.supervisor.remote_ops import stop
 from training.telemetry.state_files import HoldReport, TaskStateFile
 
 BACKOFF = 0.2
@@ -35,7 +35,7 @@ def supervisors() -> Iterator[list[tuple[subprocess.Popen[bytes], RunLayout]]]:
     started: list[tuple[subprocess.Popen[bytes], RunLayout]] = []
     yield started
     for proc, layout in started:
-        stop(layout.root, grace=0.5)
+        stop_run_dir(layout.root)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -78,7 +78,7 @@ def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path,
     st = _state(layout, "worker", 1)
     assert st["state"] == "exited" and st["final"] and st["held"] is True
     assert st["signal"] == signal.SIGTERM and st["restarts"] == 0 and _starts(layout, "worker", 1) == 1
-    assert TaskStateFile.decode(st).held  # the orchestrator's decoder reads it
+    assert TaskStateFile.decode(st).stopped_by == "user"  # the orchestrator's decoder reads it
     mine = [e for e in _events(layout) if e.get("job") == "worker" and e.get("task") == 1]
     assert (mine[-1]["state"], mine[-1]["held"], mine[-1]["final"]) == ("exited", True, True)
     assert not any(e["state"] == "restarting" for e in mine)

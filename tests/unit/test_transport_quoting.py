@@ -6,7 +6,6 @@ the remote login shell. Both are executed here by a real /bin/sh (no network).""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -86,16 +85,6 @@ def test_timeout_kills_the_command_and_its_children(tmp_path: Path) -> None:
     assert info.value.reason == "timeout" and info.value.host == "box"
     assert time.monotonic() - started < 10
     assert is_gone(read_pid(pidfile))  # the background child died with the command
-
-
-def test_put_file_creates_parents_and_sets_mode(tmp_path: Path) -> None:
-    src = tmp_path / "src.txt"
-    src.write_text("payload")
-    target = tmp_path / "a" / "b" / "dst.txt"
-    LocalTransport("local").put_file(str(src), str(target), mode=0o640)
-    assert target.read_text() == "payload"
-    assert (os.stat(target).st_mode & 0o777) == 0o640
-    assert [p.name for p in target.parent.iterdir()] == ["dst.txt"]  # no temp file left behind
 
 
 def test_stream_yields_lines_then_exit_code() -> None:

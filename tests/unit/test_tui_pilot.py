@@ -40,7 +40,7 @@ async def test_healthy_run() -> None:
         await pilot.pause()
         table = app.query_one("#tasks", DataTable)
         assert table.row_count == 4
-        for w in ("worker-0", "worker-1", "worker-2"):
+        for w in ("worker:0", "worker:1", "worker:2"):
             assert "running" in cell(app, w, "state")
             assert float(cell(app, w, "sps")) > 0
             assert cell(app, w, "gpu").endswith("%")
@@ -48,7 +48,7 @@ async def test_healthy_run() -> None:
         ps_rows = app.query_one(PsTrafficPanel).rows
         assert ps_rows is not None and len(ps_rows) == 1
         name, host, m_in, a_in, m_out, a_out, peers = ps_rows[0]
-        assert (name, host, peers) == ("ps-0", "p0", 2)
+        assert (name, host, peers) == ("ps:0", "p0", 2)
         assert all(v.endswith("k") for v in (m_in, a_in, m_out, a_out))  # measured and accounted, kB/s
 
 
@@ -57,14 +57,14 @@ async def test_stalled_worker() -> None:
     app, clock, _ = make_app("stalled", at=48.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert "running" in cell(app, "worker-1", "state")
+        assert "running" in cell(app, "worker:1", "state")
         clock.advance(5.0)  # progress stopped at 50 s; 3 intervals later it is stalled
         app.refresh_state()
         await pilot.pause()
-        assert "stalled" in cell(app, "worker-1", "state")
-        assert "running" in cell(app, "worker-0", "state")
+        assert "stalled" in cell(app, "worker:1", "state")
+        assert "running" in cell(app, "worker:0", "state")
         assert "stalled 1" in header(app)
-        assert "worker-1 on h1 stalled" in log_text(app)
+        assert "worker:1 on h1 stalled" in log_text(app)
 
 
 @sync
@@ -72,22 +72,22 @@ async def test_killed_worker_restarts() -> None:
     app, clock, _ = make_app("restart", at=55.5)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        assert "exited -9" in cell(app, "worker-2", "state")
+        assert "exited -9" in cell(app, "worker:2", "state")
         clock.advance(1.0)
         app.refresh_state()
         await pilot.pause()
-        assert "restarting" in cell(app, "worker-2", "state")
-        assert cell(app, "worker-2", "rst") == "1"
+        assert "restarting" in cell(app, "worker:2", "state")
+        assert cell(app, "worker:2", "rst") == "1"
         clock.advance(1.6)  # supervisor says running, no progress yet
         app.refresh_state()
         await pilot.pause()
-        assert "starting" in cell(app, "worker-2", "state")
+        assert "starting" in cell(app, "worker:2", "state")
         clock.advance(3.0)
         app.refresh_state()
         await pilot.pause()
-        assert "running" in cell(app, "worker-2", "state")
+        assert "running" in cell(app, "worker:2", "state")
         text = log_text(app)
-        assert "worker-2 on h0 exited (code -9)" in text
+        assert "worker:2 on h0 exited (code -9)" in text
         assert "restarting (restart 1)" in text and "running again" in text
 
 
@@ -96,15 +96,15 @@ async def test_unreachable_host_keeps_last_values_and_app_alive() -> None:
     app, clock, _ = make_app("unreachable", at=54.0)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        before = cell(app, "worker-1", "sps")
+        before = cell(app, "worker:1", "sps")
         clock.advance(5.0)
         app.refresh_state()
         await pilot.pause()
-        for w in ("worker-1", "worker-3"):  # on h1
+        for w in ("worker:1", "worker:3"):  # on h1
             assert "unreachable" in cell(app, w, "state")
             assert cell(app, w, "age").endswith("!")
-        assert cell(app, "worker-1", "sps") == before  # last value kept, marked stale
-        assert "running" in cell(app, "worker-0", "state")
+        assert cell(app, "worker:1", "sps") == before  # last value kept, marked stale
+        assert "running" in cell(app, "worker:0", "state")
         assert "unreachable 2" in header(app)
         assert "host h1 unreachable" in log_text(app)
         clock.advance(30.0)
@@ -159,13 +159,13 @@ async def test_enter_opens_task_screen_with_log_tail() -> None:
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, TaskScreen)
-        assert app.screen.task_name == "worker-0"
+        assert app.screen.task_name == "worker:0"
         await app.workers.wait_for_complete()
         await pilot.pause()
         log = app.screen.query_one("#task-log", RichLog)
         assert any("INFO worker 0: step 2900" in s.text for s in log.lines)
         head = str(app.screen.query_one("#task-head", Static).render())
-        assert "worker-0 on h0" in head and "running" in head
+        assert "worker:0 on h0" in head and "running" in head
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, TaskScreen)
@@ -177,7 +177,7 @@ async def test_kill_asks_then_calls_the_orchestrator() -> None:
     app, _, _ = make_app("healthy", actions=actions)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
-        await pilot.press("down")  # worker-1 (h0 holds worker-0 and worker-2; rows grouped by host)
+        await pilot.press("down")  # worker:1 (h0 holds worker:0 and worker:2; rows grouped by host)
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, ConfirmScreen)
@@ -205,13 +205,13 @@ async def ask(app: DashboardApp, pilot: Any, *keys: str) -> str:
 async def test_kill_says_the_supervisor_restarts_it_with_the_restarts_left() -> None:
     app, _, _ = make_app("restart", restart_policy=RestartPolicy("on-failure", 3))
     async with app.run_test(size=(80, 24)) as pilot:
-        text = await ask(app, pilot, "down", "k")  # worker-2, killed once and restarted by the scenario
-        assert text == ("Kill worker-2 (SIGKILL)? The supervisor will restart it "
+        text = await ask(app, pilot, "down", "k")  # worker:2, killed once and restarted by the scenario
+        assert text == ("Kill worker:2 (SIGKILL)? The supervisor will restart it "
                         "(restart = on-failure, 2 of 3 restarts left).")
-        assert str(app.screen.query_one("#question", Label).render()).startswith("Kill worker-2 (SIGKILL)?")
+        assert str(app.screen.query_one("#question", Label).render()).startswith("Kill worker:2 (SIGKILL)?")
         await pilot.press("escape")
         text = await ask(app, pilot, "r")
-        assert text.startswith("Restart worker-2 (SIGTERM)? The supervisor will restart it (restart = on-failure, "
+        assert text.startswith("Restart worker:2 (SIGTERM)? The supervisor will restart it (restart = on-failure, "
                                "2 of 3 restarts left), unless it ends cleanly (exit 0) on SIGTERM")
 
 
@@ -220,21 +220,21 @@ async def test_kill_says_it_is_not_restarted_under_never_or_when_the_restarts_ar
     app, _, _ = make_app("restart", restart_policy=RestartPolicy("never", 3))
     async with app.run_test(size=(80, 24)) as pilot:
         text = await ask(app, pilot, "k")
-        assert text == "Kill worker-0 (SIGKILL)? It will not be restarted (restart = never)."
+        assert text == "Kill worker:0 (SIGKILL)? It will not be restarted (restart = never)."
     app, _, _ = make_app("restart", restart_policy=RestartPolicy("on-failure", 1))
     async with app.run_test(size=(80, 24)) as pilot:
         text = await ask(app, pilot, "down", "r")
-        assert text == "Restart worker-2 (SIGTERM)? It will not be restarted (restart = on-failure, 1 of 1 restarts used)."
+        assert text == "Restart worker:2 (SIGTERM)? It will not be restarted (restart = on-failure, 1 of 1 restarts used)."
 
 
 @sync
 async def test_stop_for_good_asks_then_calls_stop_task() -> None:
     actions = RecordingActions()
     app, _, _ = make_app("healthy", actions=actions,
-                         restart_policy=RestartPolicy("on-failure", 3, frozenset({"ps-0", "worker-0"})))
+                         restart_policy=RestartPolicy("on-failure", 3, frozenset({"ps:0", "worker:0"})))
     async with app.run_test(size=(80, 24)) as pilot:
         text = await ask(app, pilot, "down", "x")
-        assert text == ("Stop worker-2 for good (SIGTERM)? It will not be restarted; the run goes on without it "
+        assert text == ("Stop worker:2 for good (SIGTERM)? It will not be restarted; the run goes on without it "
                         "and can still end `finished`.")
         await pilot.press("n")
         await pilot.pause()
@@ -244,8 +244,8 @@ async def test_stop_for_good_asks_then_calls_stop_task() -> None:
         await pilot.pause()
         await app.workers.wait_for_complete()
         assert actions.calls == [("stop", "worker", 2)]
-        text = await ask(app, pilot, "down", "down", "x")  # ps-0: rows are grouped by host (h0, h1, p0)
-        assert text == ("Stop ps-0 for good (SIGTERM)? It will not be restarted; the run cannot go on without it: "
+        text = await ask(app, pilot, "down", "down", "x")  # ps:0: rows are grouped by host (h0, h1, p0)
+        assert text == ("Stop ps:0 for good (SIGTERM)? It will not be restarted; the run cannot go on without it: "
                         "it ends `stopped`, its other tasks stopped too.")
 
 
@@ -276,7 +276,7 @@ async def test_sort_filter_interval_pause_quit() -> None:
         await pilot.pause()
         assert app.tasks_table.sort_key == "state"
         first = str(table.get_row_at(0)[1])
-        assert first in ("ps-0", "ps-1", "worker-0", "worker-2")  # running sorts before unreachable
+        assert first in ("ps:0", "ps:1", "worker:0", "worker:2")  # running sorts before unreachable
         await pilot.press("slash")
         await pilot.press(*"h1")
         await pilot.press("enter")
@@ -338,7 +338,7 @@ async def test_ps_task_screen_shows_measured_accounted_and_peers() -> None:
         await pilot.pause()
         await pilot.press("down", "down", "down", "down", "enter")
         await pilot.pause()
-        assert isinstance(app.screen, TaskScreen) and app.screen.task_name == "ps-0"
+        assert isinstance(app.screen, TaskScreen) and app.screen.task_name == "ps:0"
         head = str(app.screen.query_one("#task-head", Static).render())
         assert "in 425.0 kB/s (accounted 400.0 kB/s)" in head
         assert "127.0.0.2 200k/205k" in head and "127.0.0.3" in head
@@ -354,6 +354,6 @@ async def test_a_task_stopped_for_good_shows_stopped_and_the_log_says_by_whom() 
         clock.now = last + 0.5
         app.refresh_state()
         await pilot.pause()
-        assert cell(app, "worker-1", "state") == "■ stopped"
-        assert "worker-1 on h1 exited (code -15, stopped for good by the user)" in log_text(app)
-        assert "running" in cell(app, "worker-0", "state")
+        assert cell(app, "worker:1", "state") == "■ stopped"
+        assert "worker:1 on h1 exited (code -15, stopped for good by the user)" in log_text(app)
+        assert "running" in cell(app, "worker:0", "state")

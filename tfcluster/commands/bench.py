@@ -16,35 +16,16 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
-from orchestrator.bench import report as bench_report
-from orchestrator.bench.runner import run_bench
-from orchestrator.bench.spec import (
-    DEFAULT_NIC_GBPS,
-    DEFAULT_SECONDS,
-    DEFAULT_TARGET_LOSS,
-    BenchSpec,
-    parse_kill,
-    parse_model_args,
-    parse_modes,
-    parse_straggler,
-    parse_workers,
-)
-from orchestrator.bench.summary import rows
-from orchestrator.errors import UsageError
-from tfcluster import exit_codes
-from tfcluster.bench_report.chart import throughput_chart
-from tfcluster.bench_report.progress import RichBenchListener
-from tfcluster.bench_report.tables import compare_table, print_report
-from tfcluster.common import widen
+from orchestrator.bench.spec import DEFAULT_NIC_GBPS, DEFAULT_SECONDS, DEFAULT_TARGET_LOSS
+from tfcluster.common import console, widen
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+if TYPE_CHECKING:
+    from orchestrator.bench.report import BenchReport
+
 MIN_WIDTH = 200
 REPORT_NAME = "bench.json"
 
@@ -67,7 +48,7 @@ def bench(
     steps: Annotated[int | None, typer.Option(min=1, help="Run each cell to this global step instead.")] = None,
     warmup: Annotated[float, typer.Option(min=0, help="Seconds discarded after every trainer's first step.")] = 5.0,
     straggler: Annotated[str | None, typer.Option(help="TASK=FACTOR, e.g. worker:1=4: also run every cell with "
-                                                  "that task slowed (\\[training] slowdown).")] = None,
+                                                  "that task slowed ([training] slowdown).")] = None,
     pace: Annotated[float, typer.Option(min=1, help="Every trainer at this slowdown (the straggler at pace × "
                                         "factor): idle time in each step, as on a device-bound machine.")] = 1.0,
     kill: Annotated[str | None, typer.Option(help="TASK@TIME, e.g. worker:1@30s: also run every cell with that "
@@ -87,6 +68,20 @@ def bench(
     = None,
 ) -> None:
     """Run every mode on these machines (plan, start, measure, stop per cell) and report which is fastest."""
+    from orchestrator.bench import report as bench_report
+    from orchestrator.bench.runner import run_bench
+    from orchestrator.bench.spec import (
+        BenchSpec,
+        parse_kill,
+        parse_model_args,
+        parse_modes,
+        parse_straggler,
+        parse_workers,
+    )
+    from orchestrator.errors import UsageError
+    from tfcluster import exit_codes
+    from tfcluster.bench_report.progress import RichBenchListener
+
     if compare is not None:
         _compare(*compare)
         return
@@ -103,6 +98,7 @@ def bench(
         kill=parse_kill(kill) if kill else None, repeat=repeat, nic_gbps=nic_gbps, measure_nic=measure_nic,
         target_loss=target_loss, cell_timeout=cell_timeout,
     )
+    err = console(stderr=True)
     with RichBenchListener(err, spec) as listener:
         result = run_bench(spec, listener)
     directory = out or Path(f"bench-{result.cluster}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -114,19 +110,29 @@ def bench(
         raise typer.Exit(exit_codes.FAILED)
 
 
-def _show(result: bench_report.BenchReport, directory: Path, *, write_json: bool) -> None:
+def _show(result: BenchReport, directory: Path, *, write_json: bool) -> None:
+    from rich.markup import escape
+
+    from orchestrator.bench import report as bench_report
+    from orchestrator.bench.summary import rows
+    from tfcluster.bench_report.chart import throughput_chart
+    from tfcluster.bench_report.tables import print_report
+
     written = []
     if write_json:
         written.append(bench_report.save(result, directory / REPORT_NAME))
     from tfcluster.bench_report.plots import build_figures, save_figures  # matplotlib: only when drawing
 
     written += save_figures(build_figures(result), directory)
-    wide = widen(console, MIN_WIDTH)
+    wide = widen(console(), MIN_WIDTH)
     print_report(wide, result)
     wide.print(throughput_chart([r for r in rows(result) if r.ok]))
     wide.print("wrote " + ", ".join(escape(str(p)) for p in written), soft_wrap=True)
 
 
 def _compare(a: Path, b: Path) -> None:
+    from orchestrator.bench import report as bench_report
+    from tfcluster.bench_report.tables import compare_table
+
     ra, rb = bench_report.load(a), bench_report.load(b)
-    widen(console, MIN_WIDTH).print(compare_table(ra, rb, str(a), str(b)))
+    widen(console(), MIN_WIDTH).print(compare_table(ra, rb, str(a), str(b)))

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from orchestrator.run.check import CheckReport, HostCheck, local_tf_version, run_check
-from orchestrator.transport.factory import transport_for
-from tfcluster import exit_codes
-from tfcluster.common import HostsFile, load_plan, widen
+from tfcluster.common import HostsFile, console, load_plan, widen
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.run.check import CheckReport, HostCheck
 
 MIN_WIDTH = 140
 
@@ -36,13 +35,19 @@ def check(
     ] = False,
 ) -> None:
     """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock."""
+    from rich.markup import escape
+
+    from orchestrator.run.check import local_tf_version, run_check
+    from orchestrator.transport.factory import transport_for
+    from tfcluster import exit_codes
+
     plan = load_plan(hosts_file)
-    console = widen(Console(highlight=False), MIN_WIDTH)
-    err = Console(stderr=True, highlight=False)
+    out = widen(console(), MIN_WIDTH)
 
     def progress(row: HostCheck) -> None:
-        if not as_json and console.is_terminal:
-            err.print(f"  {escape(row.host)}: {'ready' if row.ready else 'NOT ready'} ({row.duration_s:.1f}s)")
+        if not as_json and out.is_terminal:
+            console(stderr=True).print(f"  {escape(row.host)}: {'ready' if row.ready else 'NOT ready'} "
+                                       f"({row.duration_s:.1f}s)")
 
     report = run_check(
         plan, transport_for, timeout=timeout, import_tf=import_tf, orchestrator_tf=local_tf_version(),
@@ -51,12 +56,14 @@ def check(
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:
-        print_report(console, report)
+        print_report(out, report)
     unreachable = any(h.failure in ("refused", "timeout", "unreachable") for h in report.hosts)
     raise typer.Exit(exit_codes.UNREACHABLE if unreachable else exit_codes.OK if report.ready else exit_codes.FAILED)
 
 
 def _yes_no(value: bool | None, failure: str | None = None) -> str:
+    from rich.markup import escape
+
     if value is None:
         return "[dim]-[/]"
     if value:
@@ -75,6 +82,9 @@ def _bytes(n: int | None) -> str:
 
 
 def print_report(console: Console, report: CheckReport) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
     tf_ref = report.tf_reference or "?"
     whose = "orchestrator" if report.orchestrator_tf else "hosts"
     console.print(f"[bold]cluster[/] [bold cyan]{escape(report.cluster)}[/]  ·  TensorFlow {tf_ref} ({whose})")

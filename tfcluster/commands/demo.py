@@ -15,22 +15,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from orchestrator.errors import UsageError
-from orchestrator.monitor.collect import Collector, CollectorActions
-from orchestrator.monitor.reducer import ClusterState
-from orchestrator.plan.from_file import plan_file
-from orchestrator.run import records
-from orchestrator.run.launch import StartOptions, start
-from orchestrator.run.local_ports import free_port_block
-from orchestrator.run.stop import stop
-from tfcluster.common import interrupt_on_hangup
+from tfcluster.common import console, interrupt_on_hangup
 from tfcluster.live import print_state, restart_policy
+
+if TYPE_CHECKING:
+    from orchestrator.monitor.reducer import ClusterState
 
 DEMO_TOML = """\
 # Written by `tfcluster demo`: one local "machine" running 1 ps and 2 CPU workers.
@@ -82,7 +76,7 @@ def register(app: typer.Typer) -> None:
 
 def _finished(st: ClusterState) -> bool:
     """Every task exited for good (the supervisor does not restart a task that exited 0)."""
-    return bool(st.tasks) and all(t.liveness == "exited" for t in st.tasks.values())
+    return bool(st.tasks) and all(t.state == "exited" for t in st.tasks.values())
 
 
 def demo(
@@ -97,6 +91,15 @@ def demo(
 ) -> None:
     """Start a local demo cluster (2 workers training mlp, plus a ps and a chief where the mode needs
     them) and open the dashboard on it."""
+    from rich.markup import escape
+
+    from orchestrator.monitor.collect import Collector, CollectorActions
+    from orchestrator.plan.from_file import plan_file
+    from orchestrator.run import records
+    from orchestrator.run.launch import StartOptions, start
+    from orchestrator.run.local_ports import free_port_block
+    from orchestrator.run.stop import stop
+
     if as_json and not headless:
         raise UsageError("demo --json prints the final state of a --headless demo; add --headless")
     if steps is None:
@@ -107,12 +110,12 @@ def demo(
     hosts = home / "hosts.toml"
     hosts.write_text(demo_hosts_toml(mode, base_port=free_port_block(5), python=sys.executable,
                                      workdir=str(home / "work"), steps=steps))
-    console = Console(stderr=True)
+    err = console(stderr=True)
     roles = " + ".join(r if r != "worker" else "2 workers" for r in DEMO_ROLES[mode])
-    console.print(f"demo: starting {roles} ({mode}) on this machine ({escape(str(hosts))})")
+    err.print(f"demo: starting {roles} ({mode}) on this machine ({escape(str(hosts))})")
     result = start(plan_file(hosts), str(hosts), StartOptions(timeout=180.0))
     record = result.record
-    console.print(f"demo: run {record.run_id} started in {result.seconds:.1f}s")
+    err.print(f"demo: run {record.run_id} started in {result.seconds:.1f}s")
     collector = Collector.for_record(record, interval).start()
     ok = True
     try:
@@ -125,7 +128,7 @@ def demo(
             ok = _finished(st) and st.run_state == "finished"  # servers the run ended count as done
             print_state(st, as_json)
             if not _finished(st):
-                console.print(f"demo: not finished after {timeout:g}s")
+                err.print(f"demo: not finished after {timeout:g}s")
         else:
             from tui.app import DashboardApp
 
@@ -134,7 +137,7 @@ def demo(
             interrupt_on_hangup()  # the app's loop reset the handlers on exit; the clean-up below needs them
     finally:
         collector.close()
-        console.print(f"demo: stopping run {record.run_id}")
+        err.print(f"demo: stopping run {record.run_id}")
         stop(record, grace=3.0, purge=True)
         # A demo leaves nothing behind: its run dir, config and run record go with it.
         shutil.rmtree(home, ignore_errors=True)

@@ -7,8 +7,6 @@ import sys
 
 import typer
 
-from orchestrator.plan.from_file import slurm_plan_file
-from orchestrator.plan.sbatch import export_script
 from tfcluster.common import HostsFile
 
 export_app = typer.Typer(help="Write what runs the cluster without tfcluster: `export slurm HOSTS > job.sbatch`.",
@@ -23,4 +21,7 @@ def register(app: typer.Typer) -> None:
 def slurm(hosts_file: HostsFile) -> None:
     """Print an sbatch script for hosts.toml's [slurm] job: TF_CONFIG per rank from SLURM_PROCID and the
     allocation's nodes, each rank on its planned node; submit it with `sbatch`."""
+    from orchestrator.plan.from_file import slurm_plan_file
+    from orchestrator.plan.sbatch import export_script
+
     sys.stdout.write(export_script(slurm_plan_file(hosts_file), str(hosts_file)))

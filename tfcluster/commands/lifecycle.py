@@ -1,39 +1,28 @@
 """`start`/`up`, `stop`/`down`, `status`, `ls`, `logs`: a run's life from the command line.
 
-Thin: the work is in orchestrator.run.launch and orchestrator.run.lifecycle; this module only renders.
+Thin: the work is in orchestrator.run (launch, stop, logs, records) and orchestrator.monitor.status;
+this module only renders. Each command imports what it uses when it runs (Rich, Paramiko through the
+orchestrator, pydantic through the plan), so `ls` or `--help` pay for none of the others'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from orchestrator.config.schema import Mode
-from orchestrator.errors import UsageError
-from orchestrator.monitor.follow import follow
-from orchestrator.monitor.status import RunStatus, TaskStatus
-from orchestrator.monitor.status import status as run_status
-from orchestrator.run import launch, records
-from orchestrator.run.logs import logs as follow_logs
-from orchestrator.run.stop import stop as stop_run
-from tfcluster import exit_codes
-from tfcluster.common import HostsFile, LatestRunId, load_plan, widen
-from tfcluster.live import open_dashboard, watch_status
-from tfcluster.start_progress import StartProgress
+from orchestrator.config.modes import Mode
+from tfcluster.common import HostsFile, LatestRunId, console, load_plan, widen
 
-console = Console(highlight=False)
-FOLLOW_EXIT = {"finished": exit_codes.OK, "failed": exit_codes.FAILED, "stopped": exit_codes.FAILED,
-               "lost": exit_codes.UNREACHABLE}
+if TYPE_CHECKING:
+    from orchestrator.monitor.reducer import ClusterState
+    from orchestrator.monitor.task_state import TaskState
+    from orchestrator.run.records import RunRecord
+
 MIN_WIDTH = 140  # for the tables when stdout is a pipe
-err = Console(stderr=True, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -50,7 +39,7 @@ def start(
     hosts_file: HostsFile,
     mode: Annotated[
         Mode | None,
-        typer.Option("--mode", help="Override hosts.toml's \\[cluster] mode."),
+        typer.Option("--mode", help="Override hosts.toml's [cluster] mode."),
     ] = None,
     run: Annotated[str | None, typer.Option("--run", help="Name the run (default: <cluster>-<time>-<hex>).")] = None,
     allow_partial: Annotated[
@@ -67,20 +56,28 @@ def start(
                                        "stuck with a host lost).")] = False,
 ) -> None:
     """Ship the code, start every host's supervisor and wait until every task is running."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.errors import UsageError
+    from orchestrator.run import launch
+    from tfcluster.live import open_dashboard
+    from tfcluster.start_progress import StartProgress
+
     if wait and dash:
         raise UsageError("start: --wait and --dash both follow the run; choose one")
     plan = load_plan(hosts_file, mode)
     options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run, auto_ports=auto_ports)
-    with StartProgress(err, len(plan.hosts)) as progress:
+    with StartProgress(console(stderr=True), len(plan.hosts)) as progress:
         result = launch.start(plan, str(hosts_file), options, progress=progress.report)
     record = result.record
-    out = widen(console, MIN_WIDTH)
+    out = widen(console(), MIN_WIDTH)
     table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")
     for col in ("host", "tasks", "files uploaded", "supervisor pid", "state"):
         table.add_column(col)
     tasks_by_host: dict[str, list[str]] = {}
     for t in record.plan.tasks:
-        tasks_by_host.setdefault(t.host, []).append(t.label)
+        tasks_by_host.setdefault(t.host, []).append(t.name)
     for h in record.hosts:
         o = result.outcomes[h.name]
         state = "running" if o.ok else f"not started: {o.error.one_line() if o.error else '?'}"
@@ -97,32 +94,36 @@ def start(
         raise typer.Exit(_follow_to_the_end(record))
 
 
-def _follow_to_the_end(record: records.RunRecord) -> int:
+def _follow_to_the_end(record: RunRecord) -> int:
     """`start --wait`: a line whenever the run's state, counts or step change, then the ending's own line
     (orchestrator/monitor/follow.py decides when and why it ends)."""
+    from rich.markup import escape
+
+    from orchestrator.monitor.follow import follow
+    from tfcluster import exit_codes
+
+    outcomes = {"finished": exit_codes.OK, "failed": exit_codes.FAILED, "stopped": exit_codes.FAILED,
+                "lost": exit_codes.UNREACHABLE}
     t0, last_line = time.monotonic(), ""
     last: tuple[float, int | None] = (time.monotonic(), None)
 
-    def show(st: RunStatus) -> None:
+    def show(st: ClusterState) -> None:
         nonlocal last, last_line
-        counts: dict[str, int] = {}
-        for t in st.tasks:
-            counts[t.state] = counts.get(t.state, 0) + 1
         rate = ""
         if st.global_step is not None and last[1] is not None and time.monotonic() > last[0]:
             rate = f" ({(st.global_step - last[1]) / (time.monotonic() - last[0]):.1f} steps/s)"
         last = (time.monotonic(), st.global_step)
         step = "" if st.global_step is None else f"  step {st.global_step}{rate}"
         loss = "" if st.loss is None else f"  loss {st.loss:.4g}"
-        tasks = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        line = f"{st.state}{step}{loss}  [{tasks}]"
+        tasks = ", ".join(f"{n} {s}" for s, n in sorted(st.counts.items()) if n)
+        line = f"{st.run_state}{step}{loss}  [{tasks}]"
         if line != last_line:
-            err.print(f"[{time.monotonic() - t0:5.0f}s] {escape(line)}")
+            console(stderr=True).print(f"[{time.monotonic() - t0:5.0f}s] {escape(line)}")
             last_line = line
 
     ending = follow(record.run_id, show)
-    err.print(f"[{time.monotonic() - t0:5.0f}s] {escape(ending.why)}")
-    return FOLLOW_EXIT[ending.outcome]
+    console(stderr=True).print(f"[{time.monotonic() - t0:5.0f}s] {escape(ending.why)}")
+    return outcomes[ending.outcome]
 
 
 def stop(
@@ -132,6 +133,12 @@ def stop(
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host command.")] = 15.0,
 ) -> None:
     """Stop the run on every host, kill what is left, and verify no process of it remains."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.run import records
+    from orchestrator.run.stop import stop as stop_run
+
     record = records.resolve(run)
     result = stop_run(record, grace=grace, timeout=timeout, purge=purge)
     table = Table(header_style="bold", title=f"stop {record.run_id}")
@@ -149,12 +156,12 @@ def stop(
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
-    widen(console, MIN_WIDTH).print(table)
+    widen(console(), MIN_WIDTH).print(table)
     if not all(r.ok for r in result.values()):
         raise typer.Exit(1)
 
 
-def _state_text(t: TaskStatus) -> str:
+def _state_text(t: TaskState) -> str:
     if t.state == "exited":
         how = f"code {t.exit_code}" if t.exit_code is not None else f"signal {t.signal}"
         why = {"user": ", stopped for good", "run": ", ended with the run", "stop": ", stopped"}.get(t.stopped_by or "", "")
@@ -166,50 +173,64 @@ def _state_text(t: TaskStatus) -> str:
     return t.state
 
 
+def _print_status(st: ClusterState) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(header_style="bold", title=f"run {escape(st.run_id)}: {st.run_state}")
+    for col in ("task", "host", "state", "restarts", "pid"):
+        table.add_column(col)
+    for t in st.tasks.values():  # in plan order
+        style = "red" if t.failed or t.state in ("unreachable", "lost") else ""
+        text = escape(_state_text(t))
+        left = f" ({t.restarts_left} left)" if t.restarts_left is not None and not t.final else ""
+        table.add_row(t.name, escape(t.host), f"[{style}]{text}[/]" if style else text,
+                      f"{t.restarts}{left}", str(t.pid or "-"))
+    out = widen(console(), MIN_WIDTH)
+    out.print(table)
+    for h in st.hosts.values():
+        if h.error:
+            out.print(f"host {h.name}: {escape(h.error)}")
+        elif h.supervisor_state in ("starting", "running") and h.supervisor_alive is False:
+            out.print(f"host {h.name}: its supervisor is gone (killed?): tasks there are not restarted; "
+                      f"`tfcluster stop {st.run_id}` still stops them")
+
+
 def status(
     run: LatestRunId = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON on stdout (as dash --once --json).")] = False,
     timeout: Annotated[float, typer.Option(min=1, help="Seconds per host.")] = 15.0,
     watch: Annotated[bool, typer.Option("--watch", help="Live table from the telemetry agents until Ctrl-C.")] = False,
 ) -> None:
     """Every task's state, restarts, pid and host. Exit 1: a task (the run) failed; 3: a host unreachable
     or a task lost; 0 otherwise."""
-    if watch:  # the dashboard's state, live (tfcluster/live.py)
-        watch_status(run, as_json=as_json)
+    from tfcluster import live
+
+    if watch:  # the dashboard's state, live
+        live.watch_status(run, as_json=as_json)
         return
-    record = records.resolve(run)
-    st = run_status(record, timeout=timeout)
+    st = live.read_once(run, timeout)
     if as_json:
-        sys.stdout.write(json.dumps(st.to_json(), indent=1) + "\n")
+        live.print_json(st)
     else:
-        table = Table(header_style="bold", title=f"run {escape(st.run_id)}: {st.state}")
-        for col in ("task", "host", "state", "restarts", "pid"):
-            table.add_column(col)
-        for t in st.tasks:
-            style = "red" if t.failed or t.state in ("unreachable", "lost") else ""
-            text = escape(_state_text(t))
-            left = f" ({t.restarts_left} left)" if t.restarts_left is not None and not t.final else ""
-            table.add_row(t.name, escape(t.host), f"[{style}]{text}[/]" if style else text,
-                          f"{t.restarts}{left}", str(t.pid or "-"))
-        widen(console, MIN_WIDTH).print(table)
-        for h in st.hosts:
-            if h.error:
-                console.print(f"host {h.host}: {escape(h.error)}")
-            elif h.supervisor in ("starting", "running") and not h.supervisor_alive:
-                console.print(f"host {h.host}: its supervisor is gone (killed?): tasks there are not restarted; "
-                              f"`tfcluster stop {st.run_id}` still stops them")
-    code = exit_codes.for_states([t.state for t in st.tasks], failed=st.failed or st.state == "failed")
+        _print_status(st)
+    code = live.exit_code(st)
     if code:
         raise typer.Exit(code)
 
 
 def list_runs() -> None:
     """Known runs (from the local run record), oldest first."""
-    known, skipped = records.list_runs()
+    from rich.markup import escape
+    from rich.table import Table
+
+    from orchestrator.run import records
+
+    known, skipped = records.list_summaries()
     for warning in skipped:
-        err.print(f"warning: {escape(warning)}")
+        console(stderr=True).print(f"warning: {escape(warning)}")
     if not known:
-        console.print("no runs yet")
+        console().print("no runs yet")
         return
     table = Table(header_style="bold")
     for col in ("run", "cluster", "mode", "created", "hosts", "last known"):
@@ -217,8 +238,8 @@ def list_runs() -> None:
     for r in known:
         table.add_row(escape(r.run_id), escape(r.cluster), escape(r.mode),
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
-                      escape(", ".join(h.name for h in r.hosts)), r.shown_status)
-    widen(console, MIN_WIDTH).print(table)
+                      escape(", ".join(r.hosts)), r.shown_status)
+    widen(console(), MIN_WIDTH).print(table)
 
 
 def logs(
@@ -228,6 +249,9 @@ def logs(
     lines: Annotated[int | None, typer.Option("--lines", "-n", min=0, help="Only the last N lines.")] = None,
 ) -> None:
     """Task logs, each line prefixed `job:task@host`."""
+    from orchestrator.run import records
+    from orchestrator.run.logs import logs as follow_logs
+
     record = records.load(run)
 
     def emit(line: str) -> None:

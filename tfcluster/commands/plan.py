@@ -6,22 +6,19 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
-from orchestrator.bench.scaling import advise, nic_capacity_Bps
 from orchestrator.bench.spec import DEFAULT_NIC_GBPS
-from orchestrator.plan.checkpoints import checkpoint_note
-from orchestrator.plan.from_file import any_plan_file
-from orchestrator.plan.model import ClusterPlan, TaskPlan
-from orchestrator.plan.ps_load import PsLoadEstimate, estimate_ps_load
-from orchestrator.plan.sbatch import sbatch_header, sbatch_options
-from orchestrator.plan.slurm import SlurmPlan
-from tfcluster.common import HostsFile, widen
+from tfcluster.common import HostsFile, console, widen
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from orchestrator.plan.model import ClusterPlan, TaskPlan
+    from orchestrator.plan.ps_load import PsLoadEstimate
+    from orchestrator.plan.slurm import SlurmPlan
 
 MIN_WIDTH = 160  # a pipe or a test gets 80 columns by default: too narrow for the command column
 
@@ -42,6 +39,14 @@ def plan(
     ] = DEFAULT_NIC_GBPS,
 ) -> None:
     """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
+    from rich.text import Text
+
+    from orchestrator.bench.scaling import advise, nic_capacity_Bps
+    from orchestrator.plan.from_file import any_plan_file
+    from orchestrator.plan.ps_load import estimate_ps_load
+    from orchestrator.plan.sbatch import sbatch_options
+    from orchestrator.plan.slurm import SlurmPlan
+
     planned = any_plan_file(hosts_file)
     job = planned if isinstance(planned, SlurmPlan) else None
     cluster = planned.plan if isinstance(planned, SlurmPlan) else planned
@@ -55,18 +60,23 @@ def plan(
             data["slurm"] = {**job.to_json(), "sbatch_options": [" ".join(o) for o in sbatch_options(job)]}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return
-    console = widen(Console(highlight=False), MIN_WIDTH)
+    out = widen(console(), MIN_WIDTH)
     if job is not None:
-        print_slurm_job(console, job)
-    print_plan(console, cluster, estimate)
+        print_slurm_job(out, job)
+    print_plan(out, cluster, estimate)
     if advice is not None:
         for line in advice.lines():
-            console.print(Text(line), soft_wrap=True)
-        console.print(Text(f"  (link: a {nic_gbps:g} Gb/s NIC each way; --nic-gbps, or measure it: tfcluster bench "
+            out.print(Text(line), soft_wrap=True)
+        out.print(Text(f"  (link: a {nic_gbps:g} Gb/s NIC each way; --nic-gbps, or measure it: tfcluster bench "
                            "--measure-nic)", style="dim"), soft_wrap=True)
 
 
 def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate | None) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from orchestrator.plan.checkpoints import checkpoint_note
+
     console.print(
         Text.assemble(
             ("cluster ", "bold"), (cluster.cluster_name, "bold cyan"),
@@ -86,7 +96,7 @@ def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate 
             table.add_row(
                 host.name if i == 0 else "",
                 Text(host.address if i == 0 else ""),  # as written: never read as Rich markup
-                f"{task.job}:{task.index}",
+                task.name,
                 str(task.port),
                 task.device,
                 task.cuda_visible_devices if task.cuda_visible_devices else '""',
@@ -113,6 +123,11 @@ def command_text(task: TaskPlan) -> str:
 
 def print_slurm_job(console: Console, job: SlurmPlan) -> None:
     """Each node (by index until the allocation exists) with its tasks, then the allocation's #SBATCH lines."""
+    from rich.table import Table
+    from rich.text import Text
+
+    from orchestrator.plan.sbatch import sbatch_header
+
     console.print(Text.assemble(("Slurm job ", "bold"), f"{len(job.ranks)} tasks on {len(job.nodes)} nodes, one rank "
                                 "each, as SlurmClusterResolver lays them out (nodes in name order)"))
     table = Table(header_style="bold")
@@ -122,7 +137,7 @@ def print_slurm_job(console: Console, job: SlurmPlan) -> None:
     for index, (node, tasks) in enumerate(job.layout()):
         name = f"{index}" if not job.allocated else f"{index} {node.name} ({node.address})"
         table.add_row(Text(name), f"{rank}-{rank + len(tasks) - 1}" if len(tasks) > 1 else str(rank),
-                      " ".join(t.label for t in tasks))
+                      " ".join(t.name for t in tasks))
         rank += len(tasks)
     console.print(table)
     console.print(Text("sbatch script header (`tfcluster export slurm` writes the whole script):", style="bold"))

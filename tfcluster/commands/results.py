@@ -9,19 +9,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from orchestrator.errors import HostError
 from tfcluster import exit_codes
-from tfcluster.common import LatestRunId
-from tui import format as fmt
+from tfcluster.common import LatestRunId, console
 
 if TYPE_CHECKING:
     from orchestrator.results.remote_files import Fetched
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+
+def escape(text: str) -> str:
+    """Rich's markup escape, imported when a command prints (not when the CLI starts)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
+
+
+def byte_size(n: float) -> str:
+    from tui.format import byte_size as size
+
+    return size(n)
 
 
 def register(app: typer.Typer) -> None:
@@ -46,14 +53,14 @@ def tensorboard(
     record = records.resolve(run)
     already = find_open(record.run_id)
     if already is not None:
-        console.print(f"TensorBoard for run {escape(record.run_id)} is already open: {already.url} "
+        console().print(f"TensorBoard for run {escape(record.run_id)} is already open: {already.url} "
                       f"(by process {already.pid})")
         if open_browser:
             _browse(already.url)
         return
 
     def changed(host: str, problem: str | None) -> None:
-        err.print(f"{escape(problem)}; TensorBoard shows what was copied" if problem else
+        console(stderr=True).print(f"{escape(problem)}; TensorBoard shows what was copied" if problem else
                   f"host {escape(host)}: reachable again")
 
     board = Board(record, port=port, interval=interval, on_change=changed)
@@ -61,22 +68,22 @@ def tensorboard(
         try:
             board.open()
             runs = board.runs()
-            console.print(f"TensorBoard for run {escape(record.run_id)}: [bold]{board.url}[/]")
-            console.print(f"  runs: {escape(', '.join(runs)) if runs else 'none yet (they appear as tasks write them)'}")
-            console.print(f"  copied from {escape(', '.join(board.follower.hosts) or 'no host')} every "
+            console().print(f"TensorBoard for run {escape(record.run_id)}: [bold]{board.url}[/]")
+            console().print(f"  runs: {escape(', '.join(runs)) if runs else 'none yet (they appear as tasks write them)'}")
+            console().print(f"  copied from {escape(', '.join(board.follower.hosts) or 'no host')} every "
                           f"{interval:g} s into {escape(_home_relative(board.logdir))}; Ctrl-C to stop")
             if open_browser:
                 _browse(board.url)
             while board.serving:
                 time.sleep(0.5)
             if board.follower.gone:
-                err.print(f"run {escape(record.run_id)} was purged: nothing left to show")
+                console(stderr=True).print(f"run {escape(record.run_id)} was purged: nothing left to show")
             else:
-                err.print(f"TensorBoard exited: see {escape(str(board.local / 'tensorboard.log'))}")
+                console(stderr=True).print(f"TensorBoard exited: see {escape(str(board.local / 'tensorboard.log'))}")
                 raise typer.Exit(exit_codes.FAILED)
         finally:
             board.close()
-    console.print("TensorBoard stopped; nothing of it is left running")
+    console().print("TensorBoard stopped; nothing of it is left running")
 
 
 def _home_relative(path: Path) -> str:
@@ -90,7 +97,7 @@ def _browse(url: str) -> None:
     try:
         webbrowser.get().open(url)
     except webbrowser.Error:
-        err.print("no browser here: open the URL where you have one (it listens on 127.0.0.1 only)")
+        console(stderr=True).print("no browser here: open the URL where you have one (it listens on 127.0.0.1 only)")
 
 
 def pull(
@@ -116,10 +123,10 @@ def pull(
         for source in sources(record, ("checkpoints",)):
             got = results.get(source.host)
             if not isinstance(got, HostError) and got is not None and source.remote in got.missing:
-                console.print(f"no checkpoint on {escape(source.host)} yet ({escape(source.remote)})")
+                console().print(f"no checkpoint on {escape(source.host)} yet ({escape(source.remote)})")
     total = sum(r.bytes for r in results.values() if not isinstance(r, HostError))
-    console.print(f"{', '.join(kinds)} of {escape(record.run_id)} in {escape(str(target))}: "
-                  f"{fmt.byte_size(total)} copied")
+    console().print(f"{', '.join(kinds)} of {escape(record.run_id)} in {escape(str(target))}: "
+                  f"{byte_size(total)} copied")
     errors = [r for r in results.values() if isinstance(r, HostError)]
     if any(e.reason in ("refused", "unreachable", "lost", "timeout") for e in errors):
         raise typer.Exit(exit_codes.UNREACHABLE)
@@ -129,10 +136,10 @@ def pull(
 
 def _show_host(host: str, result: Fetched | HostError) -> None:
     if isinstance(result, HostError):
-        err.print(f"[red]{escape(result.one_line())}[/]")
+        console(stderr=True).print(f"[red]{escape(result.one_line())}[/]")
         return
-    console.print(f"{escape(host)}: {result.files} file(s) copied ({fmt.byte_size(result.bytes)}), "
+    console().print(f"{escape(host)}: {result.files} file(s) copied ({byte_size(result.bytes)}), "
                   f"{result.same} already here")
     for warning in result.warnings:
-        err.print(f"  [yellow]{escape(warning)}[/]")
+        console(stderr=True).print(f"  [yellow]{escape(warning)}[/]")
 

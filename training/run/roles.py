@@ -21,10 +21,6 @@ SERVING_JOBS: dict[str, tuple[str, ...]] = {
 }
 
 
-def is_finisher(mode: str, job: str) -> bool:
-    return job in FINISHER_JOBS.get(mode, ())
-
-
 # Which jobs' built-in programs write progress events (the rest only serve). In parameter-server-strategy
 # the coordinator (chief) writes them for the workers too: steps are counted where they are scheduled.
 PROGRESS_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",),

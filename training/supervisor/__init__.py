@@ -6,8 +6,6 @@ is gone.
 
     python -S -m training.supervisor --detach --run-dir R --host NAME   # what `start` runs (see below)
     python -m training.supervisor --run-dir R --host NAME              # supervise in the foreground
-    python -m training.supervisor --probe --run-dir R                  # print states + live processes (JSON)
-    python -m training.supervisor --stop --run-dir R [--grace S]       # stop the run on this host (JSON)
 
 `--detach` forks the supervisor into its own session (stdio on its log file, away from the SSH
 channel), waits until it has spawned every task, prints `PID <pid>`, the state files (one JSON line
@@ -15,8 +13,10 @@ each) and `ALIVE` if it still runs, and exits: one process and one round trip pe
 lock file makes it idempotent: when this run's supervisor already runs on the host (a launch retried
 after a lost connection), it reports that one instead of starting a second.
 
-Every process of a run carries `TFCLUSTER_RUN_DIR=<run dir>` in its environment; `--stop` and
-`--probe` find the run's processes by that marker in /proc, so orphans cannot hide.
+Every process of a run carries `TFCLUSTER_RUN_DIR=<run dir>` in its environment; `stop` and `status`
+find the run's processes by that marker in /proc (in sh, orchestrator/run/sh_procs.py), so orphans
+cannot hide. Neither starts a Python on the host: they read what the supervisor keeps in the run dir
+(its state files and facts) and signal it.
 
 Start-up cost matters (`start` pays it on every host, and on loopback test machines all hosts share
 the same cores): no `subprocess`, `dataclasses` or `typing` at run time, tasks are started with

@@ -3,38 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
 from ..run.layout import RUN_DIR_ENV
-from .core import DEFAULTS, Supervisor
+from .core import Supervisor
 from .detach import detach
-from .remote_ops import probe, stop, stop_verified
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}")
     parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--host", default="")
-    parser.add_argument("--probe", action="store_true")
-    parser.add_argument("--stop", action="store_true")
+    parser.add_argument("--host", required=True)
     parser.add_argument("--detach", action="store_true")
-    parser.add_argument("--verify", action="store_true", help="with --stop: probe again afterwards")
-    parser.add_argument("--purge", action="store_true", help="with --stop --verify: remove the run dir if clean")
-    parser.add_argument("--grace", type=float, default=DEFAULTS["grace"])
     parser.add_argument("--ready-timeout", type=float, default=20.0)
     args = parser.parse_args(argv)
     run_dir = os.path.abspath(args.run_dir)
-    if args.probe:
-        print(json.dumps(probe(run_dir)))
-        return 0
-    if args.stop:
-        report = stop_verified(run_dir, args.grace, args.purge) if args.verify else stop(run_dir, args.grace)
-        print(json.dumps(report))
-        return 0
-    if not args.host:
-        parser.error("--host is required to supervise")
     if os.environ.get(RUN_DIR_ENV) != run_dir:
         # The marker must be in our own /proc/<pid>/environ (set at exec time), so `stop` finds us too.
         # `start` sets it in the launching shell, which saves this second interpreter start.

@@ -6,6 +6,7 @@ supervisor starts on every host at every `start`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from typing import TYPE_CHECKING
@@ -20,20 +21,27 @@ if TYPE_CHECKING:
 _RESET_SIGNALS = (signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ)
 
 
-def spawn(argv: list[str], env: dict[str, str], log_path: str) -> int:
+def spawn(argv: list[str], env: dict[str, str], log_path: str, nice: int = 0) -> int:
     """Start a task program (PATH lookup), stdin from /dev/null, stdout and stderr appended to its
-    log, in the supervisor's process group and working directory. OSError when it cannot be run."""
+    log, in the supervisor's process group and working directory, `nice` steps below our priority.
+    OSError when it cannot be run."""
     # `~/` as in hosts.toml's `python = "~/venv/bin/python"`: the remote home, as everywhere else.
     program = os.path.expanduser(argv[0]) if argv[0].startswith("~/") else argv[0]
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # close-on-exec by default
     try:
-        return os.posix_spawnp(program, [program, *argv[1:]], env, file_actions=[
+        pid = os.posix_spawnp(program, [program, *argv[1:]], env, file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
             (os.POSIX_SPAWN_DUP2, fd, 1),
             (os.POSIX_SPAWN_DUP2, fd, 2),
         ], setsigdef=_RESET_SIGNALS)
     finally:
         os.close(fd)
+    if nice:
+        # posix_spawn has no niceness of its own. Set now, before the program (just exec'd) starts its
+        # threads: Linux keeps a niceness per thread, and new threads and children inherit it.
+        with contextlib.suppress(OSError):  # it may already have ended
+            os.setpriority(os.PRIO_PROCESS, pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+    return pid
 
 
 class Child:

@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 
 # settle: a task counts as up for `start` once it has run this long (a missing TensorFlow, a bad import
 # or a wrong path fails within it, so `start` fails instead of saying "started").
-DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1, "settle": 2.0}
+# `nice`: the tasks' niceness. Training saturates a host's cores; what reads or stops the run there (sshd,
+# the `status` and `stop` scripts, this supervisor, the agent) keeps its normal priority and so answers
+# at once, while the tasks still get every cycle nobody else wants (issue 24: `status` under load).
+DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1, "settle": 2.0, "nice": 10}
 GROUP_KILL_GRACE_S = 2.0  # a worker hung in a collective gets this long after SIGTERM
 FACTS_EVERY_S = 1.0  # how often the tasks' processes are looked at (training/telemetry/host_facts.py)
 PEER_FLUSH_S = 30.0  # at the end: how long to keep telling unreachable peers our last news
@@ -65,6 +68,7 @@ class Supervisor:
         self.grace = float(opts["grace"])
         self.poll = float(opts["poll"])
         self.settle = float(opts["settle"])
+        self.nice = int(opts["nice"])
         self.mode: str = plan.get("mode", "between-graph")
         self.tasks = [
             Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]),
@@ -157,7 +161,7 @@ class Supervisor:
         try:
             # Same process group as the supervisor (no new session): `stop` kills the group. The
             # supervisor runs in the code dir, so that is the task's working directory too.
-            task.proc = Child(spawn(task.command, self._env(task, str(task.restarts)), log_path))
+            task.proc = Child(spawn(task.command, self._env(task, str(task.restarts)), log_path, self.nice))
         except OSError as exc:
             self._note(task, f"cannot start {task.name}: {exc}")
             task.proc = None

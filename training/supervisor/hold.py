@@ -4,7 +4,7 @@ When the user stops a task for good (the dashboard's `x`), the orchestrator runs
 task's host, `python -S -m training.supervisor.hold --run-dir R --job J --task I` (`hold_and_stop`):
 it writes `state/<job>-<task>.hold` (RunLayout.hold_file; atomically, `{"held_at": <unix time>,
 "reason": "stopped by the user"}`), then SIGTERMs every live process of that task, found by its
-TFCLUSTER_TASK_ID marker (`<job>-<i>#<attempt>`) as `stop` and `--probe` find processes: never a pid
+TFCLUSTER_TASK_ID marker (`<job>-<i>#<attempt>`) as `stop` and `status` find processes: never a pid
 the dashboard saw earlier (it may be reused), and an attempt started a moment ago is not missed.
 It prints one JSON line, `{"hold": path, "terminated": [pids]}` (decoded by
 training/telemetry/state_files.py HoldReport).

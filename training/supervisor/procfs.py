@@ -1,6 +1,7 @@
 """What /proc says about a run's processes (Linux): the environment marker that makes a process part of a
-run, its process group, its command line. `run_processes` is how `stop`, `--probe` and the supervisor
-find every process of a run, orphans included. Stdlib only.
+run, its process group, its command line. `run_processes` is how the supervisor and the agent find every
+process of a run, orphans included (`stop` and `status` apply the same rule in sh: orchestrator/run/
+sh_procs.py). Stdlib only.
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 by everyone: whether each task's processes live, the CPU they use and when it last moved, whether one is
 stopped (SIGSTOP), and since when its TF server listens on its port.
 
-The supervisor keeps `state/facts-<host>.json` up to date (`FactsWriter`, about once a second: /proc
-only, no subprocess). The agent sends its content with every `host_sample` and `supervisor --probe`
-reports it to `status`, each with whether the supervisor itself still lives (`read_facts`): the
-dashboard and `status` judge liveness from the very same facts (orchestrator/monitor/views.py). A
-facts file that stopped changing because its supervisor died is no news: the supervisor's death is.
+The supervisor keeps `state/host-<host>.facts` up to date (`FactsWriter`, about once a second: /proc
+only, no subprocess). The agent sends its content with every `host_sample`, with whether the
+supervisor itself still lives (`read_facts`); `status` reads the same file in sh
+(orchestrator/run/read_host.py): the dashboard and `status` judge liveness from the very same facts
+(orchestrator/monitor/views.py). A facts file that stopped changing because its supervisor died is no
+news: the supervisor's death is, and the run's processes are then counted again from /proc.
 Stdlib only.
 """
 
@@ -84,8 +85,9 @@ def _pid_of_run(pid: int, run_dir: str, proc: str) -> bool:
 
 
 def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, Any]:
-    """{"tasks": {name: {...}}, "supervisor": {"pid", "alive"}}: the supervisor's last facts and whether
-    it still lives (alive None: it has not written its state yet)."""
+    """{"tasks": {name: {...}}, "supervisor": {"pid", "alive", "state", "outcome"}}: the supervisor's last
+    facts, whether it still lives (alive None: it has not written its state yet), and its state file's
+    word and the run's outcome as it decided it."""
     out: dict[str, Any] = {"tasks": {}, "supervisor": {"pid": None, "alive": None}}
     try:
         with open(layout.facts_file(host), encoding="utf-8") as f:
@@ -94,11 +96,12 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
         pass
     try:
         with open(layout.supervisor_state_file(host), encoding="utf-8") as f:
-            pid = json.load(f).get("pid")
+            sup = json.load(f)
     except (OSError, ValueError):
         return out
+    pid = sup.get("pid")
     alive = isinstance(pid, int) and _pid_of_run(pid, layout.root, proc)
-    out["supervisor"] = {"pid": pid, "alive": alive}
+    out["supervisor"] = {"pid": pid, "alive": alive, "state": sup.get("state"), "outcome": sup.get("outcome")}
     if not alive and out["tasks"]:
         # Its last facts are stale: count each task's processes now (what still runs is never "lost").
         from ..supervisor.procfs import run_processes

@@ -1,25 +1,27 @@
-"""Typed decoders for what the supervisor leaves on its host and reports over the transport.
+"""Typed decoders for what the supervisor leaves on its host and what the host reports over the transport.
 
 - `state/<job>-<task>.json` (TaskStateFile) and `state/supervisor-<host>.json` (SupervisorStateFile),
-  written atomically by training/supervisor/core.py;
-- the JSON line of `supervisor --probe` (ProbeReport: those files plus the run's live processes) and of
-  `supervisor --stop` (StopReport), and of `training.supervisor.hold` (HoldReport).
+  written atomically by training/supervisor/core.py (and pushed by `--detach` while `start` waits);
+- a process of the run (RunProcess), what a stop signalled and left (StopReport: orchestrator/run/
+  sh_stop.py), and the JSON line of `training.supervisor.hold` (HoldReport).
 
-The writers stay plain dicts (the supervisor imports nothing it does not need at start-up); the
-orchestrator reads every one of them through these decoders only. A decoder raises StateFileError for
-a value that is not what the writer writes; a consumer skips such a file, never crashes on it.
-Stdlib only (shipped with training/, though only the orchestrator imports it).
+These are the wire formats only: what a task's state means (failed, held, its liveness) is judged in
+one place, the orchestrator's reducer (orchestrator/monitor/). The writers stay plain dicts (the
+supervisor imports nothing it does not need at start-up); the orchestrator reads every one of them
+through these decoders only. A decoder raises StateFileError for a value that is not what the writer
+writes; a consumer skips such a file, never crashes on it. Stdlib only (shipped with training/, though
+only the orchestrator imports it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from typing import Literal
 
-    TaskState = Literal["starting", "running", "exited", "restarting"]
+    ProcessState = Literal["starting", "running", "exited", "restarting"]
     SupervisorState = Literal["starting", "running", "finished", "failed", "stopped", "crashed"]
 
 TASK_STATES = ("starting", "running", "exited", "restarting")
@@ -56,7 +58,7 @@ class TaskStateFile:
     host: str
     job: str
     task: int
-    state: TaskState
+    state: ProcessState  # the supervisor's word: what the task's process is doing
     pid: int | None
     restarts: int
     exit_code: int | None
@@ -74,19 +76,6 @@ class TaskStateFile:
     restart_reason: str | None = None  # while restarting: "failure" or "group" (multi-worker-mirrored)
     error: str | None = None  # why it could not run at all (e.g. its port is taken)
 
-    @property
-    def name(self) -> str:
-        return f"{self.job}-{self.task}"
-
-    @property
-    def held(self) -> bool:
-        return self.stopped_by == "user"
-
-    @property
-    def failed(self) -> bool:
-        """Exited for good with an error, not ended by the user, the run or a stop."""
-        return self.final and self.exit_code != 0 and self.stopped_by is None
-
     @classmethod
     def decode(cls, raw: object) -> TaskStateFile:
         d = _object(raw, "a task state")
@@ -96,7 +85,7 @@ class TaskStateFile:
         num = (int, float)
         return cls(
             host=_get(d, "host", str), job=_get(d, "job", str), task=_get(d, "task", int),
-            state=cast("TaskState", state), pid=_get(d, "pid", int, None), restarts=_get(d, "restarts", int, 0),
+            state=cast("ProcessState", state), pid=_get(d, "pid", int, None), restarts=_get(d, "restarts", int, 0),
             exit_code=_get(d, "exit_code", int, None), signal=_get(d, "signal", int, None),
             final=bool(_get(d, "final", bool, False)), updated_at=float(_get(d, "updated_at", num, 0.0)),
             started_at=_get(d, "started_at", num, None), exited_at=_get(d, "exited_at", num, None),
@@ -116,7 +105,6 @@ class SupervisorStateFile:
     started_at: float | None = None
     ended_at: float | None = None
     updated_at: float | None = None
-    alive: bool = False  # added by --probe: the pid is this run's supervisor, still running
     outcome: str | None = None  # the run's, once the success policy decided: finished | failed | stopped
     epoch: int = 0  # group restarts seen (multi-worker-mirrored)
 
@@ -131,7 +119,7 @@ class SupervisorStateFile:
             host=_get(d, "host", str), pid=_get(d, "pid", int), state=cast("SupervisorState", state),
             run_id=_get(d, "run_id", str, None), started_at=_get(d, "started_at", num, None),
             ended_at=_get(d, "ended_at", num, None), updated_at=_get(d, "updated_at", num, None),
-            alive=bool(_get(d, "alive", bool, False)), outcome=_get(d, "outcome", str, None),
+            outcome=_get(d, "outcome", str, None),
             epoch=_get(d, "epoch", int, 0),
         )
 
@@ -142,12 +130,6 @@ class RunProcess:
     pgid: int
     task: str  # TFCLUSTER_TASK_ID: "<job>-<i>#<attempt>", "" for the supervisor
     args: str
-
-    @classmethod
-    def decode(cls, raw: object) -> RunProcess:
-        d = _object(raw, "a process")
-        return cls(pid=_get(d, "pid", int), pgid=_get(d, "pgid", int), task=_get(d, "task", str, ""),
-                   args=_get(d, "args", str, ""))
 
 
 def decode_state_line(raw: object) -> TaskStateFile | SupervisorStateFile:
@@ -160,49 +142,6 @@ def decode_state_line(raw: object) -> TaskStateFile | SupervisorStateFile:
 
 def _pids(d: dict[str, Any], key: str) -> tuple[int, ...]:
     return tuple(p for p in _get(d, key, list, []) if isinstance(p, int) and not isinstance(p, bool))
-
-
-def _decoded_list(values: object, decode: Any) -> list[Any]:
-    """Every entry that decodes (a damaged state file must not hide the others)."""
-    out = []
-    for raw in values if isinstance(values, list) else []:
-        try:
-            out.append(decode(raw))
-        except StateFileError:
-            continue
-    return out
-
-
-@dataclass(frozen=True)
-class ProbeReport:
-    """`supervisor --probe`: this host's view of the run; absent = no run dir (or code) there."""
-
-    absent: bool = False
-    supervisors: tuple[SupervisorStateFile, ...] = ()
-    tasks: tuple[TaskStateFile, ...] = ()
-    processes: tuple[RunProcess, ...] = ()
-    now: float | None = None
-    # What the agent would send now (training/telemetry/host_facts.py) and each task's newest event line,
-    # undecoded: the orchestrator reads them as telemetry (orchestrator/monitor/events.py).
-    facts: dict[str, Any] = field(default_factory=dict)
-    progress: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def supervisor(self) -> SupervisorStateFile | None:
-        return self.supervisors[0] if self.supervisors else None
-
-    @classmethod
-    def decode(cls, raw: object) -> ProbeReport:
-        d = _object(raw, "a probe report")
-        if d.get("absent"):
-            return cls(absent=True)
-        return cls(
-            supervisors=tuple(_decoded_list(d.get("supervisors"), SupervisorStateFile.decode)),
-            tasks=tuple(_decoded_list(d.get("tasks"), TaskStateFile.decode)),
-            processes=tuple(_decoded_list(d.get("processes"), RunProcess.decode)),
-            now=_get(d, "now", (int, float), None),
-            facts=_get(d, "facts", dict, {}) or {}, progress=_get(d, "progress", dict, {}) or {},
-        )
 
 
 @dataclass(frozen=True)
@@ -220,17 +159,10 @@ class HoldReport:
 
 @dataclass(frozen=True)
 class StopReport:
-    """`supervisor --stop`: what was signalled and what is left (verified again by a probe)."""
+    """A stop on one host: what was signalled, and what a fresh look saw left afterwards; `absent`: no
+    run dir and no process of the run there."""
 
     absent: bool = False
     terminated: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()
-    remaining: tuple[RunProcess, ...] = field(default_factory=tuple)
-
-    @classmethod
-    def decode(cls, raw: object) -> StopReport:
-        d = _object(raw, "a stop report")
-        if d.get("absent"):
-            return cls(absent=True)
-        return cls(terminated=_pids(d, "terminated"), killed=_pids(d, "killed"),
-                   remaining=tuple(_decoded_list(d.get("remaining"), RunProcess.decode)))
+    remaining: tuple[RunProcess, ...] = ()

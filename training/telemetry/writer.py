@@ -70,9 +70,6 @@ class ProgressReporter:
         """Forget a sample recorded since the last event (its process is gone, or someone else reports)."""
         self._latest = self._emitted
 
-    def set_ps_bytes_per_step(self, per_step: dict[str, dict[str, int]]) -> None:
-        self.ps_bytes_per_step = dict(per_step)
-
     # -- lifecycle ---------------------------------------------------------------------------------
     def start(self) -> ProgressReporter:
         if self._thread is None:

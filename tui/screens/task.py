@@ -20,6 +20,7 @@ from textual.widgets import Footer, Label, RichLog, Sparkline, Static
 
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import window_buckets
+from orchestrator.plan.names import job_and_index
 from tui import format as fmt
 from tui.messages import StateUpdated
 
@@ -70,7 +71,7 @@ class TaskScreen(Screen[None]):
         head = Text()
         head.append(f"{tv.name}", style="bold")
         head.append(f" on {tv.host}  ")
-        head.append_text(fmt.state_text(tv.liveness, tv.exit_code, tv.held))
+        head.append_text(fmt.state_text(tv.state, tv.exit_code, tv.held))
         head.append(f"  pid {tv.pid or '-'}  restarts {tv.restarts}  age {fmt.age(tv.age_s)}\n")
         ps = st.ps.get(tv.name)
         if ps is not None:  # a PS writes no progress: show its traffic, measured and accounted, per peer
@@ -85,13 +86,12 @@ class TaskScreen(Screen[None]):
             head.append(f"local step {fmt.number(tv.local_step)}  global step {fmt.number(tv.global_step)}  "
                         f"loss {'-' if tv.loss is None else f'{tv.loss:.4f}'}  "
                         f"{fmt.rate(tv.steps_per_s)} steps/s  {fmt.rate(tv.examples_per_s)} ex/s")
-            self.query_one("#rate-chart", Sparkline).data = window_buckets(tv.history, st.now, 30, 60.0)
+            self.query_one("#rate-chart", Sparkline).data = st.sparkline_values(tv.name, 30, 60.0)
         self.query_one("#task-head", Static).update(head)
-        self.query_one("#loss-chart", Sparkline).data = window_buckets(tv.loss_history, st.now, 30, 60.0,
-                                                                       fill_forward=True)
+        self.query_one("#loss-chart", Sparkline).data = st.loss_values(tv.name, 30, 60.0)
 
     def load_log(self) -> None:
-        job, _, idx = self.task_name.rpartition("-")
+        job, idx = job_and_index(self.task_name)
         fetch_log = self._fetch_log
 
         def fetch() -> None:

@@ -7,12 +7,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from orchestrator.monitor.views import Liveness
+from orchestrator.monitor.task_state import Liveness
 from tui import format as fmt
 from tui.messages import StateUpdated
 
-SHOWN_STATES: tuple[Liveness, ...] = ("running", "stalled", "starting", "restarting", "exited", "unreachable", "lost")
-RUN_STATE_STYLE = {"running": "green", "finished": "bold green", "failed": "bold red", "stopped": "yellow"}
+SHOWN_STATES: tuple[Liveness, ...] = ("running", "stalled", "starting", "restarting", "exited", "unreachable", "lost",
+                                     "not-started")
+RUN_STATE_STYLE = {"running": "green", "finished": "bold green", "failed": "bold red", "stopped": "yellow",
+                   "partial": "bold yellow"}
 ALWAYS_SHOWN: tuple[Liveness, ...] = ("running", "stalled", "exited", "unreachable")  # the others only when some task is in them
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.monitor.views import LIVENESS_STATES, TaskView, task_sort_key
+from orchestrator.monitor.task_state import LIVENESS_STATES, TaskState, task_sort_key
 from tui import format as fmt
 
 NO_PROGRESS = "no progress reported"
@@ -35,10 +35,10 @@ WIDE = (
 )
 
 STATE_ORDER = {s: i for i, s in enumerate(LIVENESS_STATES)}
-SORTS: dict[str, Callable[[TaskView], object]] = {
+SORTS: dict[str, Callable[[TaskState], object]] = {
     "host": task_sort_key,
-    "task": lambda t: (t.job, t.task),
-    "state": lambda t: (STATE_ORDER.get(t.liveness, 9), task_sort_key(t)),
+    "task": lambda t: (t.job, t.index),
+    "state": lambda t: (STATE_ORDER.get(t.state, 9), task_sort_key(t)),
     "sps": lambda t: -(t.steps_per_s or -1.0),
     "eps": lambda t: -(t.examples_per_s or -1.0),
     "spark": lambda t: -(t.steps_per_s or -1.0),
@@ -50,17 +50,17 @@ SORTS: dict[str, Callable[[TaskView], object]] = {
 }
 
 
-def visible_tasks(st: ClusterState, filter_text: str, sort_key: str, reverse: bool) -> list[TaskView]:
+def visible_tasks(st: ClusterState, filter_text: str, sort_key: str, reverse: bool) -> list[TaskState]:
     """The rows to show, in order: every word of the filter must be in the host, the name or the state."""
     tasks = list(st.tasks.values())
     if filter_text:
         words = filter_text.lower().split()
-        tasks = [t for t in tasks if all(any(w in f for f in (t.host.lower(), t.name, t.liveness)) for w in words)]
+        tasks = [t for t in tasks if all(any(w in f for f in (t.host.lower(), t.name, t.state)) for w in words)]
     tasks.sort(key=SORTS.get(sort_key, task_sort_key), reverse=reverse)  # type: ignore[arg-type]
     return tasks
 
 
-def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_host: bool,
+def row_texts(st: ClusterState, tv: TaskState, columns: tuple[Column, ...], show_host: bool,
               spark_width: int) -> tuple[str, ...]:
     """Plain strings of a row, in column order; state is rendered with its style by `cell`."""
     host = st.hosts.get(tv.host)
@@ -69,7 +69,7 @@ def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_
         for g in host.gpus:
             if g.index == tv.gpu and g.util_pct is not None:
                 gpu = f"{g.util_pct:.0f}%"
-    state = fmt.state_word(tv.liveness, tv.exit_code, tv.held, tv.restart_reason)
+    state = fmt.state_word(tv.state, tv.exit_code, tv.held, tv.restart_reason)
     reports = tv.reports != "no"
     values = {
         "host": tv.host if show_host else "",
@@ -78,23 +78,23 @@ def row_texts(st: ClusterState, tv: TaskView, columns: tuple[Column, ...], show_
         "sps": fmt.rate(tv.steps_per_s) if reports else "",
         "eps": fmt.rate(tv.examples_per_s, 0) if reports else "",
         # A program judged by its CPU: say so where its rates would be, never leave them blank.
-        "spark": NO_PROGRESS if tv.no_progress else (
-            fmt.sparkline(st.sparkline_values(tv, spark_width)) if reports else ""),
+        "spark": NO_PROGRESS if tv.no_progress_reported else (
+            fmt.sparkline(st.sparkline_values(tv.name, spark_width)) if reports else ""),
         "step": fmt.number(tv.global_step),
         "loss": "-" if tv.loss is None else f"{tv.loss:.4f}",
         "gpu": gpu,
         "rst": str(tv.restarts),
-        "age": fmt.age(tv.age_s) + ("!" if tv.liveness == "unreachable" else ""),
+        "age": fmt.age(tv.age_s) + ("!" if tv.state == "unreachable" else ""),
     }
     return tuple(values[c.key] for c in columns)
 
 
-def cell(key: str, value: str, tv: TaskView) -> Text | str:
+def cell(key: str, value: str, tv: TaskState) -> Text | str:
     """What a cell shows for its plain text: the state with its glyph and colour, stale values dimmed."""
     if key == "state":
-        return fmt.state_text(tv.liveness, tv.exit_code, tv.held, tv.restart_reason)
+        return fmt.state_text(tv.state, tv.exit_code, tv.held, tv.restart_reason)
     if key == "spark" and value == NO_PROGRESS:
         return Text(value, style="dim italic")
-    if tv.liveness == "unreachable" and key not in ("host", "task"):
+    if tv.state == "unreachable" and key not in ("host", "task"):
         return Text(value, style="dim")  # stale: last values kept, visibly old
     return value

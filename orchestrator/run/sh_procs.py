@@ -1,0 +1,49 @@
+"""A run's processes, found from /proc in POSIX sh, for the scripts that read or stop a run without any
+Python on the host (read_host.py, sh_stop.py): the same rule as training/supervisor/procfs.py, a process
+belongs to the run when its environment holds the line `TFCLUSTER_RUN_DIR=<run dir>`.
+
+`PROC_FUNCTIONS` defines, for a script that has set `mark` to that line:
+- `has_mark PID`: whether the process is one of the run's (one `grep -z`; `tr | grep` where grep has no -z);
+- `run_pids`: every pid of the run but the script's own, one a line (one `grep` over every process's
+  environment: the one-process-a-time loop only where grep has no -z);
+- `describe PID`: `<pid> <pgid> <TFCLUSTER_TASK_ID or -> <command line>`, decoded by `parse_process`.
+"""
+
+from __future__ import annotations
+
+from training.telemetry.state_files import RunProcess
+
+PROC_FUNCTIONS = r"""
+has_mark() {
+  grep -qzxF -- "$mark" "/proc/$1/environ" 2>/dev/null
+  case $? in 0) return 0 ;; 1) return 1 ;; esac
+  tr '\000' '\n' 2>/dev/null < "/proc/$1/environ" | grep -qxF -- "$mark"
+}
+run_pids() {
+  if printf 'x\000' | grep -qzxF x 2>/dev/null; then
+    for e in $(grep -lzxF -- "$mark" /proc/[0-9]*/environ 2>/dev/null); do
+      p=${e#/proc/}; p=${p%/environ}; [ "$p" = "$$" ] || echo "$p"
+    done
+  else
+    for e in /proc/[0-9]*/environ; do
+      p=${e#/proc/}; p=${p%/environ}; [ "$p" = "$$" ] && continue
+      tr '\000' '\n' 2>/dev/null < "$e" | grep -qxF -- "$mark" && echo "$p"
+    done
+  fi
+}
+describe() {
+  IFS= read -r s 2>/dev/null < "/proc/$1/stat" || return 0
+  g=${s##*) }; g=${g#* }; g=${g#* }; g=${g%% *}
+  t=$(tr '\000' '\n' 2>/dev/null < "/proc/$1/environ" | sed -n 's/^TFCLUSTER_TASK_ID=//p')
+  a=$(tr '\000' ' ' 2>/dev/null < "/proc/$1/cmdline" | cut -c1-200)
+  echo "$1 ${g:-0} ${t:--} $a"
+}
+"""
+
+
+def parse_process(text: str) -> RunProcess | None:
+    """`describe`'s line; None for anything else."""
+    pid, pgid, task, *args = [*text.split(" ", 3), ""][:4]
+    if not (pid.isdigit() and pgid.lstrip("-").isdigit()):
+        return None
+    return RunProcess(pid=int(pid), pgid=int(pgid), task="" if task == "-" else task, args=args[0].strip())
