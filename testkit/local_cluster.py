@@ -27,7 +27,7 @@ from orchestrator.config.schema import Config
 from orchestrator.plan.build import build_plan
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.run.local_ports import free_port_block
-from training.run.layout import HOST_PACKAGE
+from training.run.layout import HOST_PACKAGE, file_stem
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -56,7 +56,8 @@ class LocalCluster:
     run_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     run_id: str = "itest"
-    # optional CPU pinning per task name ("worker-1": {1}): emulates one machine per task on a shared box
+    # Processes, logs and optional CPU pinning keyed by each task's file stem ("worker-1", as its files on a
+    # host are named); the pinning emulates one machine per task on a shared box
     affinity: dict[str, set[int]] = field(default_factory=dict)
 
     @property
@@ -83,8 +84,9 @@ class LocalCluster:
         return env
 
     def start_task(self, task: TaskPlan) -> subprocess.Popen[bytes]:
-        log = open(self.run_dir / "logs" / f"{task.name}.log", "ab")  # noqa: SIM115 (owned by the child)
-        cpus = self.affinity.get(task.name)
+        stem = file_stem(task.job, task.index)  # logs/<job>-<index>.log, as on a host
+        log = open(self.run_dir / "logs" / f"{stem}.log", "ab")  # noqa: SIM115 (owned by the child)
+        cpus = self.affinity.get(stem)
         try:
             proc = subprocess.Popen(
                 task.command, cwd=self.code, env=self.env_for(task), stdout=log, stderr=subprocess.STDOUT,
@@ -93,7 +95,7 @@ class LocalCluster:
             )
         finally:
             log.close()
-        self.procs[task.name] = proc
+        self.procs[stem] = proc
         return proc
 
     def start(self) -> LocalCluster:

@@ -1,6 +1,7 @@
 """A task's one name: TensorFlow's own `job:index` (`worker:1`), as TF_CONFIG's cluster spec, device
-strings and the CLI's task selectors write it. `task_name` is the only place it is spelled; the CLI,
-JSON, Prometheus labels, log prefixes and the dashboard all show it.
+strings and the CLI's task selectors write it. `task_name` (training/run/layout.py, shared with the
+cluster side, which names each task's TensorBoard run so) is the only place it is spelled; the CLI, JSON,
+Prometheus labels, log prefixes, the dashboard and TensorBoard all show it.
 
 On the hosts, file names (`logs/worker-1.log`, `state/worker-1.json`, `events/worker-1.jsonl`), the facts
 file's keys and TFCLUSTER_TASK_ID use `<job>-<index>` (storage, training/run/layout.py: a colon is awkward
@@ -11,21 +12,13 @@ from __future__ import annotations
 
 from functools import cache
 
+from training.run import layout
+from training.run.layout import file_stem, task_name
 
-def task_name(job: str, index: int) -> str:
-    return f"{job}:{index}"
-
-
-def file_stem(job: str, index: int) -> str:
-    """How the hosts spell a task (training/run/layout.py's file names): "worker-1"."""
-    return f"{job}-{index}"
+__all__ = ["file_stem", "job_and_index", "name_of_stem", "task_name"]
 
 
-@cache  # called per line of telemetry; the stems are the run's few task names
-def name_of_stem(stem: str) -> str:
-    """"worker-1" -> "worker:1" (anything else is returned as it is)."""
-    job, sep, index = stem.rpartition("-")
-    return task_name(job, int(index)) if sep and index.isdigit() else stem
+name_of_stem = cache(layout.name_of_stem)  # called per line of telemetry; the stems are the run's few task names
 
 
 def job_and_index(name: str) -> tuple[str, int]:

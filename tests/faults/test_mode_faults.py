@@ -31,7 +31,8 @@ from tests import requires
 from tests.faults import measure
 from tests.faults.cluster import FaultRun, kill, started_run
 from tests.faults.probes import checkpoint_dir, running_again
-from tests.integration.lifecycle_helpers import cli, wait_for
+from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()

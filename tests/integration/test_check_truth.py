@@ -15,28 +15,24 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testkit.sshd import Machines
-from tests.integration.lifecycle_helpers import cli, isolated_state_dir, records, run_processes
+from tests.integration.lifecycle_helpers import cli, records, run_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, without TensorFlow
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
+SHARED_WORKDIR = False  # each machine its own workdir: the test tells that from one shared workdir (conftest.machines)
 
 
 @pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state_dir:
-        yield state_dir
+def state(state_dir: Path) -> Path:
+    return state_dir
 
 
 def check_json(state: Path, hosts: Path) -> tuple[int, dict[str, Any]]:

@@ -25,6 +25,7 @@ from orchestrator.monitor.follow import EVERY_S, LIVENESS_WINDOW_S
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
@@ -32,7 +33,6 @@ from tests.integration.lifecycle_helpers import (
     records,
     run_processes,
     status_json,
-    wait_for,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]

@@ -106,9 +106,9 @@ def restored_step(script: str, checkpoints: Path) -> int:
 
 
 @pytest.mark.parametrize(("mode", "roles", "trainers", "restore"), [
-    pytest.param("between-graph", [["ps"], ["worker"], ["worker"]], {"worker-0", "worker-1"}, RESTORE_SAVER,
+    pytest.param("between-graph", [["ps"], ["worker"], ["worker"]], {"worker:0", "worker:1"}, RESTORE_SAVER,
                  id="between-graph"),
-    pytest.param("multi-worker-mirrored", [["worker"], ["worker"]], {"worker-0", "worker-1"}, RESTORE_CHECKPOINT,
+    pytest.param("multi-worker-mirrored", [["worker"], ["worker"]], {"worker:0", "worker:1"}, RESTORE_CHECKPOINT,
                  id="multi-worker-mirrored"),
 ])
 def test_tensorboard_during_and_after_the_run_and_pull(

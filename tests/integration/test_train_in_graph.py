@@ -81,9 +81,9 @@ def test_in_graph_client_input_trains_checkpoints_and_stops(tmp_path: Path) -> N
         assert set(events[-1]["towers"]) == {"worker-0", "worker-1"}
         # the client's TensorBoard run: its progress events' numbers, and each tower's compute time
         runs = task_runs(cluster.run_dir / "summaries")
-        assert set(runs) == {"chief-0"} and points_are_progress(runs["chief-0"]["loss"], events)
-        assert {"towers/worker-0/compute_s", "towers/worker-1/compute_s", "ps_traffic/ps-0/pulled_bytes_per_s",
-                "ps_traffic/ps-1/pushed_bytes_per_s", "examples_per_s"} <= set(runs["chief-0"])
+        assert set(runs) == {"chief:0"} and points_are_progress(runs["chief:0"]["loss"], events)
+        assert {"towers/worker:0/compute_s", "towers/worker:1/compute_s", "ps_traffic/ps:0/pulled_bytes_per_s",
+                "ps_traffic/ps:1/pushed_bytes_per_s", "examples_per_s"} <= set(runs["chief:0"])
 
         # towers landed on their workers
         log = cluster.log("chief-0")

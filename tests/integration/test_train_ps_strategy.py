@@ -60,11 +60,11 @@ def test_coordinator_trains_on_two_workers_and_every_task_ends_by_itself(tmp_pat
     assert sum(events[-1]["local_step"] for events in per_worker.values()) == 300
     # one TensorBoard run per task, written by the coordinator: the points are its progress events' numbers
     runs = task_runs(run_dir / "summaries")
-    assert set(runs) == {"chief-0", "worker-0", "worker-1"}
-    assert points_are_progress(runs["chief-0"]["loss"], own)
+    assert set(runs) == {"chief:0", "worker:0", "worker:1"}
+    assert points_are_progress(runs["chief:0"]["loss"], own)
     for k, events in per_worker.items():
-        assert points_are_progress(runs[f"worker-{k}"]["loss"], events)
-        assert runs[f"worker-{k}"]["ps_traffic/ps-0/pulled_bytes_per_s"] and runs[f"worker-{k}"]["steps_per_s"]
+        assert points_are_progress(runs[f"worker:{k}"]["loss"], events)
+        assert runs[f"worker:{k}"]["ps_traffic/ps:0/pulled_bytes_per_s"] and runs[f"worker:{k}"]["steps_per_s"]
     for task in ("ps-0", "worker-0", "worker-1"):
         assert "chief:0 finished training" in cluster.log(task)
     assert run_processes(run_dir) == []

@@ -60,8 +60,8 @@ def test_every_reported_event_is_a_point_with_the_dashboards_numbers(tmp_path: P
     assert [t for t, _, _ in got["loss"]] == pytest.approx([e["t"] for e in events])
     assert [v for _, _, v in got["steps_per_s"]] == [2.0, 3.0, 1.0]  # steps in the interval / 2 s
     assert [v for _, _, v in got["examples_per_s"]] == [64.0, 96.0, 32.0]
-    assert [v for _, _, v in got["ps_traffic/ps-0/pulled_bytes_per_s"]] == [20.0, 30.0, 10.0]
-    assert [v for _, _, v in got["ps_traffic/ps-0/pushed_bytes_per_s"]] == [16.0, 24.0, 8.0]
+    assert [v for _, _, v in got["ps_traffic/ps:0/pulled_bytes_per_s"]] == [20.0, 30.0, 10.0]
+    assert [v for _, _, v in got["ps_traffic/ps:0/pushed_bytes_per_s"]] == [16.0, 24.0, 8.0]
 
 
 def test_points_every_n_global_steps_carry_rates_over_their_whole_span(tmp_path: Path) -> None:
@@ -79,7 +79,7 @@ def test_points_every_n_global_steps_carry_rates_over_their_whole_span(tmp_path:
     assert [s for _, s, _ in got["loss"]] == [40, 150, 201]
     assert [v for _, _, v in got["steps_per_s"]] == [40.0, 55.0, 25.5]  # (50 + 60) / 2 s, (49 + 2) / 2 s
     assert [v for _, _, v in got["examples_per_s"]] == [40.0, 55.0, 25.5]
-    assert [v for _, _, v in got["towers/worker-0/compute_s"]] == pytest.approx([0.01] * 3)
+    assert [v for _, _, v in got["towers/worker:0/compute_s"]] == pytest.approx([0.01] * 3)
 
 
 def test_a_point_that_cannot_be_written_never_repeats_the_event(tmp_path: Path) -> None:

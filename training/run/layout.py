@@ -26,8 +26,20 @@ RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"
 
 
 def task_name(job: str, index: int) -> str:
-    """A task as the dashboard and TensorBoard name it (its summaries dir, so its TensorBoard run): `worker-1`."""
+    """A task's one name, wherever a user reads it: TensorFlow's `job:index` (`worker:1`): the CLI, JSON,
+    Prometheus labels, the dashboard, and its TensorBoard run (its summaries dir is named so)."""
+    return f"{job}:{index}"
+
+
+def file_stem(job: str, index: int) -> str:
+    """How a task's files on a host are named (logs, events, state, TFCLUSTER_TASK_ID): `worker-1`, storage."""
     return f"{job}-{index}"
+
+
+def name_of_stem(stem: str) -> str:
+    """`worker-1` -> `worker:1` (anything else is returned as it is)."""
+    job, sep, index = stem.rpartition("-")
+    return task_name(job, int(index)) if sep and index.isdigit() else stem
 
 
 class RunLayout:

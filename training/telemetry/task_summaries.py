@@ -7,7 +7,7 @@ step. Written to `<run dir>/summaries/<task name>/` (RunLayout.summaries_dir), a
 always), each rate over the whole span since the previous point:
 - `loss`: the last step's;
 - `steps_per_s`, `examples_per_s`: this task's own (a straggler's curve sits below the others');
-- `ps_traffic/<ps-N>/pulled_bytes_per_s` and `.../pushed_bytes_per_s`: accounted bytes to and from each PS
+- `ps_traffic/<ps:N>/pulled_bytes_per_s` and `.../pushed_bytes_per_s`: accounted bytes to and from each PS
   task (training/telemetry/accounting.py);
 - `towers/<tower>/compute_s`: the in-graph client's last step, per tower.
 """
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..run.layout import name_of_stem
 from .tfevents import EventFileWriter
 
 
@@ -60,11 +61,11 @@ class TaskSummaries:
             if new_examples is not None:
                 out.append(("examples_per_s", new_examples / span))
             for ps, moved in sorted(self._span_ps.items()):
-                out.extend((f"ps_traffic/{ps}/{direction}_bytes_per_s", n / span)
+                out.extend((f"ps_traffic/{name_of_stem(ps)}/{direction}_bytes_per_s", n / span)
                            for direction, n in sorted(moved.items()))
         for tower, times in sorted((event.get("towers") or {}).items()):
             if isinstance(times, dict) and times.get("compute_s") is not None:
-                out.append((f"towers/{tower}/compute_s", float(times["compute_s"])))
+                out.append((f"towers/{name_of_stem(tower)}/compute_s", float(times["compute_s"])))
         return out
 
     def close(self) -> None:
