@@ -24,15 +24,23 @@ $(STAMP): pyproject.toml
 provision:
 	@$(PROVISION) openssh slurm busybox
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist): most of its time is waiting on sshd, Slurm and
+# TensorFlow starting, not CPU. `--dist loadscope` keeps a module's tests on one worker (they share
+# module-scoped machines and runs). `make test PYTEST_ARGS=--lf` reruns only what failed last time.
+TEST_WORKERS ?= 3
+PYTEST_ARGS ?=
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+
 test: provision venv
-	$(PY) -m pytest -q tests
+	@start=$$(date +%s); $(PYTEST) tests; rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s, exit $$rc"; exit $$rc
 
 unit: venv
 	@$(PROVISION) busybox
-	$(PY) -m pytest -q tests/unit
+	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS) tests/unit
 
 integration: provision venv
-	$(PY) -m pytest -q tests/integration
+	$(PYTEST) tests/integration
 
 # The fault suite alone, with its figures written to benchmarks/results/faults.md and .json.
 faults: provision venv

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # `nice`: the tasks' niceness. Training saturates a host's cores; what reads or stops the run there (sshd,
 # the `status` and `stop` scripts, this supervisor, the agent) keeps its normal priority and so answers
 # at once, while the tasks still get every cycle nobody else wants (issue 24: `status` under load).
-DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1, "settle": 2.0, "nice": 10}
+DEFAULTS = {"backoff_initial": 1.0, "backoff_max": 30.0, "grace": 10.0, "poll": 0.1, "settle": 1.0, "nice": 10}
 GROUP_KILL_GRACE_S = 2.0  # a worker hung in a collective gets this long after SIGTERM
 FACTS_EVERY_S = 1.0  # how often the tasks' processes are looked at (training/telemetry/host_facts.py)
 PEER_FLUSH_S = 30.0  # at the end: how long to keep telling unreachable peers our last news
