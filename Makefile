@@ -25,11 +25,12 @@ provision:
 	@$(PROVISION) openssh slurm busybox
 
 # The suite runs on TEST_WORKERS processes (pytest-xdist): most of its time is waiting on sshd, Slurm and
-# TensorFlow starting, not CPU. `--dist loadscope` keeps a module's tests on one worker (they share
-# module-scoped machines and runs). `make test PYTEST_ARGS=--lf` reruns only what failed last time.
+# TensorFlow starting, not CPU. `--dist loadgroup`: each test goes to whichever worker is free, except the
+# groups tests/conftest.py marks (a fault module's stages, the Slurm tests), which stay together on one.
+# `make test PYTEST_ARGS=--lf` reruns only what failed last time.
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
-PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 test: provision venv
 	@start=$$(date +%s); $(PYTEST) tests; rc=$$?; \

@@ -31,6 +31,23 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[local_ports.RANGE_ENV] = f"{first}-{first + width - 1}"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (make test: --dist loadgroup)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """What must stay on one parallel worker, in file order: each fault module's stages (they share one live
+    run; per mode where a module runs one per mode), and the Slurm tests (one Slurm cluster per worker
+    otherwise). Every other test goes to whichever worker is free."""
+    for item in items:
+        path = Path(str(item.fspath))
+        group = None
+        if path.parent.name == "faults" and path.name.startswith("test_"):
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            group = f"faults-{path.stem}" + (f"-{params['run']}" if "run" in params else "")
+        elif "slurm_cluster" in getattr(item, "fixturenames", ()):
+            group = "slurm"
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 # The issue-14 before/after evidence runs only when asked (benchmarks/issue14_regressions.py sets this and
 # runs it against two checkouts); in every run the fault suite and the unit tests cover the same behaviours.
 if not os.environ.get("TFCLUSTER_REGRESSIONS"):
