@@ -10,6 +10,7 @@ import sys
 from ..run.layout import RUN_DIR_ENV
 from .core import DEFAULTS, Supervisor
 from .detach import detach
+from .handover import hand_over, serve_step
 from .remote_ops import probe, stop, stop_verified
 
 
@@ -20,6 +21,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--stop", action="store_true")
     parser.add_argument("--detach", action="store_true")
+    parser.add_argument("--hand-over", action="store_true", help="as --detach, to the job step of a Slurm run")
+    parser.add_argument("--go", action="store_true", help="with --hand-over: on the batch node, start the step")
+    parser.add_argument("--forwarded", default="", help="with --hand-over: the forwarded variables' names")
+    parser.add_argument("--step", action="store_true", help="supervise as the job step of a Slurm run")
     parser.add_argument("--verify", action="store_true", help="with --stop: probe again afterwards")
     parser.add_argument("--purge", action="store_true", help="with --stop --verify: remove the run dir if clean")
     parser.add_argument("--grace", type=float, default=DEFAULTS["grace"])
@@ -40,12 +45,16 @@ def main(argv: list[str] | None = None) -> int:
         # `start` sets it in the launching shell, which saves this second interpreter start.
         env = {**os.environ, RUN_DIR_ENV: run_dir}
         flags = ["-S"] if sys.flags.no_site else []
-        again = ["--run-dir", run_dir, "--host", args.host]
-        if args.detach:
-            again += ["--detach", "--ready-timeout", str(args.ready_timeout)]
+        again = list(sys.argv[1:] if argv is None else argv)
         os.execve(sys.executable, [sys.executable, *flags, "-m", str(__package__), *again], env)
     if args.detach:
         return detach(run_dir, args.host, args.ready_timeout)
+    if args.hand_over:
+        forwarded = [name for name in args.forwarded.split(",") if name]
+        return detach(run_dir, args.host, args.ready_timeout, start=lambda layout, host, lock: hand_over(
+            layout, host, lock, go=args.go, forwarded=forwarded, timeout=args.ready_timeout))
+    if args.step:
+        return serve_step(run_dir, args.host)
     return Supervisor(run_dir, args.host).serve()
 
 

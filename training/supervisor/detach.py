@@ -19,14 +19,22 @@ import contextlib
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from ..run.layout import RunLayout
 from .core import Supervisor
 from .files import read_json
 from .procfs import proc_pgid
 
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
-def _lock(layout: RunLayout, host: str) -> int | None:
+    # How the supervisor comes to life: (layout, host, the held lock fd) -> (its pid or None, the read
+    # end of the pipe its states come through).
+    Starter = Callable[[RunLayout, str, int], tuple["int | None", int]]
+
+
+def supervisor_lock(layout: RunLayout, host: str) -> int | None:
     """An fd holding this host's supervisor lock for the run, or None when a live supervisor holds it.
     flock locks die with their last holder, so a crashed supervisor never blocks a new one."""
     import fcntl
@@ -40,7 +48,7 @@ def _lock(layout: RunLayout, host: str) -> int | None:
     return fd
 
 
-def _redirect_stdio(log_path: str) -> None:
+def redirect_stdio(log_path: str) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(null, 0)
@@ -105,13 +113,39 @@ def _alive(pid: int) -> bool:
     return proc_pgid(pid) is not None
 
 
-def detach(run_dir: str, host: str, ready_timeout: float) -> int:
-    """Fork the supervisor into its own session, wait until it has spawned its tasks, report (see the
-    module docstring). Returns the launcher's exit code: 0 when a supervisor was started or found."""
+def fork_supervisor(layout: RunLayout, host: str, lock: int) -> tuple[int | None, int]:
+    """Fork the supervisor into its own session; it keeps the lock (inherited) for as long as it lives.
+    Returns its pid and the read end of the pipe it pushes its states through."""
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the supervisor
+        code = 1
+        try:
+            os.close(read_end)
+            os.setsid()
+            redirect_stdio(os.path.join(layout.logs, f"supervisor-{host}.log"))
+            code = Supervisor(layout.root, host, ready_fd=write_end).serve()
+        except BaseException:
+            import traceback
+
+            traceback.print_exc()  # to the supervisor's log
+        finally:
+            os._exit(code)  # never return into the launcher's code (or run its exit handlers)
+    os.close(write_end)
+    os.close(lock)
+    return pid, read_end
+
+
+def detach(run_dir: str, host: str, ready_timeout: float, start: Starter = fork_supervisor) -> int:
+    """Start the supervisor (`start`: forked here, or handed over to the job step of a Slurm run:
+    training/supervisor/handover.py), wait until it has spawned its tasks, report (see the module
+    docstring). Returns the launcher's exit code: 0 when a supervisor was started or found."""
     layout = RunLayout(run_dir)
     for d in layout.dirs():
         os.makedirs(d, exist_ok=True)
-    lock = _lock(layout, host)
+    lock = supervisor_lock(layout, host)
     if lock is None:  # this run's supervisor already runs here (a retried launch): report that one
         started = time.monotonic()
         pid = _existing_supervisor(layout, host, ready_timeout)
@@ -119,27 +153,10 @@ def detach(run_dir: str, host: str, ready_timeout: float) -> int:
             _emit([f"PID {pid}"])
             _tasks_up(layout, host, ready_timeout - (time.monotonic() - started))
     else:
-        read_end, write_end = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the supervisor: it keeps the lock fd (inherited) for as long as it lives
-            code = 1
-            try:
-                os.close(read_end)
-                os.setsid()
-                _redirect_stdio(os.path.join(layout.logs, f"supervisor-{host}.log"))
-                code = Supervisor(run_dir, host, ready_fd=write_end).serve()
-            except BaseException:
-                import traceback
-
-                traceback.print_exc()  # to the supervisor's log
-            finally:
-                os._exit(code)  # never return into the launcher's code (or run its exit handlers)
-        os.close(write_end)
-        os.close(lock)
-        _emit([f"PID {pid}"])
-        _relay(read_end, ready_timeout)
+        pid, read_end = start(layout, host, lock)
+        if pid is not None:
+            _emit([f"PID {pid}"])
+            _relay(read_end, ready_timeout)
         os.close(read_end)
     lines = []
     if os.path.isdir(layout.state):
