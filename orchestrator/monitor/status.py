@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from orchestrator.errors import HostError
 from orchestrator.monitor.events import EventParser, HeartbeatEvent
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.views import Liveness, TaskView
 from orchestrator.plan.model import TaskPlan
-from orchestrator.run import records
+from orchestrator.run import records, slurm_end
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
@@ -79,6 +79,7 @@ class RunStatus:
     hosts: list[HostStatus]
     global_step: int | None = None  # the highest any task reported
     loss: float | None = None
+    slurm: dict[str, str] | None = None  # a Slurm run's job: {"job_id", "state", "reason"} (run.slurm_end)
 
     @property
     def failed(self) -> bool:
@@ -88,7 +89,7 @@ class RunStatus:
         return {"run_id": self.run_id, "state": self.state, "failed": self.failed,
                 "global_step": self.global_step, "loss": self.loss,
                 "tasks": [{**asdict(t), "name": t.name, "held": t.held} for t in self.tasks],
-                "hosts": [asdict(h) for h in self.hosts]}
+                "hosts": [asdict(h) for h in self.hosts], **({"slurm": self.slurm} if self.slurm else {})}
 
 
 def _task_status(planned: TaskPlan, seen: ProbeReport | HostError | None, judged: TaskView) -> TaskStatus:
@@ -169,6 +170,9 @@ def _host_status(name: str, seen: ProbeReport | HostError | None) -> HostStatus:
 
 
 def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> RunStatus:
+    job = slurm_end.look(record)  # a Slurm run: its job now (once it has ended, the hosts are read elsewhere)
+    if job is not None:
+        opener = slurm_end.opener_for(record, job)
     names = [h.name for h in record.hosts if h.run_dir]
     plan_hosts = {h.name: h for h in record.plan.hosts}  # dicts: a lookup per host, not a scan
     run_dirs = {h.name: h.run_dir for h in record.hosts}
@@ -185,10 +189,18 @@ def status(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener =
     hosts = [_host_status(h.name, probes.get(h.name)) for h in record.hosts]
     tasks = [_task_status(t, probes.get(t.host), judged.tasks[t.name]) for t in record.plan.tasks]
     state = _run_state(record, tasks, hosts)
-    if state in ("finished", "failed") and record.status != state:
+    end = slurm_end.ended_run(record, job) if job is not None else None
+    if end is not None:
+        for t in tasks:  # the job has ended: nothing of it runs, and no supervisor will say more
+            by_slurm = end.lost and t.stopped_by == "stop"  # a node failure: Slurm ended them, not the run
+            if t.state != "exited" or by_slurm:
+                t.state = "lost"
+        state = cast(RunState, end.state) if end.state else _run_state(record, tasks, hosts)
+    if (state in ("finished", "failed") or (end is not None and state == "stopped")) and record.status != state:
         record.status = state  # what `ls` shows from now on
         records.save(record)
-    return RunStatus(record.run_id, state, tasks, hosts, judged.global_step, judged.loss)
+    slurm = None if job is None else {"job_id": job.job_id, "state": job.state, "reason": end.reason if end else job.reason}
+    return RunStatus(record.run_id, state, tasks, hosts, judged.global_step, judged.loss, slurm)
 
 
 def _run_state(record: records.RunRecord, tasks: list[TaskStatus], hosts: list[HostStatus]) -> RunState:

@@ -47,14 +47,28 @@ def slurm_plan_file(path: str | Path, nodes: list[SlurmNode] | None = None) -> S
         raise with_line(exc, text) from None
 
 
-def any_plan_file(path: str | Path) -> ClusterPlan | SlurmPlan:
-    """The plan of hosts.toml's [[hosts]], or of its [slurm] job."""
+def any_plan_file(path: str | Path, mode: Mode | None = None) -> ClusterPlan | SlurmPlan:
+    """The plan of hosts.toml's [[hosts]], or of its [slurm] job (optionally in another mode)."""
     source = str(path)
     config, text = read_config(path)
+    config = with_mode(config, mode)
     try:
-        return plan_slurm(config, source) if config.slurm is not None else plan_config(config, source)
+        if config.slurm is None:
+            return plan_config(config, source)
+        check_login(config, source)
+        return plan_slurm(config, source)
     except ConfigError as exc:
         raise with_line(exc, text) from None
+
+
+def check_login(config: Config, source: str) -> None:
+    """`[slurm] login` resolved as OpenSSH would (an unusable ssh config or identity is an error now)."""
+    login = config.slurm.login if config.slurm is not None else None
+    if login:
+        try:
+            resolve_ssh(login, config.ssh)
+        except ConfigError as exc:
+            raise ConfigError(source, "slurm.login", exc.message, suggestion=exc.suggestion) from None
 
 
 def plan_config(config: Config, source: str = "hosts.toml") -> ClusterPlan:
