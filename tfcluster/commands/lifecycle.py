@@ -20,11 +20,16 @@ from orchestrator.config.schema import Mode
 from orchestrator.errors import UsageError
 from orchestrator.monitor.status import TaskStatus
 from orchestrator.monitor.status import status as run_status
+from orchestrator.plan.from_file import any_plan_file
+from orchestrator.plan.slurm import SlurmPlan
 from orchestrator.run import launch, records
 from orchestrator.run.logs import logs as follow_logs
+from orchestrator.run.slurm_end import opener_for
+from orchestrator.run.slurm_job import ENDED
+from orchestrator.run.slurm_start import start_slurm
 from orchestrator.run.stop import stop as stop_run
 from tfcluster import exit_codes
-from tfcluster.common import HostsFile, LatestRunId, load_plan, widen
+from tfcluster.common import HostsFile, LatestRunId, widen
 from tfcluster.live import open_dashboard, watch_status
 from tfcluster.start_progress import StartProgress
 
@@ -65,13 +70,17 @@ def start(
     """Ship the code, start every host's supervisor and wait until every task is running."""
     if wait and dash:
         raise UsageError("start: --wait and --dash both follow the run; choose one")
-    plan = load_plan(hosts_file, mode)
+    planned = any_plan_file(hosts_file, mode)
     options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run, auto_ports=auto_ports)
-    with StartProgress(err, len(plan.hosts)) as progress:
-        result = launch.start(plan, str(hosts_file), options, progress=progress.report)
+    with StartProgress(err, len(planned.nodes if isinstance(planned, SlurmPlan) else planned.hosts)) as progress:
+        if isinstance(planned, SlurmPlan):  # submit, wait for the nodes, start through the job
+            result = start_slurm(str(hosts_file), options, progress.report, progress.job, mode=mode)
+        else:
+            result = launch.start(planned, str(hosts_file), options, progress=progress.report)
     record = result.record
     out = widen(console, MIN_WIDTH)
-    table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")
+    job = f", Slurm job {record.slurm.job_id}" if record.slurm else ""
+    table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode}{job})")
     for col in ("host", "tasks", "files uploaded", "supervisor pid", "state"):
         table.add_column(col)
     tasks_by_host: dict[str, list[str]] = {}
@@ -109,14 +118,15 @@ def _follow_to_the_end(record: records.RunRecord, every: float = 2.0) -> int:
         step = "" if st.global_step is None else f"  step {st.global_step}{rate}"
         loss = "" if st.loss is None else f"  loss {st.loss:.4g}"
         tasks = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-        line = f"{st.state}{step}{loss}  [{tasks}]"
+        job = f"  (Slurm job {st.slurm['job_id']}: {_job_text(st.slurm)})" if st.slurm else ""
+        line = f"{st.state}{step}{loss}  [{tasks}]{job}"
         if line != last_line:
             err.print(f"[{time.monotonic() - t0:5.0f}s] {escape(line)}")
             last_line = line
         if st.state == "finished":
             return exit_codes.OK
         if st.state in ("failed", "stopped"):
-            return exit_codes.FAILED
+            return exit_codes.UNREACHABLE if any(t.state == "lost" for t in st.tasks) else exit_codes.FAILED
         time.sleep(every)
 
 
@@ -145,8 +155,16 @@ def stop(
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
     widen(console, MIN_WIDTH).print(table)
-    if not all(r.ok for r in result.values()):
+    cancelled = record.slurm is None or record.slurm.state in ENDED
+    if record.slurm is not None:
+        console.print(escape(record.notes[-1] if record.notes else f"Slurm job {record.slurm.job_id}"))
+    if not all(r.ok for r in result.values()) or not cancelled:
         raise typer.Exit(1)
+
+
+def _job_text(job: dict[str, str]) -> str:
+    """`TIMEOUT: time limit`, `RUNNING`."""
+    return f"{job['state'] or 'unknown to Slurm'}" + (f": {job['reason']}" if job.get("reason") not in ("", "None") else "")
 
 
 def _state_text(t: TaskStatus) -> str:
@@ -187,6 +205,8 @@ def status(
             table.add_row(t.name, escape(t.host), f"[{style}]{text}[/]" if style else text,
                           f"{t.restarts}{left}", str(t.pid or "-"))
         widen(console, MIN_WIDTH).print(table)
+        if st.slurm:
+            console.print(f"Slurm job {st.slurm['job_id']}: {escape(_job_text(st.slurm))}")
         for h in st.hosts:
             if h.error:
                 console.print(f"host {h.host}: {escape(h.error)}")
@@ -207,12 +227,13 @@ def list_runs() -> None:
         console.print("no runs yet")
         return
     table = Table(header_style="bold")
-    for col in ("run", "cluster", "mode", "created", "hosts", "last known"):
+    for col in ("run", "cluster", "mode", "created", "hosts", "last known", "slurm job"):
         table.add_column(col)
     for r in known:
+        job = f"{r.slurm.job_id} {_job_text(vars(r.slurm))}" if r.slurm else "-"
         table.add_row(escape(r.run_id), escape(r.cluster), escape(r.mode),
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
-                      escape(", ".join(h.name for h in r.hosts)), r.shown_status)
+                      escape(", ".join(h.name for h in r.hosts)), r.shown_status, escape(job))
     widen(console, MIN_WIDTH).print(table)
 
 
@@ -230,4 +251,4 @@ def logs(
         sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` ends
-        follow_logs(record, tasks or [], emit, follow=follow, lines=lines)
+        follow_logs(record, tasks or [], emit, follow=follow, lines=lines, opener=opener_for(record))
