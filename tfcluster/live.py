@@ -17,10 +17,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.errors import UsageError
+from orchestrator.monitor import slurm_watch
 from orchestrator.monitor.collect import Collector, CollectorActions
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.slurm_watch import SlurmWatch
 from orchestrator.monitor.views import task_sort_key
 from orchestrator.run import records
+from orchestrator.run.slurm_end import opener_for
 from tui.task_actions import RestartPolicy
 
 if TYPE_CHECKING:
@@ -101,9 +104,9 @@ class DashboardBoard:
 
 def collect_once(run: str | None, interval: float, timeout: float | None = None) -> ClusterState:
     record = records.resolve(run)
-    collector = Collector.for_record(record, interval).start()
+    collector = Collector.for_record(record, interval, opener_for(record)).start()
     try:
-        return collector.wait_for_data(ONCE_HEARTBEATS, timeout or 15.0 + 4 * interval)
+        return slurm_watch.once(collector.wait_for_data(ONCE_HEARTBEATS, timeout or 15.0 + 4 * interval), record)
     finally:
         collector.close()
 
@@ -112,21 +115,21 @@ def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) 
     """Until Ctrl-C: a Rich live table of the run (`status --watch`), or with `as_json` one JSON line of
     the whole state per interval on stdout (`status --watch --json`, for scripts that follow a run)."""
     record = records.resolve(run)
-    collector = Collector.for_record(record, interval).start()
+    source = SlurmWatch.around(Collector.for_record(record, interval, opener_for(record)).start(), record)
     try:
         if as_json:
             while True:
-                sys.stdout.write(json.dumps(collector.poll().to_json(), separators=(",", ":")) + "\n")
+                sys.stdout.write(json.dumps(source.poll().to_json(), separators=(",", ":")) + "\n")
                 sys.stdout.flush()
                 time.sleep(interval)
-        with Live(state_table(collector.poll()), console=Console(), refresh_per_second=4, transient=False) as live:
+        with Live(state_table(source.poll()), console=Console(), refresh_per_second=4, transient=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(state_table(collector.poll()))
+                live.update(state_table(source.poll()))
     except KeyboardInterrupt:
         pass
     finally:
-        collector.close()
+        source.close()
 
 
 def restart_policy(record: records.RunRecord) -> RestartPolicy:
@@ -138,7 +141,8 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
                    prometheus: int | None = None) -> None:
     """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out."""
     record = records.resolve(run)
-    collector = Collector.for_record(record, interval).start()
+    collector = Collector.for_record(record, interval, opener_for(record)).start()
+    watched = SlurmWatch.around(collector, record)  # a Slurm run: its job's end too
     exporter = None
     board = DashboardBoard(record)
     try:
@@ -149,15 +153,15 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
                 exporter = PrometheusExporter(prometheus).start()
             except OSError as exc:
                 raise UsageError(f"--prometheus {prometheus}: cannot listen ({exc.strerror or exc})") from exc
-            source = exporter.wrap(collector)
+            source = exporter.wrap(watched)
         else:
-            source = collector
+            source = watched
         from tui.app import DashboardApp
 
         DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval,
                      restart_policy=restart_policy(record), open_tensorboard=board).run()
     finally:
         board.close()
-        collector.close()
+        watched.close()  # and the collector
         if exporter is not None:
             exporter.close()

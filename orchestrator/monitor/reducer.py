@@ -225,6 +225,10 @@ class ClusterState:
                 worker = self.allreduce[name] = PsTraffic(name, ev.host)
             _measure(worker, ev.host, m, ev.t, t)
 
+    def note(self, t: float, text: str) -> None:
+        """An `info` line in the event log from outside the events (a Slurm job's end: monitor.slurm_watch)."""
+        self._log(t, "info", text)
+
     def _log(self, t: float, kind: str, text: str) -> None:
         """Add an entry in time order: a host's backlog replays older lines after newer ones of others."""
         entry = LogEntry(t, kind, text)
