@@ -61,6 +61,11 @@ def any_plan_file(path: str | Path, mode: Mode | None = None) -> ClusterPlan | S
         raise with_line(exc, text) from None
 
 
+def cluster_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
+    """The plan of an already validated Config, of its [[hosts]] or of its [slurm] job (in node indexes)."""
+    return plan_slurm(config, source).plan if config.slurm is not None else plan_config(config, source)
+
+
 def check_login(config: Config, source: str) -> None:
     """`[slurm] login` resolved as OpenSSH would (an unusable ssh config or identity is an error now)."""
     login = config.slurm.login if config.slurm is not None else None

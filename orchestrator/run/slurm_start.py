@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 
 from orchestrator.config.load import read_config, with_line
-from orchestrator.config.schema import Mode
+from orchestrator.config.schema import Config, Mode
 from orchestrator.errors import ConfigError, HostError, TfclusterError, UsageError
 from orchestrator.plan.from_file import check_login, with_mode
 from orchestrator.plan.model import ClusterPlan
@@ -70,12 +70,19 @@ def start_slurm(config_path: str, options: StartOptions | None = None, progress:
                 on_job: JobProgressFn | None = None, *, mode: Mode | None = None, poll: float = POLL_S) -> StartResult:
     """Submit and start the [slurm] job of hosts.toml at `config_path` (optionally in another mode; see the
     module docstring)."""
+    config, text = read_config(config_path)
+    return start_job(with_mode(config, mode), config_path, text, options, progress, on_job, poll=poll)
+
+
+def start_job(config: Config, config_path: str, text: str, options: StartOptions | None = None,
+              progress: ProgressFn | None = None, on_job: JobProgressFn | None = None, *,
+              poll: float = POLL_S) -> StartResult:
+    """`start_slurm` of a Config already read from `config_path` (whose `text` gives errors their line; a
+    bench cell's is the file's, changed where the cell says)."""
     options = options or StartOptions()
     t0 = time.monotonic()
     if options.allow_partial:
         raise UsageError("start --allow-partial: a Slurm job's supervisors are one step, on all its nodes or none")
-    config, text = read_config(config_path)
-    config = with_mode(config, mode)
 
     def planned(nodes: list[SlurmNode] | None) -> SlurmPlan:
         try:

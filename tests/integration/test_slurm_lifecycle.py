@@ -11,6 +11,7 @@ takes only its own run. The time-limited run starts with the module's first test
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -184,6 +185,20 @@ def test_each_mode_runs_to_finished(slurm_cluster: SlurmCluster, tmp_path: Path,
     res = cli(state_dir, "start", "--wait", str(hosts), timeout=240)
     assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-3000:])
     finished(slurm_cluster, state_dir, run_id_of(state_dir))
+
+
+def test_a_bench_cell_runs_through_the_same_start_and_stop(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                          state_dir: Path) -> None:
+    hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm={"nodes": 3, "workers": 2}, training=TRAINING)
+    out = tmp_path / "report"
+    res = cli(state_dir, "bench", str(hosts), "--modes", "between-graph", "--workers", "2", "--seconds", "3",
+              "--warmup", "1", "--out", str(out), timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    (cell,) = json.loads((out / "bench.json").read_text())["cells"]
+    assert cell["status"] == "ok" and cell["stopped_clean"] is True, cell.get("error")
+    assert set(cell["figures"]["per_worker_steps_per_s"]) == {"worker-0", "worker-1"}
+    job = records(state_dir)[0]["slurm"]["job_id"]
+    assert_nothing_left(slurm_cluster, cell["run_id"], job)
 
 
 def test_a_time_limit_fails_the_run(slurm_cluster: SlurmCluster,

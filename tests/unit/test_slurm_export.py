@@ -75,7 +75,7 @@ def test_export_of_bad_input_is_one_line_exit_2_and_no_script(tmp_path: Path, te
 def test_check_of_a_slurm_job_is_refused_and_start_says_why_slurm_refused(tmp_path: Path) -> None:
     (tmp_path / "hosts.toml").write_text(HOSTS)
     res = tfcluster("check", str(tmp_path / "hosts.toml"), home=tmp_path)
-    assert res.returncode == 2 and "slurm: `check` and `bench` do not run a [slurm] job yet" in res.stderr
+    assert res.returncode == 2 and "slurm: `check` does not probe a [slurm] job's nodes" in res.stderr
     assert not (tmp_path / ".local").exists()  # no run record
     # Here no Slurm answers (no SLURM_CONF): sbatch's own words, one line, exit 2, and a record that says so.
     res = tfcluster("start", str(tmp_path / "hosts.toml"), home=tmp_path)
