@@ -17,6 +17,7 @@ import paramiko
 
 from orchestrator.config.load import read_config, with_line
 from orchestrator.config.schema import Config, Mode, explicit_ssh
+from orchestrator.config.slurm_schema import option_name
 from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
@@ -55,7 +56,7 @@ def any_plan_file(path: str | Path, mode: Mode | None = None) -> ClusterPlan | S
     try:
         if config.slurm is None:
             return plan_config(config, source)
-        check_login(config, source)
+        check_start(config, source)
         return plan_slurm(config, source)
     except ConfigError as exc:
         raise with_line(exc, text) from None
@@ -66,9 +67,17 @@ def cluster_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
     return plan_slurm(config, source).plan if config.slurm is not None else plan_config(config, source)
 
 
-def check_login(config: Config, source: str) -> None:
-    """`[slurm] login` resolved as OpenSSH would (an unusable ssh config or identity is an error now)."""
-    login = config.slurm.login if config.slurm is not None else None
+def check_start(config: Config, source: str) -> None:
+    """What `start` of a [slurm] job needs beyond its layout (so `plan` refuses it too): no `--requeue`
+    (start submits with --no-requeue: a job Slurm requeued would start over behind its supervisors' backs),
+    and `login` resolved as OpenSSH would (an unusable ssh config or identity is an error now)."""
+    if config.slurm is None:
+        return
+    if any(option_name(word) == "--requeue" for word in config.slurm.sbatch_args):
+        raise ConfigError(source, "slurm.sbatch_args", "--requeue: `tfcluster start` submits with --no-requeue (a "
+                          "job Slurm requeued would start over behind its supervisors, which restart its tasks "
+                          "themselves); `tfcluster export slurm` keeps it")
+    login = config.slurm.login
     if login:
         try:
             resolve_ssh(login, config.ssh)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from orchestrator.config.load import read_config, with_line
 from orchestrator.config.schema import Config, Mode
 from orchestrator.errors import ConfigError, HostError, TfclusterError, UsageError
-from orchestrator.plan.from_file import check_login, with_mode
+from orchestrator.plan.from_file import check_start, with_mode
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.slurm import SlurmNode, SlurmPlan, plan_slurm
 from orchestrator.run import records
@@ -86,7 +86,7 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
 
     def planned(nodes: list[SlurmNode] | None) -> SlurmPlan:
         try:
-            check_login(config, config_path)
+            check_start(config, config_path)
             return plan_slurm(config, config_path, nodes)
         except ConfigError as exc:
             raise with_line(exc, text) from None

@@ -13,7 +13,9 @@ import pytest
 from rich.console import Console
 
 from orchestrator.config.schema import Config
-from orchestrator.errors import HostError
+from orchestrator.errors import ConfigError, HostError
+from orchestrator.plan.from_file import any_plan_file, slurm_plan_file
+from orchestrator.plan.sbatch import export_script
 from orchestrator.plan.slurm import SlurmNode, plan_slurm
 from orchestrator.run import records
 from orchestrator.run.slurm_batch import start_script
@@ -132,6 +134,16 @@ def test_the_record_keeps_the_job_and_the_plan_reaches_nodes_through_it() -> Non
     back = records.RunRecord.from_json(rec.to_json())
     assert back.slurm == records.SlurmJob("12") and back.plan.hosts == reached.hosts
     assert "slurm" not in records.RunRecord.from_json({**rec.to_json(), "slurm": None}).to_json()
+
+
+def test_start_and_plan_refuse_requeue_which_export_keeps(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text('[slurm]\nnodes = 1\nworkers = 1\nsbatch_args = ["--requeue"]\n')
+    with pytest.raises(ConfigError) as refused:
+        any_plan_file(hosts)
+    assert refused.value.one_line().startswith(f"{hosts}:4: slurm.sbatch_args: --requeue: `tfcluster start` "
+                                                "submits with --no-requeue")
+    assert "#SBATCH --requeue" in export_script(slurm_plan_file(hosts), str(hosts))
 
 
 def test_the_pending_job_is_one_line_per_change_without_a_terminal() -> None:
