@@ -51,8 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         return detach(run_dir, args.host, args.ready_timeout)
     if args.hand_over:
         forwarded = [name for name in args.forwarded.split(",") if name]
-        return detach(run_dir, args.host, args.ready_timeout, start=lambda layout, host, lock: hand_over(
-            layout, host, lock, go=args.go, forwarded=forwarded, timeout=args.ready_timeout))
+        return hand_over(run_dir, args.host, go=args.go, forwarded=forwarded, timeout=args.ready_timeout)
     if args.step:
         return serve_step(run_dir, args.host)
     return Supervisor(run_dir, args.host).serve()

@@ -19,19 +19,11 @@ import contextlib
 import os
 import sys
 import time
-from typing import TYPE_CHECKING
 
 from ..run.layout import RunLayout
 from .core import Supervisor
 from .files import read_json
 from .procfs import proc_pgid
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    # How the supervisor comes to life: (layout, host, the held lock fd) -> (its pid or None, the read
-    # end of the pipe its states come through).
-    Starter = Callable[[RunLayout, str, int], tuple["int | None", int]]
 
 
 def supervisor_lock(layout: RunLayout, host: str) -> int | None:
@@ -113,20 +105,26 @@ def _alive(pid: int) -> bool:
     return proc_pgid(pid) is not None
 
 
-def fork_supervisor(layout: RunLayout, host: str, lock: int) -> tuple[int | None, int]:
-    """Fork the supervisor into its own session; it keeps the lock (inherited) for as long as it lives.
-    Returns its pid and the read end of the pipe it pushes its states through."""
+def detach(run_dir: str, host: str, ready_timeout: float) -> int:
+    """Fork the supervisor into its own session, wait until it has spawned its tasks, report (see the
+    module docstring). Returns the launcher's exit code: 0 when a supervisor was started or found."""
+    layout = RunLayout(run_dir)
+    for d in layout.dirs():
+        os.makedirs(d, exist_ok=True)
+    lock = supervisor_lock(layout, host)
+    if lock is None:  # this run's supervisor already runs here (a retried launch): report that one
+        return report_existing(layout, host, ready_timeout)
     read_end, write_end = os.pipe()
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
-    if pid == 0:  # the supervisor
+    if pid == 0:  # the supervisor: it keeps the lock fd (inherited) for as long as it lives
         code = 1
         try:
             os.close(read_end)
             os.setsid()
             redirect_stdio(os.path.join(layout.logs, f"supervisor-{host}.log"))
-            code = Supervisor(layout.root, host, ready_fd=write_end).serve()
+            code = Supervisor(run_dir, host, ready_fd=write_end).serve()
         except BaseException:
             import traceback
 
@@ -135,29 +133,30 @@ def fork_supervisor(layout: RunLayout, host: str, lock: int) -> tuple[int | None
             os._exit(code)  # never return into the launcher's code (or run its exit handlers)
     os.close(write_end)
     os.close(lock)
-    return pid, read_end
+    return relay_and_report(layout, pid, read_end, ready_timeout)
 
 
-def detach(run_dir: str, host: str, ready_timeout: float, start: Starter = fork_supervisor) -> int:
-    """Start the supervisor (`start`: forked here, or handed over to the job step of a Slurm run:
-    training/supervisor/handover.py), wait until it has spawned its tasks, report (see the module
-    docstring). Returns the launcher's exit code: 0 when a supervisor was started or found."""
-    layout = RunLayout(run_dir)
-    for d in layout.dirs():
-        os.makedirs(d, exist_ok=True)
-    lock = supervisor_lock(layout, host)
-    if lock is None:  # this run's supervisor already runs here (a retried launch): report that one
-        started = time.monotonic()
-        pid = _existing_supervisor(layout, host, ready_timeout)
-        if pid is not None:
-            _emit([f"PID {pid}"])
-            _tasks_up(layout, host, ready_timeout - (time.monotonic() - started))
-    else:
-        pid, read_end = start(layout, host, lock)
-        if pid is not None:
-            _emit([f"PID {pid}"])
-            _relay(read_end, ready_timeout)
-        os.close(read_end)
+def report_existing(layout: RunLayout, host: str, ready_timeout: float) -> int:
+    """A supervisor another launch started: its pid, then its state files once every task runs."""
+    started = time.monotonic()
+    pid = _existing_supervisor(layout, host, ready_timeout)
+    if pid is not None:
+        _emit([f"PID {pid}"])
+        _tasks_up(layout, host, ready_timeout - (time.monotonic() - started))
+    return _final_report(layout, pid)
+
+
+def relay_and_report(layout: RunLayout, pid: int | None, read_end: int, ready_timeout: float) -> int:
+    """A supervisor that pushes its states through `read_end` (forked here, or the job step's of a Slurm
+    run: training/supervisor/handover.py): its pid, every state until every task runs, the state files."""
+    if pid is not None:
+        _emit([f"PID {pid}"])
+        _relay(read_end, ready_timeout)
+    os.close(read_end)
+    return _final_report(layout, pid)
+
+
+def _final_report(layout: RunLayout, pid: int | None) -> int:
     lines = []
     if os.path.isdir(layout.state):
         for name in sorted(os.listdir(layout.state)):

@@ -30,7 +30,8 @@ import time
 
 from ..run.layout import RunLayout
 from .core import Supervisor
-from .detach import redirect_stdio, supervisor_lock
+from .detach import redirect_stdio, relay_and_report, report_existing, supervisor_lock
+from .files import read_json
 
 FIFO_IN, FIFO_OUT = "handover.in", "handover.out"  # in the host's run dir
 GO_FILE = "go"  # in the batch node's run dir: the batch script starts the supervisors' step once it exists
@@ -38,12 +39,18 @@ STOPPED_EXIT = 75  # the step's exit when its supervisor was stopped (the batch 
 STEP_WAIT_S = 120.0  # how long a step's supervisor waits for its node's start command
 
 
-def hand_over(layout: RunLayout, host: str, lock: int, *, go: bool, forwarded: list[str],
-              timeout: float) -> tuple[int | None, int]:
-    """The start command's side (a detach.Starter): returns the supervisor's pid (None when none came
-    within `timeout`) and the FIFO its states come through."""
-    os.close(lock)  # the step's supervisor takes it
-    deadline = time.monotonic() + timeout
+def hand_over(run_dir: str, host: str, *, go: bool, forwarded: list[str], timeout: float) -> int:
+    """The start command's side (`--hand-over`): the launcher's exit code, 0 when the step's supervisor
+    came and took over. A retried launch finds that supervisor already running and reports it."""
+    layout = RunLayout(run_dir)
+    if read_json(layout.supervisor_state_file(host)) is not None:
+        return report_existing(layout, host, timeout)
+    pid, states = _meet(layout, go=go, forwarded=forwarded, deadline=time.monotonic() + timeout)
+    return relay_and_report(layout, pid, states, timeout)
+
+
+def _meet(layout: RunLayout, *, go: bool, forwarded: list[str], deadline: float) -> tuple[int | None, int]:
+    """The supervisor's pid (None when none came by `deadline`) and the FIFO its states come through."""
     _make_fifos(layout)
     states = os.open(os.path.join(layout.root, FIFO_OUT), os.O_RDONLY | os.O_NONBLOCK)
     if go:
@@ -89,8 +96,9 @@ def _read_line(fd: int, deadline: float) -> str:
     return got.decode("utf-8", "replace").strip()
 
 
-def serve_step(run_dir: str, host: str) -> int:
-    """The step's side: supervise this node's tasks in the foreground (see the module docstring)."""
+def serve_step(run_dir: str, host: str, wait: float = STEP_WAIT_S) -> int:
+    """The step's side: supervise this node's tasks in the foreground (see the module docstring), once the
+    start command has come (at most `wait` seconds)."""
     layout = RunLayout(run_dir)
     os.umask(0o077)
     lock = supervisor_lock(layout, host)
@@ -102,10 +110,10 @@ def serve_step(run_dir: str, host: str) -> int:
         os.setsid()  # as a forked supervisor: its own session and group, which `stop` may kill whole
     _make_fifos(layout)
     from_start = os.open(os.path.join(layout.root, FIFO_IN), os.O_RDONLY | os.O_NONBLOCK)
-    line = _read_line(from_start, time.monotonic() + STEP_WAIT_S)
+    line = _read_line(from_start, time.monotonic() + wait)
     os.close(from_start)
     if not line:
-        print(f"no hand-over from `tfcluster start` within {STEP_WAIT_S:g}s: not starting", flush=True)
+        print(f"no hand-over from `tfcluster start` within {wait:g}s: not starting", flush=True)
         return 1
     os.environ.update({str(k): str(v) for k, v in json.loads(line)["env"].items()})
     try:
