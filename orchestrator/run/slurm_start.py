@@ -123,7 +123,7 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
                 _failed(record, "start interrupted by the user" if interrupted else str(exc),
                         status="interrupted" if interrupted else "failed-to-start")
             if interrupted:
-                raise StartInterrupted(f"{exc or 'interrupted: start cancelled'}; {said}") from None
+                raise StartInterrupted(f"{str(exc) or 'interrupted: start cancelled'}; {said}") from None
             if isinstance(exc, HostError):
                 raise HostError(exc.host, exc.reason, f"{exc.detail}; {said}") from None
             raise

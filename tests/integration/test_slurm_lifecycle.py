@@ -12,6 +12,8 @@ takes only its own run. The time-limited run starts with the module's first test
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,6 +109,23 @@ def test_a_job_slurm_can_never_run_is_cancelled_and_refused(slurm_cluster: Slurm
         f"error: Slurm job {job} cannot run as written: pending with reason PartitionConfig (the partition, "
         "account or QOS does not allow what [slurm] asks); it was cancelled"), res.stderr
     assert records(state_dir)[0]["status"] == "failed-to-start"
+    assert slurm_cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""
+
+
+def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "hold.sh").write_text("#!/bin/sh\nsleep 120\n")
+    holder = slurm_cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
+    try:
+        with cli_process(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
+            job = job_of(state_dir)
+            wait_for(lambda: slurm_cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
+            os.kill(start.pid, signal.SIGINT)
+            _out, err = start.communicate(timeout=60)
+    finally:
+        slurm_cluster.run("scancel", holder)
+    assert start.returncode == 130, err[-2000:]
+    assert f"interrupted: start cancelled; Slurm job {job} cancelled and gone from squeue" in err, err[-2000:]
+    assert records(state_dir)[0]["status"] == "interrupted" and records(state_dir)[0]["slurm"]["state"] == "CANCELLED"
     assert slurm_cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""
 
 
