@@ -117,6 +117,8 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
                 h.name: {"launch": [*hand_over, *(["--go"] if h.name == facts.batch_host else [])]} for h in plan.hosts}
             return start_hosts(record, files, forward_env, options, progress, t0=t0, head_extra=head_extra)
         except BaseException as exc:
+            if _stopped_elsewhere(record.run_id):  # `tfcluster stop` from another terminal: its record stands
+                raise StartInterrupted(f"run {record.run_id} was stopped (tfcluster stop) while it started") from None
             said = cancel(record, CANCELLED_BY_START)
             interrupted = isinstance(exc, KeyboardInterrupt | StartInterrupted)
             if record.status == "starting":
@@ -146,6 +148,13 @@ def _wait_running(client: SlurmClient, job_id: str, on_job: JobProgressFn, poll:
             raise SlurmRefused(f"Slurm job {job_id} cannot run as written: pending with reason {facts.reason} "
                                "(the partition, account or QOS does not allow what [slurm] asks); it was cancelled")
         time.sleep(poll)
+
+
+def _stopped_elsewhere(run_id: str) -> bool:
+    try:
+        return records.load(run_id).status in ("stopped", "purged")
+    except UsageError:
+        return True  # `stop --purge` removed the record
 
 
 def _failed(record: records.RunRecord, note: str, status: records.RecordStatus = "failed-to-start") -> None:
