@@ -31,6 +31,7 @@ from orchestrator.transport.base import (
     Transport,
     shell_command,
 )
+from orchestrator.transport.base import remote_path as remote_path_quoted
 
 SRUN_ERROR = re.compile(r"srun: (?:error|fatal): (.*)")
 GONE = ("has expired", "Invalid job id", "already completed", "is pending execution", "Job has already finished")
@@ -63,10 +64,10 @@ class SrunTransport(ShellTransport):
             if exc.reason == "timeout":
                 self.cancel_step(name)
             raise
-        stderr = self._raise_srun_failure(result.exit_code, result.stderr)
+        stderr = self.command_stderr(result.exit_code, result.stderr)
         return CommandResult(self.host, command, result.exit_code, result.stdout, stderr, result.duration_s)
 
-    def _raise_srun_failure(self, exit_code: int | None, stderr: str) -> str:
+    def command_stderr(self, exit_code: int | None, stderr: str) -> str:
         """srun's own failure as a HostError: the step was cancelled under the command (the job ended while
         it ran), or it never started (the job has ended or not started yet: srun speaks first on stderr,
         `srun: error: ...`). Otherwise the command's own stderr, without srun's task-end lines."""
@@ -97,7 +98,7 @@ class SrunTransport(ShellTransport):
                 data = f.read()
         except OSError as exc:
             raise HostError(self.host, "ship", f"{local_path} -> {remote_path}: {exc}") from exc
-        target = shlex.quote(remote_path) if not remote_path.startswith("~/") else f'"$HOME"/{shlex.quote(remote_path[2:])}'
+        target = remote_path_quoted(remote_path)
         chmod = f' && chmod {mode:o} "$t"' if mode is not None else ""
         script = (f'p={target}; t="$p.tmp-{secrets.token_hex(4)}"\nmkdir -p -- "$(dirname -- "$p")" && cat > "$t"'
                   f'{chmod} && mv -f -- "$t" "$p" || {{ rm -f -- "$t"; exit 1; }}')

@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from orchestrator.run import records as records_api
+from orchestrator.transport.factory import transport_for
 from testkit.slurm import SlurmCluster
 from tests import requires
 from tests.helpers.waiting import wait_for
@@ -87,6 +89,15 @@ def test_stop_ends_the_tasks_then_the_job_and_leaves_nothing(
     res = cli(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2")))
     assert res.returncode == 0, res.stderr[-2000:]
     run_id, job = run_id_of(state_dir), job_of(state_dir)
+    node = transport_for(records_api.load(run_id).plan.hosts[0])  # a step of the job on n2, as every command
+    try:
+        failed = node.run(["sh", "-c", "echo oops >&2; exit 3"], timeout=30)
+        assert (failed.exit_code, failed.stderr) == (3, "oops\n")  # the command's words, without srun's
+        (tmp_path / "src").write_text("through the job\n")
+        node.put_file(str(tmp_path / "src"), str(tmp_path / "sub" / "copied"), mode=0o640)
+        assert (tmp_path / "sub" / "copied").read_text() == "through the job\n"
+    finally:
+        node.close()
     res = cli(state_dir, "stop", run_id)
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert f"Slurm job {job} cancelled and gone from squeue" in res.stdout, res.stdout

@@ -102,7 +102,7 @@ def test_slurm_end_states_are_run_states_with_their_reason(state: str, reason: s
 ])
 def test_sruns_own_failures_are_host_errors(stderr: str, reason: str) -> None:
     with pytest.raises(HostError) as raised:
-        SrunTransport("n2", "n2", "2", LocalTransport("here"))._raise_srun_failure(1, stderr)
+        SrunTransport("n2", "n2", "2", LocalTransport("here")).command_stderr(1, stderr)
     assert raised.value.reason == reason and raised.value.host == "n2"
 
 
@@ -113,7 +113,7 @@ def test_sruns_own_failures_are_host_errors(stderr: str, reason: str) -> None:
     (0, "a warning\n", "a warning\n"),
 ])
 def test_a_commands_own_stderr_is_kept_without_sruns_task_end_line(code: int, stderr: str, own: str) -> None:
-    assert SrunTransport("n2", "n2", "2", LocalTransport("here"))._raise_srun_failure(code, stderr) == own
+    assert SrunTransport("n2", "n2", "2", LocalTransport("here")).command_stderr(code, stderr) == own
 
 
 def test_scontrols_fields_and_the_job_as_a_line_says_it() -> None:
