@@ -63,6 +63,8 @@ from pathlib import Path
 import psutil
 
 from orchestrator.run.local_ports import free_port_block
+from orchestrator.run.slurm_job import ENDED as ENDED_STATES
+from orchestrator.run.slurm_job import parse_fields
 from testkit.sshd import toml_value
 from testkit.tools import find_tool, search_path
 
@@ -86,21 +88,6 @@ def slurm_available() -> str | None:
 
 def _tool(name: str) -> str:
     return find_tool(name, SLURM_PATH_ENV) or name
-
-
-def parse_fields(line: str) -> dict[str, str]:
-    """One record of `scontrol show ... -o` (`Key=value Key=value ...`) as a dict. Values with spaces
-    (a job's Command, a node's OS) keep only their first word: the fields tests read have none."""
-    fields: dict[str, str] = {}
-    for word in line.split():
-        key, sep, value = word.partition("=")
-        if sep and key not in fields:
-            fields[key] = value
-    return fields
-
-
-ENDED_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY",
-                "BOOT_FAIL", "DEADLINE")
 
 
 class SlurmCluster:
@@ -278,6 +265,11 @@ class SlurmCluster:
             time.sleep(0.2)
             fields = self.job(job_id)
         return fields
+
+    def node(self, name: str) -> dict[str, str]:
+        """`scontrol show node -o <name>` as fields ({} when Slurm does not know it)."""
+        res = self.run("scontrol", "show", "node", "-o", name)
+        return parse_fields(res.stdout) if res.returncode == 0 else {}
 
     def node_addresses(self) -> dict[str, str]:
         """NodeName -> NodeAddr, read from `scontrol show node -o` (as the plan reads them)."""

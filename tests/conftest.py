@@ -79,17 +79,17 @@ def state_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="session")
 def sshd_machines() -> Iterator[Callable[..., Machines]]:
-    """Factory: `sshd_machines(n, shared_workdir=True)` starts n fresh loopback machines (lazily: nothing
-    runs until called), sharing one workdir as an NFS home does unless `shared_workdir=False` (for tests
-    that need local disks: they say so).
+    """Factory: `sshd_machines(n, shared_workdir=True, home=None)` starts n fresh loopback machines (lazily:
+    nothing runs until called), sharing one workdir as an NFS home does unless `shared_workdir=False` (for
+    tests that need local disks: they say so); `home`: every session's HOME (bash reads its .bashrc).
 
     Every sshd started through it is killed at the end of the session."""
     missing = sshd.sshd_available()
 
-    def start(n: int, *, shared_workdir: bool = True) -> Machines:
+    def start(n: int, *, shared_workdir: bool = True, home: str | None = None) -> Machines:
         if missing:
             pytest.fail(missing)
-        return sshd.start_machines(n, shared_workdir=shared_workdir)
+        return sshd.start_machines(n, shared_workdir=shared_workdir, home=home)
 
     try:
         yield start

@@ -129,25 +129,28 @@ def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) 
     """Until Ctrl-C: a Rich live table of the run (`status --watch`), or with `as_json` one JSON line of
     the whole state per interval on stdout (`status --watch --json`, for scripts that follow a run)."""
     from orchestrator.monitor.collect import Collector
+    from orchestrator.monitor.slurm_watch import SlurmWatch
     from orchestrator.run import records
+    from orchestrator.run.slurm_end import opener_for
 
-    collector = Collector.for_record(records.resolve(run), interval).start()
+    record = records.resolve(run)
+    source = SlurmWatch.around(Collector.for_record(record, interval, opener_for(record)).start(), record)
     try:
         if as_json:
             while True:
-                print_json(collector.poll(), compact=True)
+                print_json(source.poll(), compact=True)
                 time.sleep(interval)
         from rich.console import Console
         from rich.live import Live
 
-        with Live(state_table(collector.poll()), console=Console(), refresh_per_second=4, transient=False) as live:
+        with Live(state_table(source.poll()), console=Console(), refresh_per_second=4, transient=False) as live:
             while True:
                 time.sleep(interval)
-                live.update(state_table(collector.poll()))
+                live.update(state_table(source.poll()))
     except KeyboardInterrupt:
         pass
     finally:
-        collector.close()
+        source.close()
 
 
 def restart_policy(record: RunRecord) -> RestartPolicy:
@@ -166,15 +169,19 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
     Its first frame comes from one read of every host (as `status`); the agents' streams take over."""
     from orchestrator.errors import UsageError
     from orchestrator.monitor.collect import Collector, CollectorActions
+    from orchestrator.monitor.slurm_watch import SlurmWatch
     from orchestrator.monitor.status import fold, read_hosts
     from orchestrator.run import records
+    from orchestrator.run.slurm_end import opener_for
 
     record = records.resolve(run)
-    collector = Collector.for_record(record, interval)
+    opener = opener_for(record)
+    collector = Collector.for_record(record, interval, opener)
     now = time.time()
-    for name, seen in read_hosts(record).items():
+    for name, seen in read_hosts(record, opener=opener).items():
         fold(collector.state, name, seen, now)
     collector.start()
+    watched = SlurmWatch.around(collector, record)  # a Slurm run: its job's end too
     board = DashboardBoard(record)
     exporter = None
     try:
@@ -185,15 +192,15 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
                 exporter = PrometheusExporter(prometheus).start()
             except OSError as exc:
                 raise UsageError(f"--prometheus {prometheus}: cannot listen ({exc.strerror or exc})") from exc
-            source = exporter.wrap(collector)
+            source = exporter.wrap(watched)
         else:
-            source = collector
+            source = watched
         from tui.app import DashboardApp
 
         DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval,
                      restart_policy=restart_policy(record), open_tensorboard=board).run()
     finally:
         board.close()
-        collector.close()
+        watched.close()  # the collector with it
         if exporter is not None:
             exporter.close()

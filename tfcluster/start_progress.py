@@ -53,6 +53,18 @@ class StartProgress:
         self._counts[stage] = self._counts.get(stage, 0) + 1
         self._row(stage)
 
+    def job(self, job_id: str, said: str) -> None:
+        """A Slurm job's state while `start` waits for its nodes (`PENDING (Priority)`, `RUNNING`): a row of
+        its own on a terminal, else one line per change."""
+        console = self.progress.console
+        if not console.is_terminal:
+            console.print(f"Slurm job {job_id}: {said}", highlight=False, markup=False)
+            return
+        row = f"job {job_id}"
+        if row not in self._rows:
+            self._rows[row] = self.progress.add_task(said, host=row, total=1)
+        self.progress.update(self._rows[row], description=said, completed=int(said == "RUNNING"))
+
     def _row(self, stage: str) -> None:
         if stage not in self._rows:
             self._rows[stage] = self.progress.add_task(stage, host=f"{self.hosts} hosts", total=self.hosts)

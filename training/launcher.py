@@ -23,9 +23,9 @@ run is private from its first byte). Its parts:
    orchestrator stopped, died or was interrupted, at any moment, also in the middle of a file) ends this
    program with nothing started: it removes its half-written cache files and the run dir it made, and
    the run's directory too when no other host has one there.
-3. launch: exec `python -S -m <head's supervisor module> --detach` in `lib/` (the run marker is already in
-   this process's environment). It forks the supervisor and relays the task states the supervisor pushes
-   until every task runs (training/supervisor/detach.py).
+3. launch: exec `python -S -m <head's supervisor module> --detach` (or the head's `launch`: a Slurm run's
+   `--hand-over`) in `lib/` (the run marker is already in this process's environment). It forks the
+   supervisor and relays the task states it pushes until every task runs (training/supervisor/detach.py).
 
 Every cached file has the same fixed mtime (CACHED_MTIME): a program that rewrites one of its synced
 files in place (they are hard links into the cache) changes that mtime, so the next start finds the tree
@@ -186,7 +186,7 @@ def launch(head: dict[str, Any], run_dir: str, ready_timeout: str) -> None:
     if python.startswith("~/"):
         python = os.path.expanduser(python)
     os.chdir(os.path.join(run_dir, "lib"))
-    argv = [python, "-S", "-m", str(head["supervisor"]), "--detach", "--run-dir", run_dir,
+    argv = [python, "-S", "-m", str(head["supervisor"]), *head.get("launch", ["--detach"]), "--run-dir", run_dir,
             "--host", head["host"], "--ready-timeout", ready_timeout]
     try:
         os.execvp(python, argv)

@@ -21,18 +21,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from orchestrator.bench.cells import Cell
+from orchestrator.bench.cells import Cell, cell_config
 from orchestrator.bench.measures import Window, cell_figures, kill_figures
 from orchestrator.bench.report import CellResult
 from orchestrator.bench.samples import RecordingState
 from orchestrator.bench.scaling import advise, ps_ceiling
 from orchestrator.bench.spec import BenchSpec
+from orchestrator.config.load import read_config
 from orchestrator.errors import TfclusterError
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.status import read_run
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run.records import RunRecord
+from orchestrator.run.slurm_start import start_job
 from orchestrator.run.stop import stop as stop_run
 from training.run.roles import reports_progress
 
@@ -123,7 +125,11 @@ def _run(spec: BenchSpec, cell: Cell, plan: ClusterPlan, live: _Live, result: Ce
     deadline = time.monotonic() + spec.cell_timeout
     phase("start", 0, 1)
     options = launch.StartOptions(timeout=spec.cell_timeout, stop_grace=STOP_GRACE_S)
-    started = launch.start(plan, spec.hosts_file, options)
+    config, text = read_config(spec.hosts_file)
+    if config.slurm is not None:  # the cell's job is submitted, then started through it
+        started = start_job(cell_config(spec, config, cell), spec.hosts_file, text, options)
+    else:
+        started = launch.start(plan, spec.hosts_file, options)
     live.record = started.record
     result.run_id = started.record.run_id
     collector = live.collector = Collector.for_record(started.record, interval=INTERVAL_S)

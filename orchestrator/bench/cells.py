@@ -3,8 +3,10 @@
 A cell's cluster is the user's hosts.toml, changed only where the bench says so, then planned by the real
 planner (orchestrator.plan.from_file.plan_config), so every rule of a normal `start` holds:
 - workers: the first N worker tasks hosts.toml lists (hosts in file order, a host's `gpus`/`workers` in
-  order); a host left without a task is dropped (nothing starts there);
-- mode: `[cluster] mode`; multi-worker-mirrored has no parameter server, so `ps` roles are dropped;
+  order); a host left without a task is dropped (nothing starts there); a [slurm] job's `workers` = N, on
+  no more nodes than it then has tasks;
+- mode: `[cluster] mode`; multi-worker-mirrored has no parameter server, so `ps` roles are dropped (a
+  [slurm] job's `ps` = 0);
 - training: the model, its arguments and batch size the bench was given; `steps` (a huge number when the
   cell is timed in seconds: the bench stops it); `slowdown` from the variant and `--pace`.
 Variants: `baseline` always; `straggler` (with --straggler) and `kill` (with --kill) when the cell has
@@ -21,8 +23,9 @@ from orchestrator.config.modes import Mode
 from orchestrator.config.schema import Config, HostConfig
 from orchestrator.errors import UsageError
 from orchestrator.plan.build import TRAINING_CHIEF_MODES
-from orchestrator.plan.from_file import plan_config
+from orchestrator.plan.from_file import cluster_plan
 from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.slurm import job_counts
 
 Variant = Literal["baseline", "straggler", "kill"]
 ENDLESS_STEPS = 1_000_000_000  # a cell timed in seconds runs until the bench stops it
@@ -45,6 +48,8 @@ class Cell:
 
 def listed_workers(config: Config) -> int:
     """Worker tasks hosts.toml gives: one per listed GPU, else `workers` (default 1) per worker host."""
+    if config.slurm is not None:
+        return config.slurm.workers
     return sum(_worker_slots(h) for h in config.hosts if "worker" in h.roles)
 
 
@@ -75,7 +80,8 @@ def worker_counts(spec: BenchSpec, config: Config) -> tuple[int, ...]:
 def has_task(config: Config, mode: Mode, workers: int, task: TaskRef) -> bool:
     if task.job == "worker":
         return task.index < workers
-    return mode in TRAINING_CHIEF_MODES and any("chief" in h.roles for h in config.hosts) and task.index == 0
+    chief = bool(config.slurm.chief) if config.slurm is not None else any("chief" in h.roles for h in config.hosts)
+    return mode in TRAINING_CHIEF_MODES and chief and task.index == 0
 
 
 def cells(spec: BenchSpec, config: Config) -> list[Cell]:
@@ -94,6 +100,8 @@ def cells(spec: BenchSpec, config: Config) -> list[Cell]:
 
 def with_workers(config: Config, n: int) -> Config:
     """The first `n` worker tasks of hosts.toml; hosts left with no role are dropped."""
+    if config.slurm is not None:
+        return config.model_copy(update={"slurm": config.slurm.model_copy(update={"workers": n})})
     hosts: list[HostConfig] = []
     left = n
     for h in config.hosts:
@@ -115,12 +123,22 @@ def with_workers(config: Config, n: int) -> Config:
 
 
 def without_ps(config: Config) -> Config:
+    if config.slurm is not None:
+        return config.model_copy(update={"slurm": config.slurm.model_copy(update={"ps": 0})})
     hosts = []
     for h in config.hosts:
         roles = [r for r in h.roles if r != "ps"]
         if roles:
             hosts.append(h.model_copy(update={"roles": roles}))
     return config.model_copy(update={"hosts": hosts})
+
+
+def fit_nodes(config: Config) -> Config:
+    """A [slurm] job on no more nodes than it has tasks (Slurm gives every node of a step one)."""
+    if config.slurm is None:
+        return config
+    tasks = sum(job_counts(config, "hosts.toml").values())
+    return config.model_copy(update={"slurm": config.slurm.model_copy(update={"nodes": min(config.slurm.nodes, tasks)})})
 
 
 def slowdown_for(spec: BenchSpec, plan_trainers: list[str], variant: Variant) -> dict[str, float]:
@@ -133,7 +151,7 @@ def slowdown_for(spec: BenchSpec, plan_trainers: list[str], variant: Variant) ->
 
 def trainer_names(config: Config, mode: Mode) -> list[str]:
     """The tasks `slowdown` can slow in this mode: workers, and the chief where it trains."""
-    plan = plan_config(config)
+    plan = cluster_plan(config)
     return [t.name for t in plan.tasks if t.job == "worker" or (t.job == "chief" and mode in TRAINING_CHIEF_MODES)]
 
 
@@ -142,6 +160,7 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
     config = config.model_copy(update={"cluster": config.cluster.model_copy(update={"mode": cell.mode})})
     if cell.mode == "multi-worker-mirrored":
         config = without_ps(config)
+    config = fit_nodes(config)
     training: dict[str, Any] = {"steps": spec.steps if spec.steps is not None else ENDLESS_STEPS}
     if spec.model is not None and spec.model != config.training.model:
         training["model"] = spec.model
@@ -160,4 +179,4 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
 
 def cell_plan(spec: BenchSpec, base: Config, cell: Cell) -> ClusterPlan:
     """The cell's plan, through the real planner (ConfigError names the key it objects to)."""
-    return plan_config(cell_config(spec, base, cell), spec.hosts_file)
+    return cluster_plan(cell_config(spec, base, cell), spec.hosts_file)

@@ -24,8 +24,9 @@ from orchestrator.bench.scaling import nic_capacity_Bps
 from orchestrator.bench.spec import BenchSpec, check_spec
 from orchestrator.config.load import read_config
 from orchestrator.errors import ConfigError, TfclusterError, UsageError
-from orchestrator.plan.from_file import plan_config, plan_file
+from orchestrator.plan.from_file import any_plan_file, plan_config
 from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.slurm import SlurmPlan
 
 LINK_SECONDS = 3.0
 
@@ -61,9 +62,13 @@ class SilentListener:
 
 def plan_cells(spec: BenchSpec) -> tuple[str, list[tuple[Cell, ClusterPlan | ConfigError]], ClusterPlan]:
     """The cluster's name, each cell with its plan (or why it has none), and hosts.toml's own plan."""
-    base_plan = plan_file(spec.hosts_file)  # the file's errors, with its lines
+    planned_file = any_plan_file(spec.hosts_file)  # the file's errors, with its lines
+    base_plan = planned_file.plan if isinstance(planned_file, SlurmPlan) else planned_file
     config, _ = read_config(spec.hosts_file)
     check_spec(spec)
+    if config.slurm is not None and spec.measure_nic:
+        raise UsageError("--measure-nic measures the link between two hosts; a [slurm] job's nodes are known only "
+                         "once it runs: give --nic-gbps")
     planned: list[tuple[Cell, ClusterPlan | ConfigError]] = []
     for cell in cells(spec, config):
         try:

@@ -82,6 +82,9 @@ class RunFollower:
         if st.run_state == "stopped":
             return Ending("stopped", "stopped: what the run waits for was stopped for good")
         if st.run_state == "failed":
+            lost = sorted(t.name for t in tasks if t.state == "lost")
+            if lost:  # e.g. a Slurm node failed: what ran there is lost, and that is what the exit code says
+                return Ending("lost", f"failed: {', '.join(lost)} lost ({first_failure(tasks)})")
             return Ending("failed", f"failed: {first_failure(tasks)}")
         if st.run_state == "finished":
             return Ending("finished", "finished")

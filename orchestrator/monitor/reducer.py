@@ -78,6 +78,7 @@ class ClusterState:
         self.steps_per_s = 0.0
         self.run_state: RunState = "running"
         self.record_status: str | None = None  # the local run record's word, when there is one
+        self.slurm: dict[str, str] | None = None  # a Slurm run's job: {"job_id", "state", "reason"} (run.slurm_end)
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -244,6 +245,10 @@ class ClusterState:
             if worker is None:
                 worker = self.allreduce[name] = PsTraffic(name, ev.host)
             _measure(worker, ev.host, m, ev.t, t)
+
+    def note(self, t: float, text: str) -> None:
+        """An `info` line in the event log from outside the events (a Slurm job's end: monitor.slurm_watch)."""
+        self._log(t, "info", text)
 
     def _log(self, t: float, kind: str, text: str) -> None:
         """Add an entry in time order: a host's backlog replays older lines after newer ones of others."""

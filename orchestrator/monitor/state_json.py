@@ -49,4 +49,5 @@ def state_json(st: ClusterState) -> dict[str, Any]:
         "ps": [_traffic(p, True) for p in sorted(st.ps.values(), key=lambda p: p.name)],
         "allreduce": [_traffic(p, False) for p in sorted(st.allreduce.values(), key=lambda p: p.name)],
         "log": [{"t": e.t, "kind": e.kind, "text": e.text} for e in list(st.log)[-50:]],
+        **({"slurm": st.slurm} if st.slurm else {}),
     }

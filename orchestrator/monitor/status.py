@@ -11,14 +11,17 @@ that cannot be read makes its tasks `unreachable`, never "running" or "stopped".
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from typing import Any
+from typing import Any, cast
 
 from orchestrator.errors import HostError
 from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, TaskStateEvent, from_dict
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.task_state import RunState
+from orchestrator.monitor.views import run_state
 from orchestrator.plan.names import file_stem
-from orchestrator.run import records
+from orchestrator.run import records, slurm_end
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
@@ -105,8 +108,12 @@ def fold(st: ClusterState, name: str, seen: HostReading | HostError | None, now:
 
 
 def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> ClusterState:
-    """The run as one read of every host shows it, judged now. A run found finished or failed is
-    recorded so (what `ls` shows from then on)."""
+    """The run as one read of every host shows it, judged now; a Slurm run's job asked first (its nodes are
+    reached through it; once Slurm ended it, that end is the run's: run.slurm_end). A run found finished
+    or failed (or, by Slurm, stopped) is recorded so (what `ls` shows from then on)."""
+    job = slurm_end.look(record)
+    if job is not None:
+        opener = slurm_end.opener_for(record, job)
     readings = read_hosts(record, timeout=timeout, opener=opener)
     now = time.time()
     st = ClusterState.from_plan(record.plan, record.run_id, interval_s=READ_INTERVAL_S, now=now)
@@ -114,7 +121,24 @@ def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener
     for h in record.hosts:
         fold(st, h.name, readings.get(h.name), now)
     st.tick(now)
-    if st.run_state in ("finished", "failed") and record.status != st.run_state:
-        record.status = st.run_state
+    end = slurm_end.ended_run(record, job) if job is not None else None
+    if end is not None:
+        _ended_by_the_scheduler(st, end)
+    if job is not None:
+        st.slurm = {"job_id": job.job_id, "state": job.state, "reason": end.reason if end else job.reason}
+    ended_by_slurm = end is not None and st.run_state == "stopped"
+    if (st.run_state in ("finished", "failed") or ended_by_slurm) and record.status != st.run_state:
+        record.status = cast(records.RecordStatus, st.run_state)  # finished, failed or stopped
         records.save(record)
     return st
+
+
+def _ended_by_the_scheduler(st: ClusterState, end: slurm_end.RunEnd) -> None:
+    """The job has ended: nothing of it runs, and no supervisor will say more. Its tasks still up are lost
+    (and those `stop`ped by a node failure: Slurm ended them, not the run); the run's state is the job's."""
+    for name, t in list(st.tasks.items()):
+        if t.state != "exited" or (end.lost and t.stopped_by == "stop"):
+            st.tasks[name] = dataclasses.replace(t, state="lost", steps_per_s=None, examples_per_s=None)
+    st.counts = {state: sum(1 for t in st.tasks.values() if t.state == state) for state in st.counts}
+    st.run_state = cast(RunState, end.state) if end.state else run_state(st.tasks.values(), st.hosts.values(),
+                                                                         st.record_status)

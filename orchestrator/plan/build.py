@@ -44,8 +44,8 @@ from training.run.layout import host_module
 # Modes whose chief job is a separate client/coordinator on CPU; in the others the chief trains.
 CLIENT_CHIEF_MODES = ("in-graph", "parameter-server-strategy")
 TRAINING_CHIEF_MODES = ("between-graph", "multi-worker-mirrored")
-SLURM_NOT_YET = ("`start`, `check` and `bench` do not run a [slurm] job yet: `tfcluster plan` shows its layout and "
-                 "`tfcluster export slurm` writes an sbatch script that runs it")
+SLURM_NOT_YET = ("`check` does not probe a [slurm] job's nodes (they are known only once the job runs): `tfcluster "
+                 "plan` shows its layout, `tfcluster start` runs it")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from orchestrator.config.load import read_config, with_line
 from orchestrator.config.modes import Mode
 from orchestrator.config.schema import Config, explicit_ssh
+from orchestrator.config.slurm_schema import option_name
 from orchestrator.config.ssh_config import ResolvedSSH, load_ssh_config, resolve_ssh
 from orchestrator.errors import ConfigError
 from orchestrator.plan.build import build_plan
@@ -50,14 +51,41 @@ def slurm_plan_file(path: str | Path, nodes: list[SlurmNode] | None = None) -> S
         raise with_line(exc, text) from None
 
 
-def any_plan_file(path: str | Path) -> ClusterPlan | SlurmPlan:
-    """The plan of hosts.toml's [[hosts]], or of its [slurm] job."""
+def any_plan_file(path: str | Path, mode: Mode | None = None) -> ClusterPlan | SlurmPlan:
+    """The plan of hosts.toml's [[hosts]], or of its [slurm] job (optionally in another mode)."""
     source = str(path)
     config, text = read_config(path)
+    config = with_mode(config, mode)
     try:
-        return plan_slurm(config, source) if config.slurm is not None else plan_config(config, source)
+        if config.slurm is None:
+            return plan_config(config, source)
+        check_start(config, source)
+        return plan_slurm(config, source)
     except ConfigError as exc:
         raise with_line(exc, text) from None
+
+
+def cluster_plan(config: Config, source: str = "hosts.toml") -> ClusterPlan:
+    """The plan of an already validated Config, of its [[hosts]] or of its [slurm] job (in node indexes)."""
+    return plan_slurm(config, source).plan if config.slurm is not None else plan_config(config, source)
+
+
+def check_start(config: Config, source: str) -> None:
+    """What `start` of a [slurm] job needs beyond its layout (so `plan` refuses it too): no `--requeue`
+    (start submits with --no-requeue: a job Slurm requeued would start over behind its supervisors' backs),
+    and `login` resolved as OpenSSH would (an unusable ssh config or identity is an error now)."""
+    if config.slurm is None:
+        return
+    if any(option_name(word) == "--requeue" for word in config.slurm.sbatch_args):
+        raise ConfigError(source, "slurm.sbatch_args", "--requeue: `tfcluster start` submits with --no-requeue (a "
+                          "job Slurm requeued would start over behind its supervisors, which restart its tasks "
+                          "themselves); `tfcluster export slurm` keeps it")
+    login = config.slurm.login
+    if login:
+        try:
+            resolve_ssh(login, config.ssh)
+        except ConfigError as exc:
+            raise ConfigError(source, "slurm.login", exc.message, suggestion=exc.suggestion) from None
 
 
 def plan_config(config: Config, source: str = "hosts.toml") -> ClusterPlan:

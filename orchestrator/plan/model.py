@@ -18,7 +18,7 @@ from orchestrator.plan.names import task_name
 Job = Literal["chief", "ps", "worker"]
 JOBS: tuple[Job, ...] = get_args(Job)
 JOB_ORDER: tuple[Job, ...] = ("chief", "ps", "worker")  # TF_CONFIG lists jobs in this order
-Transport = Literal["ssh", "local"]
+Transport = Literal["ssh", "local", "slurm"]  # "slurm": a node reached through its job (transport/srun.py)
 
 
 class PlanDecodeError(ValueError):
@@ -63,6 +63,8 @@ class HostPlan:
     login_shell: bool = False  # [remote] login_shell: run tfcluster's commands under `$SHELL -l`
     dial_address: str = ""  # where the other machines reach it (an ssh alias's HostName), "" = address
     control_port: int = 0  # its supervisor's peer channel (training/supervisor/peers.py), 0 = none
+    job_id: str = ""  # transport "slurm": the Slurm job whose steps reach this node (address: its node name)
+    via: str = ""  # transport "slurm": the login host where srun runs, over [ssh]; "" = this machine
 
     @property
     def control(self) -> str:
@@ -216,5 +218,5 @@ def _host(raw: object) -> HostPlan:
         roles=tuple(str(r) for r in _list(h.get("roles", []), "roles")),
         tasks=tuple(str(n) for n in _list(h.get("tasks", []), "tasks")),
         dial_address=str(h.get("dial_address", "")), control_port=int(h.get("control_port", 0)),
-        login_shell=bool(h.get("login_shell", False)),
+        login_shell=bool(h.get("login_shell", False)), job_id=str(h.get("job_id", "")), via=str(h.get("via", "")),
     )

@@ -28,7 +28,7 @@ from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
 from orchestrator.run.port_check import PortsTaken, offer_count, plan_base, ports_to_try, refusal, replan
 from orchestrator.run.run_file import RunFiles
-from orchestrator.run.ship import file_sets
+from orchestrator.run.ship import FileSets, file_sets
 from orchestrator.run.start_host import HostOutcome, ProgressFn, StartContext, StartShard
 from orchestrator.run.start_shards import ShardedStart
 from orchestrator.run.stop import HostStop, stop_hosts
@@ -117,20 +117,38 @@ def start(
     t0 = time.monotonic()
     files = file_sets(plan.training.sync, os.path.dirname(os.path.abspath(config_path)), config_path)
     forward_env = forwarded_env(plan, config_path)  # before the record: a missing variable starts nothing
+    record = new_record(plan, config_path, options)
+    return start_hosts(record, files, forward_env, options, progress, opener, t0=t0)
+
+
+def new_record(plan: ClusterPlan, config_path: str, options: StartOptions) -> records.RunRecord:
+    """The run's record, saved (status `starting`) before anything runs anywhere."""
     run_id = records.new_run_id(plan.cluster_name, options.run_name)
     if records.exists(run_id):
         raise UsageError(f"run {run_id!r} already exists (stop/purge it or pick another --run name)")
-    created = time.time()
     record = records.RunRecord(
         run_id=run_id, config_path=os.path.abspath(config_path), cluster=plan.cluster_name, mode=plan.mode,
-        created=created, plan=plan,
-        hosts=[records.HostRecord(name=h.name, workdir=h.workdir, python=h.python) for h in plan.hosts],
-        start_pid=os.getpid(), start_machine=socket.gethostname(),
+        created=time.time(), plan=plan, hosts=host_records(plan), start_pid=os.getpid(),
+        start_machine=socket.gethostname(),
     )
     records.save(record)
+    return record
+
+
+def host_records(plan: ClusterPlan) -> list[records.HostRecord]:
+    return [records.HostRecord(name=h.name, workdir=h.workdir, python=h.python) for h in plan.hosts]
+
+
+def start_hosts(record: records.RunRecord, files: FileSets, forward_env: dict[str, str], options: StartOptions,
+                progress: ProgressFn | None = None, opener: Opener = transport_for, *, t0: float,
+                head_extra: dict[str, dict[str, object]] | None = None) -> StartResult:
+    """Prepare every host of the record's plan, then launch them all (the two phases above); on a failure or
+    Ctrl-C, stop what was launched. `head_extra`: more fields of a host's head frame (a Slurm run's
+    hand-over, orchestrator.run.slurm_start)."""
+    plan, run_id = record.plan, record.run_id
     # The supervisors sign their peer messages with a key of the run's own (training/supervisor/peers.py):
     # in the hosts' run.json (0600) only, never in the local record.
-    run_data: dict[str, Any] = {"run_id": run_id, "created": created,
+    run_data: dict[str, Any] = {"run_id": run_id, "created": record.created,
                                 "supervisor": {"grace": options.stop_grace, **options.supervisor},
                                 "channel_key": secrets.token_hex(32)}
     ctx = StartContext(
@@ -140,6 +158,7 @@ def start(
         progress=progress or (lambda host, phase, done, total: None),
         host_ports=ports_to_try(plan), free_from=plan_base(plan),
         free_count=offer_count(plan) if options.auto_ports else 0, forward_env=forward_env,
+        head_extra=head_extra or {},
     )
     hosts = list(plan.hosts)
     names = [h.name for h in hosts]

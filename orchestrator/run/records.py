@@ -87,6 +87,16 @@ class HostRecord:
 
 
 @dataclass
+class SlurmJob:
+    """A run whose machines are a Slurm job's nodes (orchestrator.run.slurm_start)."""
+
+    job_id: str
+    submit_host: str = ""  # where sbatch, squeue, scontrol and srun run: "" = this machine, else [slurm] login
+    state: str = ""  # Slurm's JobState when tfcluster last looked (PENDING, RUNNING, COMPLETED, TIMEOUT, ...)
+    reason: str = ""  # what ended or holds the job, as tfcluster says it from Slurm's words ("time limit")
+
+
+@dataclass
 class RunRecord:
     run_id: str
     config_path: str
@@ -100,6 +110,7 @@ class RunRecord:
     # The `start` process that wrote "starting": when it is gone, the start was interrupted.
     start_pid: int | None = None
     start_machine: str = ""
+    slurm: SlurmJob | None = None  # the run's Slurm job, if its machines are one
 
     def host(self, name: str) -> HostRecord:
         for h in self.hosts:
@@ -127,7 +138,7 @@ class RunRecord:
             "run_id": self.run_id, "config_path": self.config_path, "cluster": self.cluster, "mode": self.mode,
             "created": self.created, "plan": self.plan_json, "hosts": [vars(h).copy() for h in self.hosts],  # flat: no asdict deep copy
             "status": self.status, "notes": list(self.notes), "start_pid": self.start_pid,
-            "start_machine": self.start_machine,
+            "start_machine": self.start_machine, **({"slurm": vars(self.slurm).copy()} if self.slurm else {}),
         }
 
     @classmethod
@@ -143,7 +154,7 @@ class RunRecord:
                 cluster=summary.cluster, mode=summary.mode, created=summary.created,
                 plan=ClusterPlan.from_json(data["plan"]), hosts=[_host_record(h) for h in data["hosts"]],
                 status=summary.status, notes=[str(n) for n in data.get("notes", [])],
-                start_pid=summary.start_pid, start_machine=summary.start_machine,
+                start_pid=summary.start_pid, start_machine=summary.start_machine, slurm=_slurm_job(data.get("slurm")),
             )
         except PlanDecodeError as exc:
             raise RecordError(f"its plan: {exc}") from None
@@ -179,6 +190,7 @@ class RunSummary:
     status: RecordStatus
     start_pid: int | None
     start_machine: str
+    slurm: SlurmJob | None = None
 
     @property
     def shown_status(self) -> str:
@@ -207,7 +219,7 @@ class RunSummary:
                 mode=_text(data["mode"], "mode"), created=float(created),
                 hosts=tuple(_text(h.get("name"), "hosts.name") for h in hosts), status=cast(RecordStatus, status),
                 start_pid=start_pid if isinstance(start_pid, int) else None,
-                start_machine=str(data.get("start_machine", "")),
+                start_machine=str(data.get("start_machine", "")), slurm=_slurm_job(data.get("slurm")),
             )
         except KeyError as exc:
             raise RecordError(f"no {exc.args[0]!r} key") from None
@@ -217,6 +229,15 @@ def _text(value: object, key: str) -> str:
     if not isinstance(value, str):
         raise RecordError(f"`{key}` is {type(value).__name__}, not a string")
     return value
+
+
+def _slurm_job(raw: object) -> SlurmJob | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise RecordError("`slurm` is not an object")
+    return SlurmJob(job_id=_text(raw["job_id"], "slurm.job_id"), submit_host=_text(raw.get("submit_host", ""), "slurm"),
+                    state=_text(raw.get("state", ""), "slurm.state"), reason=_text(raw.get("reason", ""), "slurm.reason"))
 
 
 def _host_record(raw: object) -> HostRecord:

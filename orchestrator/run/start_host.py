@@ -88,6 +88,7 @@ class StartContext:
     free_count: int = 0
     replanned: bool = False  # the ports were re-planned after prepare: each host gets its new run.json at `go`
     forward_env: dict[str, str] = field(default_factory=dict)  # [training] forward_env: sent at `go`, never stored
+    head_extra: dict[str, dict[str, object]] = field(default_factory=dict)  # host -> more head fields (Slurm's hand-over)
 
 
 def frame(name: str, data: bytes) -> bytes:
@@ -136,6 +137,7 @@ class HostStart:
             if self.host.name in self.ctx.host_ports:
                 head.update(ports=self.ctx.host_ports[self.host.name], free_from=self.ctx.free_from,
                             free_count=self.ctx.free_count)
+            head.update(self.ctx.head_extra.get(self.host.name, {}))
             session.send(frame("head", json.dumps(head).encode()) + frame("run", self.ctx.run_file(self.host.name)))
             while True:
                 line = self._read(session, deadline, "prepare")

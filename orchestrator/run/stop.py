@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from orchestrator.run import records
+from orchestrator.run import records, slurm_end
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
@@ -59,9 +59,15 @@ def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float 
 def stop(record: records.RunRecord, *, grace: float = 10.0, timeout: float = 30.0, purge: bool = False,
          opener: Opener = transport_for) -> dict[str, HostStop]:
     """Stop the run everywhere, verify nothing of it remains; idempotent. Unreachable hosts are
-    reported in the result (ok=False, error) and the record keeps saying where the run may live."""
+    reported in the result (ok=False, error) and the record keeps saying where the run may live. A Slurm
+    run's job is then cancelled (run.slurm_end: its state and reason in the record)."""
+    job = slurm_end.look(record)
+    if job is not None:
+        opener = slurm_end.opener_for(record, job)
     result = stop_hosts(record, [h.name for h in record.hosts], grace=grace, timeout=timeout, purge=purge,
                         opener=opener)
+    if job is not None and not job.ended:
+        record.notes.append(slurm_end.cancel(record, slurm_end.STOPPED))
     if all(r.ok for r in result.values()):
         record.status = "purged" if purge else "stopped"
     records.save(record)

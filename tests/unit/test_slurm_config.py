@@ -131,12 +131,12 @@ def test_rules_that_need_the_mode_name_their_key_and_line(tmp_path: Path, mode: 
     assert fragment in err.message, err.message
 
 
-def test_start_check_and_bench_refuse_a_slurm_job_with_one_line(tmp_path: Path) -> None:
-    """Their entry, plan_file, refuses it: nothing can start half-way (`start` on Slurm is phase 2)."""
+def test_check_refuses_a_slurm_job_with_one_line(tmp_path: Path) -> None:
+    """Its entry, plan_file, refuses it (`start` and `bench` submit it: orchestrator.run.slurm_start)."""
     with pytest.raises(ConfigError) as info:
         plan_file(write(tmp_path, GOOD))
-    assert info.value.one_line().startswith(f"{tmp_path}/hosts.toml:4: slurm: `start`, `check` and `bench` do not "
-                                            "run a [slurm] job yet")
+    assert info.value.one_line().startswith(f"{tmp_path}/hosts.toml:4: slurm: `check` does not probe a [slurm] "
+                                            "job's nodes")
 
 
 def test_export_of_a_hosts_file_says_it_needs_slurm(tmp_path: Path) -> None:

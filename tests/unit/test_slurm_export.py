@@ -72,11 +72,17 @@ def test_export_of_bad_input_is_one_line_exit_2_and_no_script(tmp_path: Path, te
     assert len(res.stderr.strip().splitlines()) == 1 and fragment in res.stderr, res.stderr
 
 
-def test_start_of_a_slurm_job_is_refused_before_anything_starts(tmp_path: Path) -> None:
+def test_check_of_a_slurm_job_is_refused_and_start_says_why_slurm_refused(tmp_path: Path) -> None:
     (tmp_path / "hosts.toml").write_text(HOSTS)
-    res = tfcluster("start", str(tmp_path / "hosts.toml"), home=tmp_path)
-    assert res.returncode == 2 and "slurm: `start`, `check` and `bench` do not run a [slurm] job yet" in res.stderr
+    res = tfcluster("check", str(tmp_path / "hosts.toml"), home=tmp_path)
+    assert res.returncode == 2 and "slurm: `check` does not probe a [slurm] job's nodes" in res.stderr
     assert not (tmp_path / ".local").exists()  # no run record
+    # Here no Slurm answers (no SLURM_CONF): sbatch's own words, one line, exit 2, and a record that says so.
+    res = tfcluster("start", str(tmp_path / "hosts.toml"), home=tmp_path)
+    assert res.returncode == 2 and "sbatch refused the job: sbatch: " in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    record = json.loads(next((tmp_path / ".local" / "state" / "tfcluster" / "runs").glob("*.json")).read_text())
+    assert record["status"] == "failed-to-start" and "slurm" not in record
 
 
 def test_values_reach_the_script_inert(tmp_path: Path) -> None:

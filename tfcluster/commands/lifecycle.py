@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from orchestrator.config.modes import Mode
-from tfcluster.common import HostsFile, LatestRunId, console, load_plan, widen
+from tfcluster.common import HostsFile, LatestRunId, console, widen
 
 if TYPE_CHECKING:
     from orchestrator.monitor.reducer import ClusterState
@@ -60,19 +60,28 @@ def start(
     from rich.table import Table
 
     from orchestrator.errors import UsageError
+    from orchestrator.plan.from_file import any_plan_file
+    from orchestrator.plan.slurm import SlurmPlan
     from orchestrator.run import launch
     from tfcluster.live import open_dashboard
     from tfcluster.start_progress import StartProgress
 
     if wait and dash:
         raise UsageError("start: --wait and --dash both follow the run; choose one")
-    plan = load_plan(hosts_file, mode)
+    planned = any_plan_file(hosts_file, mode)
     options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run, auto_ports=auto_ports)
-    with StartProgress(console(stderr=True), len(plan.hosts)) as progress:
-        result = launch.start(plan, str(hosts_file), options, progress=progress.report)
+    count = len(planned.nodes if isinstance(planned, SlurmPlan) else planned.hosts)
+    with StartProgress(console(stderr=True), count) as progress:
+        if isinstance(planned, SlurmPlan):  # submit, wait for the nodes, start through the job
+            from orchestrator.run.slurm_start import start_slurm
+
+            result = start_slurm(str(hosts_file), options, progress.report, progress.job, mode=mode)
+        else:
+            result = launch.start(planned, str(hosts_file), options, progress=progress.report)
     record = result.record
     out = widen(console(), MIN_WIDTH)
-    table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode})")
+    job = f", Slurm job {record.slurm.job_id}" if record.slurm else ""
+    table = Table(header_style="bold", title=f"run {record.run_id} ({record.mode}{job})")
     for col in ("host", "tasks", "files uploaded", "supervisor pid", "state"):
         table.add_column(col)
     tasks_by_host: dict[str, list[str]] = {}
@@ -116,7 +125,8 @@ def _follow_to_the_end(record: RunRecord) -> int:
         step = "" if st.global_step is None else f"  step {st.global_step}{rate}"
         loss = "" if st.loss is None else f"  loss {st.loss:.4g}"
         tasks = ", ".join(f"{n} {s}" for s, n in sorted(st.counts.items()) if n)
-        line = f"{st.run_state}{step}{loss}  [{tasks}]"
+        job = f"  (Slurm job {st.slurm['job_id']}: {job_text(st.slurm)})" if st.slurm else ""
+        line = f"{st.run_state}{step}{loss}  [{tasks}]{job}"
         if line != last_line:
             console(stderr=True).print(f"[{time.monotonic() - t0:5.0f}s] {escape(line)}")
             last_line = line
@@ -137,6 +147,7 @@ def stop(
     from rich.table import Table
 
     from orchestrator.run import records
+    from orchestrator.run.slurm_job import ENDED
     from orchestrator.run.stop import stop as stop_run
 
     record = records.resolve(run)
@@ -157,8 +168,16 @@ def stop(
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
     widen(console(), MIN_WIDTH).print(table)
-    if not all(r.ok for r in result.values()):
+    cancelled = record.slurm is None or record.slurm.state in ENDED
+    if record.slurm is not None:
+        console().print(escape(record.notes[-1] if record.notes else f"Slurm job {record.slurm.job_id}"))
+    if not all(r.ok for r in result.values()) or not cancelled:
         raise typer.Exit(1)
+
+
+def job_text(job: dict[str, str]) -> str:
+    """`TIMEOUT: time limit`, `RUNNING`."""
+    return f"{job['state'] or 'unknown to Slurm'}" + (f": {job['reason']}" if job.get("reason") not in ("", "None") else "")
 
 
 def _state_text(t: TaskState) -> str:
@@ -188,6 +207,8 @@ def _print_status(st: ClusterState) -> None:
                       f"{t.restarts}{left}", str(t.pid or "-"))
     out = widen(console(), MIN_WIDTH)
     out.print(table)
+    if st.slurm:
+        out.print(f"Slurm job {st.slurm['job_id']}: {escape(job_text(st.slurm))}")
     for h in st.hosts.values():
         if h.error:
             out.print(f"host {h.name}: {escape(h.error)}")
@@ -233,12 +254,13 @@ def list_runs() -> None:
         console().print("no runs yet")
         return
     table = Table(header_style="bold")
-    for col in ("run", "cluster", "mode", "created", "hosts", "last known"):
+    for col in ("run", "cluster", "mode", "created", "hosts", "last known", "slurm job"):
         table.add_column(col)
     for r in known:
+        job = f"{r.slurm.job_id} {job_text(vars(r.slurm))}" if r.slurm else "-"
         table.add_row(escape(r.run_id), escape(r.cluster), escape(r.mode),
                       time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created)),
-                      escape(", ".join(r.hosts)), r.shown_status)
+                      escape(", ".join(r.hosts)), r.shown_status, escape(job))
     widen(console(), MIN_WIDTH).print(table)
 
 

@@ -49,6 +49,7 @@ def tensorboard(
     from orchestrator.results.board import Board
     from orchestrator.results.board_state import find_open
     from orchestrator.run import records
+    from orchestrator.run.slurm_end import opener_for
 
     record = records.resolve(run)
     already = find_open(record.run_id)
@@ -63,7 +64,7 @@ def tensorboard(
         console(stderr=True).print(f"{escape(problem)}; TensorBoard shows what was copied" if problem else
                   f"host {escape(host)}: reachable again")
 
-    board = Board(record, port=port, interval=interval, on_change=changed)
+    board = Board(record, port=port, interval=interval, on_change=changed, opener=opener_for(record))
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it ends
         try:
             board.open()
@@ -114,11 +115,12 @@ def pull(
     from orchestrator.results.pull import pull as pull_run
     from orchestrator.results.sources import KINDS, sources
     from orchestrator.run import records
+    from orchestrator.run.slurm_end import opener_for
 
     record = records.load(run)
     kinds = tuple(k for k, asked in zip(KINDS, (checkpoints, logs, summaries), strict=True) if asked) or KINDS
     target = dest if dest is not None else Path(record.run_id)
-    results = pull_run(record, target, kinds, on_host=_show_host)
+    results = pull_run(record, target, kinds, on_host=_show_host, opener=opener_for(record))
     if "checkpoints" in kinds:
         for source in sources(record, ("checkpoints",)):
             got = results.get(source.host)

@@ -27,7 +27,7 @@ from .files import read_json
 from .procfs import proc_pgid
 
 
-def _lock(layout: RunLayout, host: str) -> int | None:
+def supervisor_lock(layout: RunLayout, host: str) -> int | None:
     """An fd holding this host's supervisor lock for the run, or None when a live supervisor holds it.
     flock locks die with their last holder, so a crashed supervisor never blocks a new one."""
     import fcntl
@@ -41,7 +41,7 @@ def _lock(layout: RunLayout, host: str) -> int | None:
     return fd
 
 
-def _redirect_stdio(log_path: str) -> None:
+def redirect_stdio(log_path: str) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(null, 0)
@@ -113,38 +113,54 @@ def detach(run_dir: str, host: str, ready_timeout: float) -> int:
     layout = RunLayout(run_dir)
     for d in layout.dirs():
         os.makedirs(d, exist_ok=True)
-    lock = _lock(layout, host)
+    lock = supervisor_lock(layout, host)
     if lock is None:  # this run's supervisor already runs here (a retried launch): report that one
-        started = time.monotonic()
-        pid = _existing_supervisor(layout, host, ready_timeout)
-        if pid is not None:
-            _emit([f"PID {pid}"])
-            options = (read_json(layout.run_file) or {}).get("supervisor") or {}
-            _tasks_up(layout, host, ready_timeout - (time.monotonic() - started),
-                      float(options.get("settle", DEFAULTS["settle"])))
-    else:
-        read_end, write_end = os.pipe()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the supervisor: it keeps the lock fd (inherited) for as long as it lives
-            code = 1
-            try:
-                os.close(read_end)
-                os.setsid()
-                _redirect_stdio(os.path.join(layout.logs, f"supervisor-{host}.log"))
-                code = Supervisor(run_dir, host, ready_fd=write_end).serve()
-            except BaseException:
-                import traceback
+        return report_existing(layout, host, ready_timeout)
+    read_end, write_end = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the supervisor: it keeps the lock fd (inherited) for as long as it lives
+        code = 1
+        try:
+            os.close(read_end)
+            os.setsid()
+            redirect_stdio(os.path.join(layout.logs, f"supervisor-{host}.log"))
+            code = Supervisor(run_dir, host, ready_fd=write_end).serve()
+        except BaseException:
+            import traceback
 
-                traceback.print_exc()  # to the supervisor's log
-            finally:
-                os._exit(code)  # never return into the launcher's code (or run its exit handlers)
-        os.close(write_end)
-        os.close(lock)
+            traceback.print_exc()  # to the supervisor's log
+        finally:
+            os._exit(code)  # never return into the launcher's code (or run its exit handlers)
+    os.close(write_end)
+    os.close(lock)
+    return relay_and_report(layout, pid, read_end, ready_timeout)
+
+
+def report_existing(layout: RunLayout, host: str, ready_timeout: float) -> int:
+    """A supervisor another launch started: its pid, then its state files once every task runs."""
+    started = time.monotonic()
+    pid = _existing_supervisor(layout, host, ready_timeout)
+    if pid is not None:
+        _emit([f"PID {pid}"])
+        options = (read_json(layout.run_file) or {}).get("supervisor") or {}
+        _tasks_up(layout, host, ready_timeout - (time.monotonic() - started),
+                  float(options.get("settle", DEFAULTS["settle"])))
+    return _final_report(layout, pid)
+
+
+def relay_and_report(layout: RunLayout, pid: int | None, read_end: int, ready_timeout: float) -> int:
+    """A supervisor that pushes its states through `read_end` (forked here, or the job step's of a Slurm
+    run: training/supervisor/handover.py): its pid, every state until every task runs, the state files."""
+    if pid is not None:
         _emit([f"PID {pid}"])
         _relay(read_end, ready_timeout)
-        os.close(read_end)
+    os.close(read_end)
+    return _final_report(layout, pid)
+
+
+def _final_report(layout: RunLayout, pid: int | None) -> int:
     lines = []
     if os.path.isdir(layout.state):
         for name in sorted(os.listdir(layout.state)):

@@ -1,0 +1,245 @@
+"""A [slurm] run's life on the real three-node Slurm (testkit/slurm.py), through the CLI. Each mode with the
+built-in model and real TensorFlow runs to `finished` through `start --wait` (between-graph with every
+worker's rate in `dash --once --json` while it trains), its job COMPLETED and nothing of it left, the job id
+in `ls`. `stop` ends the tasks, verifies, cancels the job and leaves no process and no job. A job Slurm ends
+(`scancel` from outside, its node set DOWN, its time limit) becomes the run's state with Slurm's reason in
+`status`, and `start --wait` exits accordingly (1 stopped or failed, 3 lost): those runs are a plain program
+(what is under test is the job's end), one task on a node pinned by sbatch_args, so that a node set DOWN
+takes only its own run. The time-limited run starts with the module's first test, so that its minute
+(Slurm's least) passes while the others run; the last test waits for its end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.run import records as records_api
+from orchestrator.transport.factory import transport_for
+from testkit.slurm import SlurmCluster
+from tests import requires
+from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import cli, cli_process, kill_run, records, status_json
+from tests.integration.slurm_helpers import (
+    assert_nothing_left,
+    job_of,
+    run_id_of,
+    running,
+    settled,
+    slurm_env,
+)
+from tests.integration.test_user_programs import dash_json, until_rates
+
+pytestmark = pytest.mark.integration
+requires.tensorflow()
+__all__ = ["slurm_env"]  # the module's fixture: the CLI talks to the test cluster
+
+LOOP = "import time\nfor i in range(10**6):\n    print(f'step {i}', flush=True)\n    time.sleep(0.2)\n"
+
+
+def one_node_run(cluster: SlurmCluster, where: Path, node: str, **slurm: object) -> Path:
+    """A [slurm] file for LOOP, one task on `node`."""
+    (where / "loop.py").write_text(LOOP)
+    return cluster.hosts_toml(
+        where / "hosts.toml", mode="multi-worker-mirrored",
+        slurm={"nodes": 1, "workers": 1, "sbatch_args": [f"--nodelist={node}"], **slurm},
+        training={"command": "{python} loop.py", "sync": ["loop.py"], "progress_pattern": r"step (?P<step>\d+)"})
+
+
+def back_in_service(cluster: SlurmCluster, node: str) -> bool:
+    """Resume a node that is DOWN; True once Slurm says it is IDLE."""
+    state = cluster.node(node).get("State", "")
+    if "DOWN" in state:
+        cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    return state == "IDLE"
+
+
+def ended(state_dir: Path, run_id: str) -> dict[str, Any]:
+    st = status_json(state_dir, run_id)[1]
+    assert st["slurm"]["job_id"], st
+    return st
+
+
+@pytest.fixture(scope="module")
+def time_limited(slurm_env: None, slurm_cluster: SlurmCluster,
+                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """`start --wait` of a run with a one-minute time limit (Slurm's least) on n1, started by this module's
+    first test so that its minute passes while the others run; the last test waits for its end."""
+    where = tmp_path_factory.mktemp("timed")
+    state = where / "state"
+    with cli_process(state, "start", "--wait", str(one_node_run(slurm_cluster, where, "n1", time="1"))) as start:
+        try:
+            yield state, start
+        finally:
+            for record in records(state):
+                cli(state, "stop", record["run_id"], "--grace", "1")
+                kill_run(record["run_id"])
+
+
+def test_stop_ends_the_tasks_then_the_job_and_leaves_nothing(
+        slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path,
+        time_limited: tuple[Path, subprocess.Popen[str]]) -> None:
+    res = cli(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2")))
+    assert res.returncode == 0, res.stderr[-2000:]
+    run_id, job = run_id_of(state_dir), job_of(state_dir)
+    node = transport_for(records_api.load(run_id).plan.hosts[0])  # a step of the job on n2, as every command
+    try:
+        failed = node.run(["sh", "-c", "echo oops >&2; exit 3"], timeout=30)
+        assert (failed.exit_code, failed.stderr) == (3, "oops\n")  # the command's words, without srun's
+        sent = node.run_shell(f"cat > {tmp_path / 'copied'}", timeout=30, stdin=b"through the job\n")
+        assert sent.ok and (tmp_path / "copied").read_text() == "through the job\n"  # stdin reaches the step
+    finally:
+        node.close()
+    res = cli(state_dir, "stop", run_id)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert f"Slurm job {job} cancelled and gone from squeue" in res.stdout, res.stdout
+    assert_nothing_left(slurm_cluster, run_id, job)
+    st = ended(state_dir, run_id)
+    assert st["state"] == "stopped" and st["slurm"] == {"job_id": job, "state": "CANCELLED",
+                                                        "reason": "stopped by tfcluster"}, st
+    assert f"{job} CANCELLED: stopped by tfcluster" in cli(state_dir, "ls").stdout
+
+
+def test_a_job_slurm_can_never_run_is_cancelled_and_refused(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                            state_dir: Path) -> None:
+    """Four nodes from a partition of three: Slurm keeps it pending with reason PartitionConfig for ever."""
+    hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm={"nodes": 4, "workers": 4},
+                                     mode="multi-worker-mirrored", training={"command": "{python} -c pass"})
+    res = cli(state_dir, "start", str(hosts))
+    assert res.returncode == 2, res.stderr
+    job = job_of(state_dir)
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"error: Slurm job {job} cannot run as written: pending with reason PartitionConfig (the partition, "
+        "account or QOS does not allow what [slurm] asks); it was cancelled"), res.stderr
+    assert records(state_dir)[0]["status"] == "failed-to-start"
+    assert slurm_cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""
+
+
+def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+    (tmp_path / "hold.sh").write_text("#!/bin/sh\nsleep 120\n")
+    holder = slurm_cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
+    try:
+        with cli_process(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
+            job = job_of(state_dir)
+            wait_for(lambda: slurm_cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
+            os.kill(start.pid, signal.SIGINT)
+            _out, err = start.communicate(timeout=60)
+    finally:
+        slurm_cluster.run("scancel", holder)
+    assert start.returncode == 130, err[-2000:]
+    assert f"interrupted: start cancelled; Slurm job {job} cancelled and gone from squeue" in err, err[-2000:]
+    assert records(state_dir)[0]["status"] == "interrupted" and records(state_dir)[0]["slurm"]["state"] == "CANCELLED"
+    assert slurm_cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""
+
+
+def test_scancel_from_outside_stops_the_run(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+    with cli_process(state_dir, "start", "--wait", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
+        job = job_of(state_dir)
+        wait_for(lambda: running(state_dir), 60, "the run to start", interval=0.2)
+        assert slurm_cluster.run("scancel", job).returncode == 0
+        _out, err = start.communicate(timeout=60)
+    assert start.returncode == 1, err[-2000:]
+    assert f"(Slurm job {job}: CANCELLED: cancelled outside tfcluster (scancel))" in err, err[-2000:]
+    st = ended(state_dir, run_id_of(state_dir))
+    assert st["state"] == "stopped" and st["slurm"]["reason"] == "cancelled outside tfcluster (scancel)", st
+    assert_nothing_left(slurm_cluster, run_id_of(state_dir), job)
+
+
+def test_a_node_set_down_loses_its_tasks(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+    with cli_process(state_dir, "start", "--wait", str(one_node_run(slurm_cluster, tmp_path, "n3"))) as start:
+        job = job_of(state_dir)
+        wait_for(lambda: running(state_dir), 60, "the run to start", interval=0.2)
+        try:
+            down = slurm_cluster.run("scontrol", "update", "NodeName=n3", "State=DOWN", "Reason=tfcluster-test")
+            assert down.returncode == 0, down.stderr
+            _out, err = start.communicate(timeout=60)
+        finally:
+            wait_for(lambda: back_in_service(slurm_cluster, "n3"), 60, "n3 idle again", interval=0.5)
+    assert start.returncode == 3, err[-2000:]  # lost: Slurm ended its tasks with the node
+    st = ended(state_dir, run_id_of(state_dir))
+    assert st["state"] == "failed" and st["slurm"]["state"] == "NODE_FAIL", st
+    assert st["slurm"]["reason"] == "node failure (NodeDown)" and [t["state"] for t in st["tasks"]] == ["lost"], st
+    assert_nothing_left(slurm_cluster, run_id_of(state_dir), job)
+
+
+TRAINING = {"model": "mlp", "batch_size": 32, "progress_interval": 0.5, "checkpoint_every_secs": 3600.0}
+# (mode, [slurm] counts, steps): as few nodes, tasks and steps as show the mode working.
+MODES = [
+    ("in-graph", {"nodes": 3, "workers": 2}, 60),
+    ("multi-worker-mirrored", {"nodes": 2, "workers": 2}, 40),
+    ("parameter-server-strategy", {"nodes": 3, "workers": 2}, 60),
+]
+
+
+def finished(cluster: SlurmCluster, state_dir: Path, run_id: str) -> dict[str, Any]:
+    code, st = settled(state_dir, run_id)
+    assert code == 0 and st["state"] == "finished", st
+    assert st["slurm"]["state"] == "COMPLETED", st["slurm"]
+    assert all(t["state"] == "exited" and not t["failed"] for t in st["tasks"]), st["tasks"]
+    assert_nothing_left(cluster, run_id, st["slurm"]["job_id"])
+    return st
+
+
+def test_between_graph_shows_every_workers_rate_and_finishes(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                              state_dir: Path) -> None:
+    hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm={"nodes": 3, "workers": 2},
+                                     training={**TRAINING, "steps": 3000})
+    with cli_process(state_dir, "start", "--wait", str(hosts)) as start:
+        wait_for(lambda: running(state_dir), 120, "the run to start", interval=0.5)
+        run_id = run_id_of(state_dir)
+        steps = slurm_cluster.run("squeue", "-h", "-s", "-o", "%j %N").stdout.split("\n")
+        assert "tfcluster-supervisors n[1-3]" in steps, steps  # one step, on every node
+        tasks = until_rates(state_dir, run_id, {"worker-0", "worker-1"})
+        assert {tasks[n]["host"] for n in ("worker-0", "worker-1")} == {"n2", "n3"}  # ps:0 on n1, as the resolver
+        _out, err = start.communicate(timeout=180)
+    assert start.returncode == 0, err[-3000:]
+    assert "Slurm job" in err and "RUNNING" in err  # its state while start waited, one line per change
+    st = finished(slurm_cluster, state_dir, run_id)
+    listed = cli(state_dir, "ls").stdout
+    assert f"{st['slurm']['job_id']} COMPLETED" in listed, listed
+
+
+@pytest.mark.parametrize(("mode", "counts", "steps"), MODES, ids=[m[0] for m in MODES])
+def test_each_mode_runs_to_finished(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path, mode: str,
+                                    counts: dict[str, int], steps: int) -> None:
+    hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm=counts, mode=mode,
+                                     training={**TRAINING, "steps": steps})
+    res = cli(state_dir, "start", "--wait", str(hosts), timeout=240)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-3000:])
+    finished(slurm_cluster, state_dir, run_id_of(state_dir))
+
+
+def test_a_bench_cell_runs_through_the_same_start_and_stop(slurm_cluster: SlurmCluster, tmp_path: Path,
+                                                          state_dir: Path) -> None:
+    hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm={"nodes": 3, "workers": 2}, training=TRAINING)
+    out = tmp_path / "report"
+    res = cli(state_dir, "bench", str(hosts), "--modes", "between-graph", "--workers", "2", "--seconds", "3",
+              "--warmup", "1", "--out", str(out), timeout=240)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    (cell,) = json.loads((out / "bench.json").read_text())["cells"]
+    assert cell["status"] == "ok" and cell["stopped_clean"] is True, cell.get("error")
+    assert set(cell["figures"]["per_worker_steps_per_s"]) == {"worker-0", "worker-1"}
+    job = records(state_dir)[0]["slurm"]["job_id"]
+    assert_nothing_left(slurm_cluster, cell["run_id"], job)
+
+
+def test_a_time_limit_fails_the_run(slurm_cluster: SlurmCluster,
+                                    time_limited: tuple[Path, subprocess.Popen[str]]) -> None:
+    state, start = time_limited
+    _out, err = start.communicate(timeout=150)
+    assert start.returncode == 1, err[-2000:]
+    run_id = run_id_of(state)
+    st = ended(state, run_id)
+    assert st["state"] == "failed" and st["slurm"]["state"] == "TIMEOUT" and st["slurm"]["reason"] == "time limit", st
+    assert "(Slurm job" in err and "TIMEOUT: time limit)" in err, err[-2000:]
+    dash = dash_json(state, run_id)  # the dashboard says so too, from the run dirs read where it was submitted
+    job = st["slurm"]["job_id"]
+    assert dash["run_state"] == "failed" and f"Slurm job {job} TIMEOUT: time limit" in [e["text"] for e in dash["log"]]
+    assert_nothing_left(slurm_cluster, run_id, st["slurm"]["job_id"])
