@@ -14,7 +14,9 @@ global step), so it does not care how status judges a task. It promises:
   worker of the synchronous modes; and every task the policy waits for) is lost: its host unreachable for `window_s` (the liveness window),
   or its supervisor and processes gone, or never started; and when a host is lost and nothing the run
   waits for has moved (global step, a running waited-for task, a state) for two windows.
-So it never follows longer than two liveness windows after the last event it waits for.
+So it never follows longer than two liveness windows after the last event it waits for. A Slurm run's
+nodes are never judged lost while Slurm says their job runs or is ending: the job's end (time limit, a
+node failure...) says how the run ended (orchestrator/run/slurm_end.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.status import read_run
 from orchestrator.monitor.task_state import TaskState
 from orchestrator.run import records
+from orchestrator.run.slurm_job import ENDED
 from training.supervisor.policy import needed_for_the_run, waited_for
 
 LIVENESS_WINDOW_S = 10.0  # a host unreachable this long is lost (a stopped sshd, a dead machine)
@@ -44,10 +47,11 @@ class Seen:
     run_state: str
     tasks: list[TaskState]
     global_step: int | None
+    job_state: str | None = None  # a Slurm run's job as Slurm says it (RUNNING, COMPLETING, TIMEOUT...)
 
     @classmethod
     def of(cls, st: ClusterState) -> Seen:
-        return cls(st.run_state, list(st.tasks.values()), st.global_step)
+        return cls(st.run_state, list(st.tasks.values()), st.global_step, st.slurm["state"] if st.slurm else None)
 
 
 @dataclass(frozen=True)
@@ -82,13 +86,15 @@ class RunFollower:
         if st.run_state == "stopped":
             return Ending("stopped", "stopped: what the run waits for was stopped for good")
         if st.run_state == "failed":
-            lost = sorted(t.name for t in tasks if t.state == "lost")
-            if lost:  # e.g. a Slurm node failed: what ran there is lost, and that is what the exit code says
-                return Ending("lost", f"failed: {', '.join(lost)} lost ({first_failure(tasks)})")
+            gone = sorted(t.name for t in tasks if t.state == "lost")
+            if gone:  # e.g. a Slurm node failed: what ran there is lost, and that is what the exit code says
+                return Ending("lost", f"failed: {', '.join(gone)} lost ({first_failure(tasks)})")
             return Ending("failed", f"failed: {first_failure(tasks)}")
         if st.run_state == "finished":
             return Ending("finished", "finished")
         by_name = {t.name: t for t in tasks}
+        if st.job_state is not None and st.job_state not in ENDED:
+            return None  # Slurm says its job still runs (or is ending): its word on the nodes comes first
         lost = self._lost(tasks, now)
         waited_done = bool(self.waited) and all(
             n in by_name and by_name[n].final and by_name[n].exit_code == 0 for n in self.waited)

@@ -16,6 +16,7 @@ import time
 from typing import Any, cast
 
 from orchestrator.errors import HostError
+from orchestrator.monitor import slurm_watch
 from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, TaskStateEvent, from_dict
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.task_state import RunState
@@ -124,6 +125,7 @@ def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener
     end = slurm_end.ended_run(record, job) if job is not None else None
     if end is not None:
         _ended_by_the_scheduler(st, end)
+        slurm_watch.say(st, record, end)  # and its line in the event log, as the live dashboard shows it
     if job is not None:
         st.slurm = {"job_id": job.job_id, "state": job.state, "reason": end.reason if end else job.reason}
     ended_by_slurm = end is not None and st.run_state == "stopped"

@@ -196,8 +196,8 @@ def test_between_graph_shows_every_workers_rate_and_finishes(slurm_cluster: Slur
         run_id = run_id_of(state_dir)
         steps = slurm_cluster.run("squeue", "-h", "-s", "-o", "%j %N").stdout.split("\n")
         assert "tfcluster-supervisors n[1-3]" in steps, steps  # one step, on every node
-        tasks = until_rates(state_dir, run_id, {"worker-0", "worker-1"})
-        assert {tasks[n]["host"] for n in ("worker-0", "worker-1")} == {"n2", "n3"}  # ps:0 on n1, as the resolver
+        tasks = until_rates(state_dir, run_id, {"worker:0", "worker:1"})
+        assert {tasks[n]["host"] for n in ("worker:0", "worker:1")} == {"n2", "n3"}  # ps:0 on n1, as the resolver
         _out, err = start.communicate(timeout=180)
     assert start.returncode == 0, err[-3000:]
     assert "Slurm job" in err and "RUNNING" in err  # its state while start waited, one line per change
@@ -225,7 +225,7 @@ def test_a_bench_cell_runs_through_the_same_start_and_stop(slurm_cluster: SlurmC
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     (cell,) = json.loads((out / "bench.json").read_text())["cells"]
     assert cell["status"] == "ok" and cell["stopped_clean"] is True, cell.get("error")
-    assert set(cell["figures"]["per_worker_steps_per_s"]) == {"worker-0", "worker-1"}
+    assert set(cell["figures"]["per_worker_steps_per_s"]) == {"worker:0", "worker:1"}
     job = records(state_dir)[0]["slurm"]["job_id"]
     assert_nothing_left(slurm_cluster, cell["run_id"], job)
 
@@ -241,5 +241,5 @@ def test_a_time_limit_fails_the_run(slurm_cluster: SlurmCluster,
     assert "(Slurm job" in err and "TIMEOUT: time limit)" in err, err[-2000:]
     dash = dash_json(state, run_id)  # the dashboard says so too, from the run dirs read where it was submitted
     job = st["slurm"]["job_id"]
-    assert dash["run_state"] == "failed" and f"Slurm job {job} TIMEOUT: time limit" in [e["text"] for e in dash["log"]]
+    assert dash["state"] == "failed" and f"Slurm job {job} TIMEOUT: time limit" in [e["text"] for e in dash["log"]]
     assert_nothing_left(slurm_cluster, run_id, st["slurm"]["job_id"])
