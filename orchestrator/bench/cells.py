@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.bench.spec import BenchSpec, TaskRef
-from orchestrator.config.modes import Mode
+from orchestrator.config.modes import TRAINING_CHIEF_MODES, Mode
 from orchestrator.config.schema import Config, HostConfig
 from orchestrator.errors import UsageError
-from orchestrator.plan.build import TRAINING_CHIEF_MODES
 from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 
