@@ -47,14 +47,15 @@ def validate(config: Config, source: str = "hosts.toml", machines: Machines | No
     """`config` held to every rule and to this machine's facts, for a command that runs on `machines`.
     `source` names the file it came from: errors name it, and `sync` paths start in its directory (as
     `start` ships them). Errors carry key paths; orchestrator.config.load adds the lines."""
-    if machines == "hosts" and config.slurm is not None:
-        raise ConfigError(source, "slurm", SLURM_NOT_YET)
-    if machines == "slurm" and config.slurm is None:
-        raise ConfigError(source, "slurm", NO_SLURM)
     tasks = check_rules(config, source)
     ssh = resolve_hosts(config, source)
     sync_sources(config.training.sync, os.path.dirname(os.path.abspath(source)), source)
     check_forward_env(config.training.forward_env, source)
+    # Last: a file any command refuses is refused with the same line by every command.
+    if machines == "hosts" and config.slurm is not None:
+        raise ConfigError(source, "slurm", SLURM_NOT_YET)
+    if machines == "slurm" and config.slurm is None:
+        raise ConfigError(source, "slurm", NO_SLURM)
     dial = {name: r.hostname for name, r in ssh.resolved.items()}
     return ValidConfig(config, source, tasks, ssh.explicit, dial, tuple(plan_warnings(config, ssh, dial)))
 
