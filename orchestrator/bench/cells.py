@@ -130,9 +130,9 @@ def slowdown_for(spec: BenchSpec, plan_trainers: list[str], variant: Variant) ->
     return {k: v for k, v in slow.items() if v > 1.0}
 
 
-def trainer_names(config: Config, mode: Mode) -> list[str]:
+def trainer_names(config: Config, mode: Mode, source: str) -> list[str]:
     """The tasks `slowdown` can slow in this mode: workers, and the chief where it trains."""
-    plan = plan_config(config)
+    plan = plan_config(config, source)
     return [t.name for t in plan.tasks if t.job == "worker" or (t.job == "chief" and mode in TRAINING_CHIEF_MODES)]
 
 
@@ -153,7 +153,7 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
     training["checkpoint_every_steps"] = None
     training["checkpoint_every_secs"] = 3600.0
     config = config.model_copy(update={"training": config.training.model_copy(update=training)})
-    slowdown = slowdown_for(spec, trainer_names(config, cell.mode), cell.variant)
+    slowdown = slowdown_for(spec, trainer_names(config, cell.mode, spec.hosts_file), cell.variant)
     return config.model_copy(update={"training": config.training.model_copy(update={"slowdown": slowdown})})
 
 
