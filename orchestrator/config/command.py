@@ -84,7 +84,7 @@ def fill_command(template: str, source: str = "hosts.toml") -> str:
     return "".join(out)
 
 
-def placeholder_env(template: str) -> dict[str, str]:
+def placeholder_vars(template: str) -> dict[str, str]:
     """Each placeholder `template` uses -> the variable its reference reads: only those go into a task's
     environment ({ps_hosts} in every task's env would make the plan O(hosts^2))."""
     names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]

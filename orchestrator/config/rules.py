@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from orchestrator.config.command import fill_command, placeholder_env
+from orchestrator.config.command import fill_command, placeholder_vars
 from orchestrator.config.modes import CLIENT_CHIEF_MODES, TRAINING_CHIEF_MODES
 from orchestrator.config.schema import Config, Role
 from orchestrator.config.slurm_schema import SlurmSection
@@ -36,7 +36,7 @@ class Tasks:
     # the tasks on the allocation's nodes as SlurmClusterResolver does.
     seats: Mapping[Role, tuple[Seat, ...]] | None
     shell_text: str | None  # the user's `command`, every placeholder an inert reference (config.command)
-    command_vars: Mapping[str, str]  # each placeholder the command uses -> the variable its reference reads
+    placeholder_vars: Mapping[str, str]  # each placeholder the command uses -> the variable its reference reads
 
 
 def check_rules(config: Config, source: str) -> Tasks:
@@ -51,11 +51,11 @@ def check_rules(config: Config, source: str) -> Tasks:
     _check_model(config, source)
     command = config.training.command
     shell_text = None if command is None else fill_command(command, source)
-    command_vars = placeholder_env(command or "")
+    variables = placeholder_vars(command or "")
     _check_port_room(config, jobs, source)
     _check_slowdown(config, jobs, source)
     _check_backup_workers(config, jobs, source)
-    return Tasks(jobs, seats, shell_text, command_vars)
+    return Tasks(jobs, seats, shell_text, variables)
 
 
 def _check_hosts(config: Config, source: str) -> None:

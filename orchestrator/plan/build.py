@@ -114,7 +114,7 @@ def assemble_plan(valid: ValidConfig, machines: Sequence[Machine], slots: Slots,
             else:
                 command = ["/bin/sh", "-c", shell_text]
                 values = _placeholder_values(m, job, i, cluster_spec)
-                env.update({var: values[name] for name, var in valid.tasks.command_vars.items()})
+                env.update({var: values[name] for name, var in valid.tasks.placeholder_vars.items()})
             tasks.append(
                 TaskPlan(
                     job=job, index=i, host=m.name, address=m.dial_address, port=ports[(job, i)],
