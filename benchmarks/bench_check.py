@@ -25,7 +25,7 @@ from typing import Any
 
 from benchmarks.common import ROOT, busy_cpu_seconds, medians, publish
 from orchestrator.config.load import load_config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.run.check import local_tf_version, run_check
 from orchestrator.transport.factory import transport_for
 from testkit.sshd import Machines, start_machines, stop_all
@@ -41,7 +41,7 @@ def _hosts_files(machines: Machines, tmp: Path) -> dict[int, Path]:
 
 
 def _time_check(path: Path, busy: list[float] | None = None) -> float:
-    plan = build_plan(load_config(path), str(path))
+    plan = plan_config(load_config(path), str(path))
     busy0 = busy_cpu_seconds()
     started = time.perf_counter()
     report = run_check(plan, transport_for, timeout=60, orchestrator_tf=local_tf_version())

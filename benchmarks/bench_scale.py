@@ -45,9 +45,9 @@ MODES = {"sharded": None, "one process": "100000"}
 
 def _plan(hosts: int) -> Any:
     from orchestrator.config.schema import Config
-    from orchestrator.plan.build import build_plan
+    from orchestrator.plan.from_file import plan_config
 
-    return build_plan(Config.model_validate({
+    return plan_config(Config.model_validate({
         "cluster": {"name": "sim", "base_port": 30000},
         "hosts": [{"name": f"h{i:04d}", "address": f"10.{i // 250}.{i % 250}.1", "roles": ["ps", "worker"],
                    "workdir": "/scratch/tfcluster"} for i in range(hosts)],

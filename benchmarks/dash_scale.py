@@ -33,7 +33,7 @@ import psutil
 from orchestrator.config.load import load_config
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 from testkit import sshd
 from tui.app import DashboardApp
@@ -84,7 +84,7 @@ def prepare(machines: ManyAddressMachines, root: Path, seconds: float) -> tuple[
     """The plan, each host's run dir (its code dir and its agent FIFO) and the agents' spec file."""
     (root / "agent_relay.sh").write_text(RELAY)
     (root / "agent_relay.sh").chmod(0o755)
-    plan = build_plan(load_config(hosts_toml(machines, root / "hosts.toml")))
+    plan = plan_config(load_config(hosts_toml(machines, root / "hosts.toml")))
     run_dirs: dict[str, str] = {}
     spec: dict[str, Any] = {"hosts": {}, "ps": sorted(t.name for t in plan.tasks if t.job == "ps"), "seconds": seconds}
     for n, h in enumerate(plan.hosts):

@@ -2,7 +2,7 @@
 would run it (`python -m <HOST_PACKAGE>.task`, cwd = <run>/code, lib/ on PYTHONPATH, the plan's env +
 TFCLUSTER_RUN_DIR).
 
-The plan is a real ClusterPlan (orchestrator.plan.build_plan) of `local` hosts on 127.0.0.1; run.json is
+The plan is a real ClusterPlan (orchestrator.plan.from_file.plan_config) of `local` hosts on 127.0.0.1; run.json is
 written from it; `lib/` holds a copy of the `training` package under its name on the hosts (what the
 orchestrator ships). Every process
 leads its own process group and `stop()` kills the groups that are still alive: no orphan survives a test.
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.run.local_ports import free_port_block
 from training.run.layout import HOST_PACKAGE, file_stem
@@ -47,7 +47,7 @@ def local_plan(mode: str, *, ps: int = 2, workers: int = 2, training: Mapping[st
         "hosts": hosts,
         "training": dict(training or {}),
     })
-    return build_plan(config)
+    return plan_config(config)
 
 
 @dataclass

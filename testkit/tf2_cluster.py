@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run.local_ports import free_port_block
 
@@ -31,7 +31,7 @@ def tf2_plan(mode: str, *, workers: int = 2, ps: int = 0, chief: bool = False,
     hosts += [{"name": f"ps{i}", "roles": ["ps"]} for i in range(ps)]
     hosts.append({"name": "wk", "roles": ["worker"], "workers": workers})
     ports = (1 if chief else 0) + ps + workers + len(hosts)  # tasks, then each host's supervisor
-    return build_plan(Config.model_validate({
+    return plan_config(Config.model_validate({
         "cluster": {"name": "itest", "mode": mode, "base_port": free_port_block(ports)},
         "remote": {"python": python},
         "hosts": [{**h, "address": "127.0.0.1", "transport": "local"} for h in hosts],

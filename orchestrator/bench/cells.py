@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from orchestrator.bench.spec import BenchSpec, TaskRef
-from orchestrator.config.modes import Mode
+from orchestrator.config.modes import TRAINING_CHIEF_MODES, Mode
+from orchestrator.config.rules import slurm_job_counts
 from orchestrator.config.schema import Config, HostConfig
 from orchestrator.errors import UsageError
-from orchestrator.plan.build import TRAINING_CHIEF_MODES
 from orchestrator.plan.from_file import cluster_plan
 from orchestrator.plan.model import ClusterPlan
-from orchestrator.plan.slurm import job_counts
 
 Variant = Literal["baseline", "straggler", "kill"]
 ENDLESS_STEPS = 1_000_000_000  # a cell timed in seconds runs until the bench stops it
@@ -137,7 +136,7 @@ def fit_nodes(config: Config) -> Config:
     """A [slurm] job on no more nodes than it has tasks (Slurm gives every node of a step one)."""
     if config.slurm is None:
         return config
-    tasks = sum(job_counts(config, "hosts.toml").values())
+    tasks = sum(slurm_job_counts(config, "hosts.toml").values())
     return config.model_copy(update={"slurm": config.slurm.model_copy(update={"nodes": min(config.slurm.nodes, tasks)})})
 
 
@@ -149,9 +148,9 @@ def slowdown_for(spec: BenchSpec, plan_trainers: list[str], variant: Variant) ->
     return {k: v for k, v in slow.items() if v > 1.0}
 
 
-def trainer_names(config: Config, mode: Mode) -> list[str]:
+def trainer_names(config: Config, mode: Mode, source: str) -> list[str]:
     """The tasks `slowdown` can slow in this mode: workers, and the chief where it trains."""
-    plan = cluster_plan(config)
+    plan = cluster_plan(config, source)
     return [t.name for t in plan.tasks if t.job == "worker" or (t.job == "chief" and mode in TRAINING_CHIEF_MODES)]
 
 
@@ -173,7 +172,7 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
     training["checkpoint_every_steps"] = None
     training["checkpoint_every_secs"] = 3600.0
     config = config.model_copy(update={"training": config.training.model_copy(update=training)})
-    slowdown = slowdown_for(spec, trainer_names(config, cell.mode), cell.variant)
+    slowdown = slowdown_for(spec, trainer_names(config, cell.mode, spec.hosts_file), cell.variant)
     return config.model_copy(update={"training": config.training.model_copy(update={"slowdown": slowdown})})
 
 

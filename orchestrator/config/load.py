@@ -1,9 +1,10 @@
-"""hosts.toml text -> a validated `Config`; every failure becomes one ConfigError line a person can act on.
+"""hosts.toml -> a `ValidConfig` (`validate_file`); every failure becomes one ConfigError line a person can
+act on, with the file's line added here, in one place.
 
 The line names the file and line, the key path in the user's terms (`hosts[1].gpus`), what is wrong,
-and the nearest valid key or value. Schema errors are rewritten in TOML's terms by
-orchestrator.config.explain. This is the schema only: the rules a whole plan must hold, and the one
-entry from a file to a plan, are orchestrator.plan.from_file.plan_file.
+and the nearest valid key or value. The text is read and parsed here, checked against the schema (its
+errors rewritten in TOML's terms by orchestrator.config.explain), a `--mode` override applied, and the
+Config validated (orchestrator.config.validate). `load_config` stops at the schema.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from orchestrator.config.explain import schema_error
+from orchestrator.config.modes import Mode
 from orchestrator.config.schema import Config
 from orchestrator.config.toml_lines import find_line, parse_key_path
+from orchestrator.config.validate import Machines, ValidConfig, validate
 from orchestrator.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -26,6 +29,23 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 _TOML_POSITION = re.compile(r"^(?P<msg>.*?)\s*\(at (?:line (?P<line>\d+), column (?P<col>\d+)|end of document)\)$")
+
+
+def validate_file(path: str | Path, mode: Mode | None = None, machines: Machines | None = None) -> ValidConfig:
+    """hosts.toml at `path`, validated (optionally in another mode; for a command that runs only on
+    `machines`). Raises ConfigError with the file's line."""
+    config, text = read_config(path)
+    config = with_mode(config, mode)
+    try:
+        return validate(config, str(path), machines)
+    except ConfigError as exc:
+        raise with_line(exc, text) from None
+
+
+def with_mode(config: Config, mode: Mode | None) -> Config:
+    if mode is None or mode == config.cluster.mode:
+        return config
+    return config.model_copy(update={"cluster": config.cluster.model_copy(update={"mode": mode})})
 
 
 def load_config(path: str | Path) -> Config:

@@ -196,21 +196,3 @@ SSH_DEFAULTS = SSHOptions(
     keepalive=15,
     use_agent=True,
 )
-
-
-def explicit_ssh(config: Config, host: HostConfig) -> SSHOptions:
-    """What hosts.toml says for this host: [ssh] < [hosts.ssh]. Still-unset keys are filled from
-    ~/.ssh/config and then SSH_DEFAULTS by the transport, as OpenSSH does with command-line options."""
-    merged: dict[str, object] = {}
-    for layer in (config.ssh, host.ssh):
-        if layer is not None:
-            merged.update({k: v for k, v in layer.model_dump().items() if v is not None})
-    return SSHOptions.model_validate(merged)
-
-
-def host_python(config: Config, host: HostConfig) -> str:
-    return host.python or config.remote.python
-
-
-def host_workdir(config: Config, host: HostConfig) -> str:
-    return host.workdir or config.remote.workdir

@@ -1,11 +1,12 @@
 """A host's effective SSH settings: hosts.toml > ~/.ssh/config > SSH_DEFAULTS, as OpenSSH layers
 command-line options over its config file.
 
-hosts.toml's `[ssh]`/`[hosts.ssh]` values win (`orchestrator.config.explicit_ssh`); the host's `address`
+hosts.toml's `[ssh]`/`[hosts.ssh]` values win (`explicit_ssh`: what the plan keeps); the host's `address`
 is looked up as an alias in the ssh config file (HostName, User, Port, IdentityFile, ProxyJump,
 UserKnownHostsFile, StrictHostKeyChecking, ConnectTimeout, ServerAliveInterval, IdentitiesOnly); what
 is still unset comes from `SSH_DEFAULTS`. `ssh.config_file = "none"` disables the file (tests use it so
-they never read the developer's ~/.ssh).
+they never read the developer's ~/.ssh). `resolve_hosts` does this for every host of a hosts.toml, each
+file parsed once, and refuses two entries that are one machine once aliases are resolved.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.config.schema import SSH_DEFAULTS, SSHOptions
+from orchestrator.config.schema import SSH_DEFAULTS, Config, HostConfig, SSHOptions
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -55,6 +56,61 @@ class ResolvedSSH:
     def describe(self) -> str:
         via = "".join(f" via {j.user}@{j.hostname}:{j.port}" for j in self.proxy_jump)
         return f"{self.user}@{self.hostname}:{self.port}{via}"
+
+
+@dataclass(frozen=True)
+class HostsSSH:
+    """Every host's SSH settings, by host name."""
+
+    explicit: dict[str, SSHOptions]  # what hosts.toml says, every host: the plan keeps it
+    resolved: dict[str, ResolvedSSH]  # SSH hosts only: what OpenSSH would dial
+
+
+def explicit_ssh(config: Config, host: HostConfig) -> SSHOptions:
+    """What hosts.toml says for this host: [ssh] < [hosts.ssh]. Still-unset keys are filled from
+    ~/.ssh/config and then SSH_DEFAULTS by the transport, as OpenSSH does with command-line options."""
+    merged: dict[str, object] = {}
+    for layer in (config.ssh, host.ssh):
+        if layer is not None:
+            merged.update({k: v for k, v in layer.model_dump().items() if v is not None})
+    return SSHOptions.model_validate(merged)
+
+
+def resolve_hosts(config: Config, source: str) -> HostsSSH:
+    """Each host's settings; two [[hosts]] entries that are one machine as OpenSSH would dial them
+    (HostName, Port, ProxyJump) are refused: the plan would start twice the tasks on it."""
+    parsed: dict[str | None, paramiko.SSHConfig | None] = {}
+    out = HostsSSH({}, {})
+    seen: dict[tuple[str, int, tuple[tuple[str, int], ...]], int] = {}
+    for i, host in enumerate(config.hosts):
+        explicit = out.explicit[host.name] = explicit_ssh(config, host)
+        if host.transport != "ssh":
+            continue  # local hosts are this machine by definition: several may share it
+        try:
+            if explicit.config_file not in parsed:
+                parsed[explicit.config_file] = load_ssh_config(explicit.config_file)
+            r = out.resolved[host.name] = resolve_ssh(
+                host.address, explicit, ssh_config=parsed[explicit.config_file], load_config_file=False
+            )
+        except ConfigError as exc:  # the ssh config names no file; this error is about ours
+            key = exc.key if exc.key and exc.source == "hosts.toml" else f"hosts[{i}].address"
+            raise ConfigError(source, key, exc.message, suggestion=exc.suggestion) from None
+        endpoint = (r.hostname.lower(), r.port, tuple((j.hostname.lower(), j.port) for j in r.proxy_jump))
+        if endpoint in seen:
+            raise ConfigError(source, f"hosts[{i}].address", _same_machine(config, i, seen[endpoint], r))
+        seen[endpoint] = i
+    return out
+
+
+def _same_machine(config: Config, i: int, j: int, r: ResolvedSSH) -> str:
+    host, other = config.hosts[i], config.hosts[j]
+    address = host.address.strip().lower()
+    if address == other.address.strip().lower():
+        return (f"host `{host.name}` has the same SSH address and port ({address}:{r.port}) as `{other.name}` "
+                f"(hosts[{j}]); list each machine once and give it several tasks with `gpus` or `workers`")
+    return (f"host `{host.name}` (`{host.address}`) and `{other.name}` (`{other.address}`, hosts[{j}]) are the same "
+            f"machine once the ssh config is applied ({r.hostname}:{r.port}); list each machine once and give it "
+            "several tasks with `gpus` or `workers`")
 
 
 def _expand(path: str) -> str:

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 
-from orchestrator.plan.command import arg_env_name
+from orchestrator.config.command import arg_env_name
 from orchestrator.plan.model import JOB_ORDER, ClusterPlan, TaskPlan
 
 _HOST_LISTS = {"ps_hosts": "ps", "worker_hosts": "worker", "chief_host": "chief"}

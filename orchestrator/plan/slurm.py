@@ -1,5 +1,5 @@
-"""A `[slurm]` Config -> the ClusterPlan of its job, laid out as TensorFlow's SlurmClusterResolver lays out the
-same job counts. Pure: the allocation's nodes, when known, are given.
+"""A validated `[slurm]` Config -> the ClusterPlan of its job, laid out as TensorFlow's SlurmClusterResolver
+lays out the same job counts. Pure: the allocation's nodes, when known, are given.
 
 What the resolver does (tensorflow/python/distribute/cluster_resolver/slurm_cluster_resolver.py):
 - ranks (SLURM_PROCID) go to the jobs in sorted job-name order, chief, ps, worker (JOB_ORDER), each job's
@@ -21,7 +21,7 @@ parameter-server-strategy client run on the CPU (CUDA_VISIBLE_DEVICES="") and le
 
 Before the allocation exists the machines are node indexes: host `<node-K>` dialled at `<node-K-addr>`,
 placeholders that the exported script replaces with the K-th node's name and NodeAddr. After it,
-`plan_slurm(config, nodes=...)` takes the nodes' names and NodeAddr (`scontrol show node -o`), so node names
+`plan_slurm(valid, nodes=...)` takes the nodes' names and NodeAddr (`scontrol show node -o`), so node names
 need not resolve; each node is a HostPlan (address: its Slurm name, dial_address: its NodeAddr).
 """
 
@@ -31,12 +31,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.config.modes import CLIENT_CHIEF_MODES
 from orchestrator.config.schema import Config
 from orchestrator.config.slurm_schema import SlurmSection
-from orchestrator.errors import ConfigError
-from orchestrator.plan.build import CLIENT_CHIEF_MODES, Machine, Slot, Slots, assemble_plan
+from orchestrator.config.validate import ValidConfig
+from orchestrator.plan.build import Machine, Slot, Slots, assemble_plan
 from orchestrator.plan.model import JOB_ORDER, ClusterPlan, Job, TaskPlan
-from orchestrator.plan.rules import check_model_arguments, check_model_name, needs_ps, why_ps_needed
 
 NODE_NAME = "<node-{}>"  # placeholders before the allocation: replaced by the K-th node's name ...
 NODE_ADDR = "<node-{}-addr>"  # ... and its NodeAddr (orchestrator.plan.slurm_rank)
@@ -89,53 +89,21 @@ class SlurmPlan:
         }
 
 
-def job_counts(config: Config, source: str) -> dict[Job, int]:
-    """Tasks per TF job from `[slurm] ps, workers, chief` and the mode's rules (one line per problem)."""
-    slurm = config.slurm
-    assert slurm is not None
-    mode = config.cluster.mode
-    ps = slurm.ps
-    if mode == "multi-worker-mirrored" and ps:
-        raise ConfigError(source, "slurm.ps", "multi-worker-mirrored mode has no parameter server (the workers "
-                          "all-reduce their gradients): set ps = 0, or use mode \"parameter-server-strategy\"",
-                          suggestion="ps = 0")
-    if ps == 0 and needs_ps(config):
-        raise ConfigError(source, "slurm.ps", f"{why_ps_needed(config)}: set ps = 1 or more", suggestion="ps = 1")
-    if ps is None:
-        ps = 1 if needs_ps(config) else 0
-    if mode in CLIENT_CHIEF_MODES and slurm.chief is False:
-        raise ConfigError(source, "slurm.chief", f"{mode} mode always has its chief task (its "
-                          f"{'client' if mode == 'in-graph' else 'coordinator'}): remove chief = false")
-    chief = 1 if slurm.chief or mode in CLIENT_CHIEF_MODES else 0
-    return {"chief": chief, "ps": ps, "worker": slurm.workers}
-
-
 def spread(tasks: int, nodes: int) -> tuple[int, ...]:
     """Tasks per node: as even as it gets, the first nodes taking one more (4 on 3 nodes: 2, 1, 1)."""
     share, extra = divmod(tasks, nodes)
     return tuple(share + 1 if i < extra else share for i in range(nodes))
 
 
-def plan_slurm(config: Config, source: str = "hosts.toml", nodes: Sequence[SlurmNode] | None = None) -> SlurmPlan:
+def plan_slurm(valid: ValidConfig, nodes: Sequence[SlurmNode] | None = None) -> SlurmPlan:
     """The job's plan: in node indexes (placeholders) without `nodes`, else on those nodes (any order: they
-    are sorted by name, as the resolver sorts them). Raises ConfigError for a job that cannot run."""
-    slurm = config.slurm
-    if slurm is None:
-        raise ConfigError(source, "slurm", "no [slurm] section: `tfcluster export slurm` needs a Slurm job "
-                          "described in [slurm] (see hosts.example.toml)")
-    check_model_name(config, source)
-    check_model_arguments(config, source)
-    counts = job_counts(config, source)
-    total = sum(counts.values())
-    if total < slurm.nodes:
-        raise ConfigError(source, "slurm.nodes", f"nodes = {slurm.nodes} but the job has {total} tasks, and "
-                          f"Slurm gives every node of a step at least one: use nodes = {total} or fewer")
-    per_node = spread(total, slurm.nodes)
+    are sorted by name, as the resolver sorts them). Its counts held against the nodes and GPUs by
+    orchestrator.config.rules."""
+    config, slurm = valid.config, valid.config.slurm
+    assert slurm is not None, "validated for a [slurm] job"
+    counts: dict[Job, int] = dict(valid.tasks.jobs)
+    per_node = spread(sum(counts.values()), slurm.nodes)
     gpus_per_task = slurm.gpus_per_node // max(per_node)
-    if slurm.gpus_per_node and not gpus_per_task:
-        raise ConfigError(source, "slurm.gpus_per_node", f"gpus_per_node = {slurm.gpus_per_node} cannot give "
-                          f"each of the {max(per_node)} tasks of a node a GPU (SlurmClusterResolver refuses it "
-                          f"too): use {max(per_node)} or more, or more nodes")
     if nodes is None:
         placed = tuple(SlurmNode(NODE_NAME.format(i), NODE_ADDR.format(i)) for i in range(slurm.nodes))
     elif len(nodes) != slurm.nodes:
@@ -151,7 +119,7 @@ def plan_slurm(config: Config, source: str = "hosts.toml", nodes: Sequence[Slurm
     ]
     slots_on: Slots = {job: [Slot(machines[i], gpus) for i, gpus in placed_slots]
                        for job, placed_slots in slots.items()}
-    plan = assemble_plan(config, machines, slots_on, source, _gpu_warnings(slurm, per_node, gpus_per_task))
+    plan = assemble_plan(valid, machines, slots_on, (*valid.warnings, *_gpu_warnings(slurm, per_node, gpus_per_task)))
     return SlurmPlan(plan=plan, slurm=slurm, nodes=placed, tasks_per_node=per_node,
                      gpus_per_task=gpus_per_task, allocated=nodes is not None)
 

@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.errors import ConfigError, HostError, TfclusterError, UsageError
+from orchestrator.config.validate import check_forward_env
+from orchestrator.errors import HostError, TfclusterError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
 from orchestrator.run.port_check import PortsTaken, offer_count, plan_base, ports_to_try, refusal, replan
@@ -95,12 +96,9 @@ def _other_errors(outcomes: dict[str, HostOutcome], names: list[str], first: Hos
 
 def forwarded_env(plan: ClusterPlan, config_path: str) -> dict[str, str]:
     """`[training] forward_env`: the values from this process's environment, for the start conversation
-    only (never in the plan, the run record or any file on a host). A name that is not set is an error:
-    a run that silently lacks its API key fails later and further away."""
-    missing = [name for name in plan.training.forward_env if name not in os.environ]
-    if missing:
-        raise ConfigError(config_path, "training.forward_env", f"{', '.join(missing)} "
-                          f"{'is' if len(missing) == 1 else 'are'} not set in your environment")
+    only (never in the plan, the run record or any file on a host). Validation refused a name that is not
+    set; a plan built otherwise is held to the same check here."""
+    check_forward_env(plan.training.forward_env, config_path)
     return {name: os.environ[name] for name in plan.training.forward_env}
 
 

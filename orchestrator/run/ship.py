@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from orchestrator.errors import ConfigError, TfclusterError
+from orchestrator.config.validate import sync_sources
+from orchestrator.errors import TfclusterError
 from orchestrator.run.file_hashes import FileHashes
 from training.run.layout import HOST_PACKAGE
 
@@ -104,17 +105,7 @@ def training_package_files(hashes: FileHashes) -> list[ShipFile]:
 def sync_files(sync: Iterable[str], base_dir: str, hashes: FileHashes, source: str = "hosts.toml") -> list[ShipFile]:
     """The user's `[training] sync` entries, relative to hosts.toml's directory; dirs are walked."""
     out: list[ShipFile] = []
-    for entry in sync:
-        try:
-            path = Path(entry).expanduser()
-        except RuntimeError:  # `~name` of a user this machine does not know
-            raise ConfigError(source, "training.sync", f"{entry!r}: no such user's home directory") from None
-        full = path if path.is_absolute() else Path(base_dir) / path
-        if not full.exists():
-            raise ConfigError(source, "training.sync", f"{entry!r} does not exist (looked for {full})")
-        # Outside the project dir: shipped under its own name into code/.
-        outside = path.is_absolute() or ".." in path.parts
-        rel = full.resolve().name if outside else path.as_posix().rstrip("/")
+    for full, rel in sync_sources(sync, base_dir, source):
         out.extend(_entry(local, r.removeprefix("./"), hashes) for local, r in _walk(full, rel))
     return out
 

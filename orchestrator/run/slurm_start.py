@@ -23,11 +23,11 @@ import os
 import time
 from collections.abc import Callable
 
-from orchestrator.config.load import read_config, with_line
+from orchestrator.config.load import read_config, with_line, with_mode
 from orchestrator.config.modes import Mode
 from orchestrator.config.schema import Config
+from orchestrator.config.validate import validate
 from orchestrator.errors import ConfigError, HostError, TfclusterError, UsageError
-from orchestrator.plan.from_file import check_start, with_mode
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.slurm import SlurmNode, SlurmPlan, plan_slurm
 from orchestrator.run import records
@@ -87,8 +87,7 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
 
     def planned(nodes: list[SlurmNode] | None) -> SlurmPlan:
         try:
-            check_start(config, config_path)
-            return plan_slurm(config, config_path, nodes)
+            return plan_slurm(validate(config, config_path), nodes)
         except ConfigError as exc:
             raise with_line(exc, text) from None
 

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from orchestrator.config.load import load_config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.run.check import HostCheck, run_check
 from orchestrator.transport.factory import transport_for
 from testkit.sshd import Machines
@@ -162,7 +162,7 @@ def test_silent_host_times_out_without_delaying_the_others(machines: Machines, t
             tmp_path / "hosts.toml", roles=[["worker"], ["ps"], ["chief", "worker"]], connect_timeout=5,
             host_extra={0: {"address": "127.0.0.1", "ssh": {"port": silent.getsockname()[1], "connect_timeout": 6.0}}},
         )
-        plan = build_plan(load_config(hosts), str(hosts))
+        plan = plan_config(load_config(hosts), str(hosts))
         done: dict[str, float] = {}
         started = time.monotonic()
 

@@ -22,7 +22,7 @@ from orchestrator.errors import HostError
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.prometheus import render
 from orchestrator.monitor.state_json import state_json
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
 from orchestrator.transport.base import Transport
@@ -49,7 +49,7 @@ class FakeRun:
                 (d / sub).mkdir(parents=True)
             (d / "lib" / HOST_PACKAGE).symlink_to(ROOT / "training")
             self.dirs[h] = d
-        self.plan = build_plan(Config.model_validate({
+        self.plan = plan_config(Config.model_validate({
             "cluster": {"name": "t", "mode": "in-graph"},  # with a command: no ps needed (no ps events here)
             "training": {"command": "true"},
             "remote": {"python": sys.executable},

@@ -15,7 +15,7 @@ import pytest
 from orchestrator.config.load import load_config
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.reducer import ClusterState
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from testkit.sshd import Machines
 from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
@@ -35,7 +35,7 @@ def wait_until(collector: Collector, pred: Callable[[Any], bool], timeout: float
 
 
 def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None:
-    plan = build_plan(load_config(machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"]])))
+    plan = plan_config(load_config(machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"]])))
     run_id = f"collect-sshd-{int(time.time())}"
     run_dirs: dict[str, str] = {}
     for i, host in enumerate(plan.hosts):

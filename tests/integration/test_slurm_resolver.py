@@ -1,7 +1,7 @@
 """tfcluster's Slurm layout against TensorFlow's own SlurmClusterResolver inside real allocations of the
 three-node test cluster (testkit/slurm.py), with real TensorFlow in every rank: the resolver, reading the
 environment Slurm gives the step, names the same job:task for every rank and puts each job's tasks on the
-same nodes as `plan_slurm` for that allocation (its nodes and NodeAddr read from `scontrol show node`).
+same nodes as `slurm_plan_file` for that allocation (its nodes and NodeAddr read from `scontrol show node`).
 Once in the step that `tfcluster export slurm`'s script starts (the resolver in every rank), once in a step
 Slurm lays out by itself (each rank's Slurm environment captured, the resolver run on it here)."""
 
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.load import load_config
-from orchestrator.plan.slurm import SlurmNode, SlurmPlan, plan_slurm
+from orchestrator.plan.from_file import slurm_plan_file
+from orchestrator.plan.slurm import SlurmNode, SlurmPlan
 from testkit.slurm import SlurmCluster
 from tests import requires
 
@@ -44,7 +44,7 @@ print(json.dumps({"rank": int(os.environ["SLURM_PROCID"]), "node": os.environ["S
 
 def allocation_plan(cluster: SlurmCluster, hosts: Path) -> SlurmPlan:
     nodes = [SlurmNode(name, address) for name, address in cluster.node_addresses().items()]
-    return plan_slurm(load_config(hosts), str(hosts), nodes)
+    return slurm_plan_file(hosts, nodes)
 
 
 def assert_same_layout(plan: SlurmPlan, probes: list[dict[str, object]]) -> None:

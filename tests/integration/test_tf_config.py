@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 
 pytestmark = pytest.mark.integration
@@ -41,7 +41,7 @@ CLUSTERS = {
 @pytest.fixture(params=list(CLUSTERS), ids=list(CLUSTERS))
 def plan(request: pytest.FixtureRequest) -> ClusterPlan:
     hosts, cluster = CLUSTERS[request.param]
-    return build_plan(Config.model_validate({"hosts": hosts, "cluster": cluster}))
+    return plan_config(Config.model_validate({"hosts": hosts, "cluster": cluster}))
 
 
 def test_resolver_reads_each_tasks_tf_config(plan: ClusterPlan, monkeypatch: pytest.MonkeyPatch) -> None:

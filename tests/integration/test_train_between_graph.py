@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run.local_ports import free_port_block
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
@@ -44,7 +44,7 @@ def chief_plan(training: dict[str, Any], workers: int = 1) -> ClusterPlan:
         "hosts": hosts,
         "training": training,
     })
-    return build_plan(config)
+    return plan_config(config)
 
 
 def finish(cluster: LocalCluster, timeout: float = EXIT_TIMEOUT) -> None:
@@ -135,7 +135,7 @@ def test_async_chief_and_worker_train_checkpoint_and_resume(tmp_path: Path) -> N
     # A fresh cluster on the same run dir (every PS restarted, empty): the chief restores the whole
     # checkpoint it wrote, and the worker joins at the restored global step instead of 0.
     more = dict(training, steps=final_step + 200)
-    plan2 = build_plan(Config.model_validate(_config_dict(plan, more)))
+    plan2 = plan_config(Config.model_validate(_config_dict(plan, more)))
     (run_dir / "events").rename(run_dir / "events-first-run")
     with running_cluster(plan2, run_dir) as cluster2:
         finish(cluster2)
@@ -197,7 +197,7 @@ def gpu_worker_plan(training: dict[str, Any]) -> ClusterPlan:
         {"name": f"ps{i}", "address": "127.0.0.1", "roles": ["ps"], "transport": "local"} for i in range(2)
     ]
     hosts.append({"name": "gpu", "address": "127.0.0.1", "roles": ["worker"], "gpus": [0, 1], "transport": "local"})
-    return build_plan(Config.model_validate({
+    return plan_config(Config.model_validate({
         "cluster": {"name": "gpu", "mode": "between-graph", "base_port": free_port_block(4)},
         "remote": {"python": sys.executable}, "hosts": hosts, "training": training,
     }))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,14 @@ def test_a_cell_plan_is_the_real_plan_with_the_bench_settings() -> None:
     assert plan.training.model == "wide" and plan.training.model_args == {"params": 200_000}
     base = cell_plan(spec, FOUR, Cell("between-graph", 2, "baseline", 0))
     assert base.training.slowdown == {"worker:0": 5.0, "worker:1": 5.0}
+
+
+def test_sync_paths_start_beside_the_hosts_file_whatever_the_current_directory(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("")
+    with_sync = config([{"name": "p", "roles": ["ps"]}, {"name": "a", "roles": ["worker"]}],
+                       {"command": "sleep 1", "sync": ["train.py"]})
+    plan = cell_plan(BenchSpec(str(tmp_path / "hosts.toml")), with_sync, Cell("between-graph", 1, "baseline", 0))
+    assert plan.training.sync == ["train.py"]
 
 
 def test_mirrored_cells_drop_the_parameter_servers() -> None:

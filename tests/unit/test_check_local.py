@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.run.check import check_host, local_tf_version, run_check
 from orchestrator.run.local_ports import free_port_block
 from orchestrator.transport.factory import transport_for
@@ -38,7 +38,7 @@ def fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 
 def test_local_host_is_ready(tmp_path: Path) -> None:
-    plan = build_plan(_config(tmp_path))
+    plan = plan_config(_config(tmp_path))
     report = run_check(plan, transport_for, timeout=30, orchestrator_tf=local_tf_version())
     [row] = report.hosts
     assert row.ready, row.problems
@@ -55,7 +55,7 @@ def test_local_host_is_ready(tmp_path: Path) -> None:
 
 
 def test_busy_port_makes_host_not_ready(tmp_path: Path) -> None:
-    plan = build_plan(_config(tmp_path))
+    plan = plan_config(_config(tmp_path))
     busy = plan.tasks[1].port
     with socket.socket() as listener:
         listener.bind(("0.0.0.0", busy))
@@ -69,7 +69,7 @@ def test_busy_port_makes_host_not_ready(tmp_path: Path) -> None:
 def test_busy_supervisor_control_port_makes_host_not_ready(tmp_path: Path) -> None:
     """The supervisor's peer channel listens on its host's address: a listener there (another run's
     supervisor) is found by the same bind test as `start`'s port check (training/probes/port_probe.py)."""
-    plan = build_plan(_config(tmp_path))
+    plan = plan_config(_config(tmp_path))
     host = plan.hosts[0]
     with socket.socket() as listener:
         listener.bind((host.dial_address or host.address, host.control_port))
@@ -82,14 +82,14 @@ def test_busy_supervisor_control_port_makes_host_not_ready(tmp_path: Path) -> No
 
 
 def test_missing_python_is_reported(tmp_path: Path) -> None:
-    plan = build_plan(_config(tmp_path, python=str(tmp_path / "no such python")))
+    plan = plan_config(_config(tmp_path, python=str(tmp_path / "no such python")))
     row = check_host(plan.hosts[0], plan, transport_for(plan.hosts[0]), timeout=30)
     assert not row.ready and not row.python_found
     assert row.problems == [f"python not found: {tmp_path / 'no such python'}"]
 
 
 def test_python_without_tensorflow_is_reported(tmp_path: Path) -> None:
-    plan = build_plan(_config(tmp_path, python="/usr/bin/python3"))
+    plan = plan_config(_config(tmp_path, python="/usr/bin/python3"))
     if not Path("/usr/bin/python3").exists():
         pytest.skip("no system python3 without TensorFlow here")
     row = check_host(plan.hosts[0], plan, transport_for(plan.hosts[0]), timeout=30)
@@ -98,7 +98,7 @@ def test_python_without_tensorflow_is_reported(tmp_path: Path) -> None:
 
 
 def test_tf_version_mismatch_with_orchestrator(tmp_path: Path) -> None:
-    plan = build_plan(_config(tmp_path))
+    plan = plan_config(_config(tmp_path))
     report = run_check(plan, transport_for, timeout=30, orchestrator_tf="1.15.5")
     [row] = report.hosts
     assert row.tf_matches is False
@@ -106,11 +106,11 @@ def test_tf_version_mismatch_with_orchestrator(tmp_path: Path) -> None:
 
 
 def test_gpus_found_against_planned(tmp_path: Path, fake_nvidia_smi: None) -> None:
-    ok_plan = build_plan(_config(tmp_path, workers=None, gpus=[0, 1]))
+    ok_plan = plan_config(_config(tmp_path, workers=None, gpus=[0, 1]))
     row = check_host(ok_plan.hosts[0], ok_plan, transport_for(ok_plan.hosts[0]), timeout=30)
     assert (row.gpus_found, row.gpus_planned) == (2, [0, 1])
     assert row.ready, row.problems
-    too_many = build_plan(_config(tmp_path, workers=None, gpus=[0, 3]))
+    too_many = plan_config(_config(tmp_path, workers=None, gpus=[0, 3]))
     row = check_host(too_many.hosts[0], too_many, transport_for(too_many.hosts[0]), timeout=30)
     assert not row.ready
     assert any("plan uses GPU 0, 3 but nvidia-smi lists 2" in p for p in row.problems)
@@ -120,7 +120,7 @@ def test_probe_timeout_is_reported_not_hung(tmp_path: Path) -> None:
     slow = tmp_path / "slowpython"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)
-    plan = build_plan(_config(tmp_path, python=str(slow)))
+    plan = plan_config(_config(tmp_path, python=str(slow)))
     row = check_host(plan.hosts[0], plan, transport_for(plan.hosts[0]), timeout=0.5)
     assert row.failure == "timeout"
     assert row.duration_s < 5

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from orchestrator.config.command import COMMAND_PLACEHOLDERS, arg_env_name, fill_command
 from orchestrator.errors import ConfigError
-from orchestrator.plan.command import COMMAND_PLACEHOLDERS, command_env, fill_command
 from orchestrator.transport.base import shell_command
 from tests.helpers.local_start import file_sets, prepared
 from tests.requires import POSIX_SHELLS, posix_shell
@@ -66,7 +66,7 @@ def test_a_placeholder_reaches_the_program_as_its_exact_value(shell: str, contex
                                                                tmp_path: Path) -> None:
     template, unwrap = CONTEXTS[context]
     script = fill_command(template.replace("{p}", "{" + name + "}"))
-    out = _run(script, command_env({name: v}), tmp_path, shell)
+    out = _run(script, {arg_env_name(name): v}, tmp_path, shell)
     assert unwrap(out) == v
     assert not (tmp_path / "CANARY").exists()
 
@@ -79,11 +79,11 @@ def test_task_in_arithmetic_is_its_number_and_a_hostile_value_runs_nothing(shell
     """`echo $(( {task} + 41 ))` prints 41 + task. bash evaluates a value inside $((...)) as an
     expression (an `a[$(cmd)]` in it runs cmd): whatever the value, only its digits get in."""
     script = fill_command("printf '%s' $(( {task} + 41 ))")
-    assert _run(script, command_env({"task": str(task)}), tmp_path, shell) == str(task + 41)
+    assert _run(script, {arg_env_name("task"): str(task)}, tmp_path, shell) == str(task + 41)
     for attack in (hostile, "a[$(touch CANARY)]", "1+a[`touch CANARY`]"):
         argv = posix_shell(shell)
         res = subprocess.run([*argv, "-c", script], cwd=tmp_path, env={"PATH": os.environ["PATH"],
-                             **command_env({"task": attack})}, capture_output=True, check=False)
+                             arg_env_name("task"): attack}, capture_output=True, check=False)
         assert res.returncode != 0 or res.stdout.decode().isdigit(), res
         assert not (tmp_path / "CANARY").exists(), (shell, attack)
 

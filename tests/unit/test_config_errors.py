@@ -10,7 +10,7 @@ import pytest
 from orchestrator.config.load import load_config
 from orchestrator.config.modes import Mode
 from orchestrator.errors import ConfigError
-from orchestrator.plan.from_file import alias_warnings, plan_config, plan_file, resolve_hosts_ssh
+from orchestrator.plan.from_file import plan_config, plan_file
 
 # A valid cluster that each case breaks in one place.
 GOOD = """\
@@ -356,12 +356,11 @@ def test_alias_warning_names_the_real_hostname(tmp_path: Path, isolated_home: Pa
     (isolated_home / ".ssh").mkdir()
     (isolated_home / ".ssh" / "config").write_text("Host box-a\n  HostName 10.0.0.30\n")
     (tmp_path / "hosts.toml").write_text(GOOD + '[[hosts]]\nname = "a"\naddress = "box-a"\nroles = ["worker"]\n')
-    config = load_config(tmp_path / "hosts.toml")
-    assert alias_warnings(resolve_hosts_ssh(config)) == [
+    plan = plan_config(load_config(tmp_path / "hosts.toml"))
+    assert plan.warnings == (
         "host a: `box-a` is an ssh config alias for 10.0.0.30; the cluster spec uses 10.0.0.30, which every "
-        "other machine must be able to reach"
-    ]
-    plan = plan_config(config)
+        "other machine must be able to reach",
+    )
     task = next(t for t in plan.tasks if t.host == "a")
     assert task.address == "10.0.0.30"
     assert f"10.0.0.30:{task.port}" in plan.cluster_spec[task.job]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 from tests import requires
 from training.models.sizes import mlp_shapes, wide_shapes
@@ -20,7 +20,7 @@ v1 = tf.compat.v1
 
 
 def gpu_plan() -> ClusterPlan:
-    return build_plan(Config.model_validate({
+    return plan_config(Config.model_validate({
         "cluster": {"mode": "between-graph", "base_port": 31000},
         "hosts": [
             {"name": "ps-a", "address": "10.0.0.21", "roles": ["ps"]},

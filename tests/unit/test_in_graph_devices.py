@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from tests import requires
 
 tf = requires.tensorflow()
@@ -31,7 +31,7 @@ def gpu_plan(**training: Any) -> dict[str, Any]:
         ],
         "training": {"model": "mlp", "batch_size": 16, **training},
     })
-    return build_plan(config).to_json()
+    return plan_config(config).to_json()
 
 
 def build(plan: dict[str, Any]) -> tuple[Any, Any]:

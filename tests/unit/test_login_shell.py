@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.transport.factory import transport_for
 from orchestrator.transport.local import LocalTransport
 from orchestrator.transport.ssh_channel import sh_wrap
@@ -47,13 +47,13 @@ def test_login_shell_reads_the_profile_then_runs_posix_sh(home: Path) -> None:
 
 
 def test_the_plan_carries_login_shell_to_the_transport(home: Path) -> None:
-    plan = build_plan(Config.model_validate({
+    plan = plan_config(Config.model_validate({
         "remote": {"login_shell": True},
         "hosts": [{"name": "m0", "address": "127.0.0.1", "roles": ["ps", "worker"], "transport": "local"}]}))
     assert plan.hosts[0].login_shell
     transport = transport_for(plan.hosts[0])
     assert isinstance(transport, LocalTransport) and transport.login_shell
-    default = build_plan(Config.model_validate({"hosts": [{"name": "m0", "address": "h", "roles": ["ps", "worker"]}]}))
+    default = plan_config(Config.model_validate({"hosts": [{"name": "m0", "address": "h", "roles": ["ps", "worker"]}]}))
     assert not default.hosts[0].login_shell
 
 

@@ -12,7 +12,7 @@ import pytest
 from orchestrator.config.load import load_config
 from orchestrator.config.schema import Config
 from orchestrator.errors import ConfigError
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.ps_load import GLOBAL_STEP_BYTES, estimate_ps_load, trainer_count
 from training.cluster.placement import greedy_assign
@@ -27,7 +27,7 @@ def host(name: str, address: str, roles: list[str], **extra: Any) -> dict[str, A
 
 
 def plan_of(hosts: list[dict[str, Any]], **sections: dict[str, Any]) -> ClusterPlan:
-    return build_plan(Config.model_validate({"hosts": hosts, **sections}))
+    return plan_config(Config.model_validate({"hosts": hosts, **sections}))
 
 
 GPU_CLUSTER = [
@@ -257,7 +257,7 @@ def test_no_ps_load_estimate_for_a_users_program() -> None:
 def test_example_file_loads_and_plans(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))  # load_config reads ~/.ssh/config: never the developer's
     config = load_config(REPO / "hosts.example.toml")
-    plan = build_plan(config, "hosts.example.toml")
+    plan = plan_config(config, "hosts.example.toml")
     assert [h.name for h in plan.hosts] == ["chief", "ps-0", "ps-1", "gpu-a", "gpu-b"]
     assert sorted(t.name for t in plan.tasks) == sorted(
         ["chief:0", "ps:0", "ps:1", "worker:0", "worker:1", "worker:2", "worker:3"]

@@ -18,7 +18,7 @@ from orchestrator.config.schema import Config
 from orchestrator.errors import HostError
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.status import fold
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
 from tests.unit.test_state import feed, hb, progress, task_state
@@ -145,7 +145,7 @@ def test_no_run_dir_and_values_that_need_quoting(tmp_path: Path, spawned: list[s
 
 def _judged(seen: HostReading | HostError | None, *, record_status: str = "started") -> ClusterState:
     """What `status` makes of one read of m0, the one host of a run of two workers, judged now."""
-    plan = build_plan(Config.model_validate({"cluster": {"mode": "multi-worker-mirrored"}, "hosts": [
+    plan = plan_config(Config.model_validate({"cluster": {"mode": "multi-worker-mirrored"}, "hosts": [
         {"name": HOST, "address": "127.0.0.2", "roles": ["worker"], "workers": 2, "transport": "local"}]}))
     st = ClusterState.from_plan(plan, "r1", now=NOW)
     st.record_status = record_status

@@ -7,14 +7,14 @@ import json
 from dataclasses import asdict
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run.run_file import OWN_HOST_ONLY, RunFiles
 from tests.plans import tiny_plan
 
 
 def _plan(hosts: int) -> ClusterPlan:
-    return build_plan(Config.model_validate({
+    return plan_config(Config.model_validate({
         "hosts": [{"name": f"h{i}", "address": f"10.0.{i // 200}.{i % 200 + 1}", "roles": ["ps", "worker"]}
                   for i in range(hosts)],
         "training": {"command": "python train.py --job {job} --task {task}"},

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.schema import Config
+from orchestrator.config.validate import validate
 from orchestrator.plan import slurm_rank
 from orchestrator.plan.sbatch import export_script, sbatch_header
 from orchestrator.plan.slurm import plan_slurm
@@ -94,7 +95,7 @@ def test_values_reach_the_script_inert(tmp_path: Path) -> None:
         "slurm": {"nodes": 1, "workers": 1},
         "training": {"env": {"NOTE": "it's $(touch pwned) `id`"}},
     })
-    job = plan_slurm(config)
+    job = plan_slurm(validate(config))
     script = export_script(job, "hosts.toml")
     assert sbatch_header(job)[0] == "#SBATCH --job-name=x-SBATCH---uid-0-rm--rf"
     assert [line for line in script.splitlines() if line.startswith("#SBATCH")] == sbatch_header(job)
@@ -132,7 +133,7 @@ def test_node_addresses_and_the_hostfile_order() -> None:
     out = ("NodeName=n1 Arch=x86_64 NodeAddr=127.0.0.11 NodeHostName=vm OS=Linux 6.1 #1 SMP\n"
            "NodeName=n2 NodeAddr=127.0.0.12 NodeHostName=vm\n")
     assert slurm_rank.parse_node_addresses(out) == {"n1": "127.0.0.11", "n2": "127.0.0.12"}
-    job = plan_slurm(Config.model_validate({"slurm": {"nodes": 2, "workers": 2}}))  # ps, w0 | w1
+    job = plan_slurm(validate(Config.model_validate({"slurm": {"nodes": 2, "workers": 2}})))  # ps, w0 | w1
     environ = {**os.environ, slurm_rank.PLAN_ENV: slurm_rank.encode_job(
         {"plan": job.plan.to_json(compact=True), "tasks_per_node": list(job.tasks_per_node), "run_name": "t"}),
         slurm_rank.NODES_ENV: "n1 127.0.0.11\nn2 127.0.0.12\n"}

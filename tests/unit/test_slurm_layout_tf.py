@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config.schema import Config
+from orchestrator.config.validate import validate
 from orchestrator.plan.slurm import NODE_ADDR, NODE_NAME, SlurmNode, SlurmPlan, plan_slurm, spread
 from tests.requires import tensorflow
 
@@ -21,7 +22,7 @@ def slurm_plan(mode: str, nodes: list[str] | int, **slurm: Any) -> SlurmPlan:
     count = nodes if isinstance(nodes, int) else len(nodes)
     config = Config.model_validate({"cluster": {"mode": mode}, "slurm": {"nodes": count, **slurm}})
     allocation = None if isinstance(nodes, int) else [SlurmNode(n, f"10.1.0.{i}") for i, n in enumerate(nodes)]
-    return plan_slurm(config, nodes=allocation)
+    return plan_slurm(validate(config), nodes=allocation)
 
 
 def natural(name: str) -> tuple[str, int]:

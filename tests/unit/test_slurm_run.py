@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from orchestrator.config.schema import Config
+from orchestrator.config.validate import validate
 from orchestrator.errors import ConfigError, HostError
 from orchestrator.plan.from_file import any_plan_file, slurm_plan_file
 from orchestrator.plan.sbatch import export_script
@@ -36,7 +37,7 @@ def job(workdir: str = HOSTILE_WORKDIR, **slurm: object) -> Config:
 
 
 def test_the_batch_script_holds_the_allocation_then_runs_the_supervisors_step(tmp_path: Path) -> None:
-    script = start_script(plan_slurm(job(time="10", gpus_per_node=2)), "demo-20250101-000000-abcd", 120.0)
+    script = start_script(plan_slurm(validate(job(time="10", gpus_per_node=2))), "demo-20250101-000000-abcd", 120.0)
     assert subprocess.run(["sh", "-n"], input=script, text=True, check=False).returncode == 0
     sbatch = [line for line in script.splitlines() if line.startswith("#SBATCH")]
     assert sbatch == ["#SBATCH --job-name=demo", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2",
@@ -57,7 +58,7 @@ def test_the_batch_script_holds_the_allocation_then_runs_the_supervisors_step(tm
 
 def test_the_batch_script_ends_the_job_when_no_go_comes_in_time(tmp_path: Path) -> None:
     """(600 s after start's timeout; here three tenths of a second.)"""
-    script = start_script(plan_slurm(job("~/work")), "r1", 0.0).replace(" -ge 6000 ", " -ge 3 ")
+    script = start_script(plan_slurm(validate(job("~/work"))), "r1", 0.0).replace(" -ge 6000 ", " -ge 3 ")
     res = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False,
                          env={"HOME": str(tmp_path), "SLURMD_NODENAME": "n1", "PATH": "/usr/bin:/bin"})
     assert res.returncode == 1
@@ -66,7 +67,7 @@ def test_the_batch_script_ends_the_job_when_no_go_comes_in_time(tmp_path: Path) 
 
 
 def record(status: records.RecordStatus = "started", reason: str = "") -> records.RunRecord:
-    plan = plan_slurm(job()).plan
+    plan = plan_slurm(validate(job())).plan
     return records.RunRecord(run_id="r", config_path="/h.toml", cluster="demo", mode=plan.mode, created=1.0,
                              plan=plan, hosts=[], status=status, slurm=records.SlurmJob("12", reason=reason))
 
@@ -125,7 +126,7 @@ def test_scontrols_fields_and_the_job_as_a_line_says_it() -> None:
 
 
 def test_the_record_keeps_the_job_and_the_plan_reaches_nodes_through_it() -> None:
-    plan = plan_slurm(job(login="login.example"), nodes=[SlurmNode("n2", "10.0.0.2"), SlurmNode("n1", "10.0.0.1")])
+    plan = plan_slurm(validate(job(login="login.example")), nodes=[SlurmNode("n2", "10.0.0.2"), SlurmNode("n1", "10.0.0.1")])
     reached = through_job(plan.plan, "12", "login.example")
     assert [(h.name, h.address, h.dial_address, h.transport, h.job_id, h.via) for h in reached.hosts] == [
         ("n1", "n1", "10.0.0.1", "slurm", "12", "login.example"), ("n2", "n2", "10.0.0.2", "slurm", "12", "login.example")]

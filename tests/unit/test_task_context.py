@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.plan.build import build_plan
+from orchestrator.plan.from_file import plan_config
 from training.run.context import TaskContext, TaskSetupError
 
 
 def write_run(root: Path) -> dict[str, str]:
-    plan = build_plan(Config.model_validate({
+    plan = plan_config(Config.model_validate({
         "cluster": {"base_port": 30500},
         "hosts": [
             {"name": "p", "address": "10.0.0.2", "roles": ["ps"]},

@@ -1,5 +1,5 @@
 """Where a POSIX shell is, quoting-wise, at each point of a command text: enough of the grammar that
-orchestrator/plan/command.py can write a placeholder's reference for the context the user put it in,
+orchestrator/config/command.py can write a placeholder's reference for the context the user put it in,
 or refuse it. Pure.
 
 Contexts, on a stack (`ShellScanner.context`):

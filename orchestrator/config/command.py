@@ -3,7 +3,7 @@
 A placeholder is never pasted into the shell text. Each value goes into the task's environment as
 `TFCLUSTER_ARG_<NAME>` (set by the supervisor through posix_spawn: no shell ever parses it) and the
 template gets a reference to that variable, written for the context the user put the placeholder in
-(orchestrator/plan/shell_scan.py follows the quoting):
+(orchestrator/config/shell_scan.py follows the quoting):
 
     bare            {python} train.py       ->  "${TFCLUSTER_ARG_PYTHON}" train.py
     double quotes   "python is {python}"    ->  "python is ${TFCLUSTER_ARG_PYTHON}"
@@ -25,10 +25,9 @@ from __future__ import annotations
 
 import difflib
 import string
-from collections.abc import Mapping
 
+from orchestrator.config.shell_scan import ShellScanner
 from orchestrator.errors import ConfigError
-from orchestrator.plan.shell_scan import ShellScanner
 
 COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
 NUMERIC_PLACEHOLDERS = ("task",)  # always a number: the only ones arithmetic may use
@@ -85,9 +84,11 @@ def fill_command(template: str, source: str = "hosts.toml") -> str:
     return "".join(out)
 
 
-def command_env(values: Mapping[str, str]) -> dict[str, str]:
-    """The task's TFCLUSTER_ARG_* variables for the placeholders' values."""
-    return {arg_env_name(k): v for k, v in values.items()}
+def placeholder_vars(template: str) -> dict[str, str]:
+    """Each placeholder `template` uses -> the variable its reference reads: only those go into a task's
+    environment ({ps_hosts} in every task's env would make the plan O(hosts^2))."""
+    names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    return {name: arg_env_name(name) for name in names}
 
 
 def check_command_template(template: str, source: str) -> None:

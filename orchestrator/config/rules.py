@@ -1,0 +1,235 @@
+"""Every rule a hosts.toml holds beyond each key alone, in one place: the cluster as a whole (host names,
+missing jobs, a [slurm] job's counts against its nodes and GPUs), the model and its arguments, the user's
+command template, room for the ports, `slowdown` and `backup_workers` against the tasks there will be.
+
+Pure. `check_rules` raises the first ConfigError, in hosts.toml's order, or returns what it worked out on
+the way (`Tasks`: each job's tasks, where each sits on [[hosts]], the command's shell text), which the plan
+is built from without a check of its own. The schema (orchestrator.config.schema) checks each key alone;
+orchestrator.config.ssh_config finds two entries that are one machine. Each error's key is a path such as
+`hosts[1].gpus`; orchestrator.config.load gives it its line.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from orchestrator.config.command import fill_command, placeholder_vars
+from orchestrator.config.modes import CLIENT_CHIEF_MODES, TRAINING_CHIEF_MODES
+from orchestrator.config.schema import Config, Role
+from orchestrator.config.slurm_schema import SlurmSection
+from orchestrator.config.toml_lines import format_key_path
+from orchestrator.errors import ConfigError
+from training.models.sizes import BUILTIN_SHAPES, ModelArgError, check_model_args
+
+MAX_PORT = 65535
+Seat = tuple[int, int | None]  # where a task runs: its host's index in [[hosts]], and its GPU (None: the CPU)
+
+
+@dataclass(frozen=True)
+class Tasks:
+    """The tasks the rules saw there will be."""
+
+    jobs: Mapping[Role, int]  # how many tasks each job has
+    # [[hosts]]: each job's seats in task-index order. None for [slurm]: orchestrator.plan.slurm seats
+    # the tasks on the allocation's nodes as SlurmClusterResolver does.
+    seats: Mapping[Role, tuple[Seat, ...]] | None
+    shell_text: str | None  # the user's `command`, every placeholder an inert reference (config.command)
+    placeholder_vars: Mapping[str, str]  # each placeholder the command uses -> the variable its reference reads
+
+
+def check_rules(config: Config, source: str) -> Tasks:
+    """The tasks of a cluster that can be planned; else the first ConfigError, in hosts.toml's order."""
+    seats = None
+    if config.slurm is None:
+        _check_hosts(config, source)
+        seats = _seats(config, source)
+        jobs = {job: len(s) for job, s in seats.items()}
+    else:
+        jobs = _slurm_jobs(config, config.slurm, source)
+    _check_model(config, source)
+    command = config.training.command
+    shell_text = None if command is None else fill_command(command, source)
+    variables = placeholder_vars(command or "")
+    _check_port_room(config, jobs, source)
+    _check_slowdown(config, jobs, source)
+    _check_backup_workers(config, jobs, source)
+    return Tasks(jobs, seats, shell_text, variables)
+
+
+def _check_hosts(config: Config, source: str) -> None:
+    seen_names: dict[str, int] = {}
+    for i, host in enumerate(config.hosts):
+        if host.name in seen_names:
+            j = seen_names[host.name]
+            raise ConfigError(
+                source, f"hosts[{i}].name",
+                f"host name `{host.name}` is already used by hosts[{j}]; every [[hosts]] entry needs its own name",
+            )
+        seen_names[host.name] = i
+    chiefs = [i for i, h in enumerate(config.hosts) if "chief" in h.roles]
+    if len(chiefs) > 1:
+        first, second = config.hosts[chiefs[0]].name, config.hosts[chiefs[1]].name
+        raise ConfigError(
+            source, f"hosts[{chiefs[1]}].roles",
+            f"only one host may have role `chief`, but `{first}` and `{second}` both do",
+        )
+    if not any("worker" in h.roles for h in config.hosts):
+        raise ConfigError(
+            source, "hosts",
+            'no worker: give at least one host the role `worker` (roles = ["worker"])',
+        )
+    mode = config.cluster.mode
+    ps_hosts = [i for i, h in enumerate(config.hosts) if "ps" in h.roles]
+    mode_key = "cluster.mode" if "mode" in config.cluster.model_fields_set else "hosts"
+    if mode == "multi-worker-mirrored" and ps_hosts:
+        i = ps_hosts[0]
+        raise ConfigError(
+            source, f"hosts[{i}].roles",
+            f"multi-worker-mirrored mode has no parameter server (the workers all-reduce their gradients): "
+            f"remove role `ps` from `{config.hosts[i].name}`, or use mode \"parameter-server-strategy\"",
+        )
+    if needs_ps(config) and not ps_hosts:
+        raise ConfigError(source, mode_key, f'{why_ps_needed(config)}: give a host the role `ps` (roles = ["ps"])')
+
+
+def _seats(config: Config, source: str) -> dict[Role, tuple[Seat, ...]]:
+    """Each job's tasks on [[hosts]] (DESIGN.md "Plan rules"): a ps task per ps host, on the CPU; a worker
+    per listed GPU, else `workers` (default 1) on the CPU; the chief on the chief host, training (on its
+    first GPU) in TRAINING_CHIEF_MODES, else the client or coordinator on the CPU, on the first worker
+    host when no host has the chief role."""
+    mode = config.cluster.mode
+    chief_host = next((i for i, h in enumerate(config.hosts) if "chief" in h.roles), None)
+    seats: dict[Role, list[Seat]] = {"chief": [], "ps": [], "worker": []}
+    for i, h in enumerate(config.hosts):
+        gpus: list[int | None] = list(h.gpus or [])
+        if "ps" in h.roles:
+            seats["ps"].append((i, None))
+        if i == chief_host and mode in TRAINING_CHIEF_MODES:
+            seats["chief"].append((i, gpus.pop(0) if gpus else None))
+        if "worker" in h.roles:
+            # no GPU left (the chief took the only one): no worker; no GPU listed: CPU workers
+            seats["worker"].extend((i, g) for g in (gpus if gpus or h.gpus else [None] * (h.workers or 1)))
+    if not seats["worker"]:  # _check_hosts saw a worker host, so the chief took its only GPU
+        i = next(i for i, h in enumerate(config.hosts) if "worker" in h.roles)
+        raise ConfigError(
+            source, f"hosts[{i}].gpus",
+            f"no worker task left: the chief takes the first GPU of `{config.hosts[i].name}` and it has no "
+            "other; list another GPU, or add a host with role `worker`",
+        )
+    if mode in CLIENT_CHIEF_MODES:
+        client_host = chief_host if chief_host is not None else seats["worker"][0][0]
+        seats["chief"].append((client_host, None))
+    return {job: tuple(s) for job, s in seats.items()}
+
+
+def slurm_job_counts(config: Config, source: str) -> dict[Role, int]:
+    """Tasks per TF job of a [slurm] config (its `ps`, `workers`, `chief` and the mode's rules)."""
+    assert config.slurm is not None
+    return _slurm_jobs(config, config.slurm, source)
+
+
+def _slurm_jobs(config: Config, slurm: SlurmSection, source: str) -> dict[Role, int]:
+    """Tasks per TF job from `[slurm] ps, workers, chief` and the mode's rules, held against the nodes."""
+    mode = config.cluster.mode
+    ps = slurm.ps
+    if mode == "multi-worker-mirrored" and ps:
+        raise ConfigError(source, "slurm.ps", "multi-worker-mirrored mode has no parameter server (the workers "
+                          "all-reduce their gradients): set ps = 0, or use mode \"parameter-server-strategy\"",
+                          suggestion="ps = 0")
+    if ps == 0 and needs_ps(config):
+        raise ConfigError(source, "slurm.ps", f"{why_ps_needed(config)}: set ps = 1 or more", suggestion="ps = 1")
+    if mode in CLIENT_CHIEF_MODES and slurm.chief is False:
+        raise ConfigError(source, "slurm.chief", f"{mode} mode always has its chief task (its "
+                          f"{'client' if mode == 'in-graph' else 'coordinator'}): remove chief = false")
+    jobs: dict[Role, int] = {"chief": 1 if slurm.chief or mode in CLIENT_CHIEF_MODES else 0,
+                             "ps": (1 if needs_ps(config) else 0) if ps is None else ps, "worker": slurm.workers}
+    total = sum(jobs.values())
+    if total < slurm.nodes:
+        raise ConfigError(source, "slurm.nodes", f"nodes = {slurm.nodes} but the job has {total} tasks, and "
+                          f"Slurm gives every node of a step at least one: use nodes = {total} or fewer")
+    busiest = -(-total // slurm.nodes)  # tasks on the busiest node: the plan spreads them evenly
+    if 0 < slurm.gpus_per_node < busiest:
+        raise ConfigError(source, "slurm.gpus_per_node", f"gpus_per_node = {slurm.gpus_per_node} cannot give "
+                          f"each of the {busiest} tasks of a node a GPU (SlurmClusterResolver refuses it "
+                          f"too): use {busiest} or more, or more nodes")
+    return jobs
+
+
+def needs_ps(config: Config) -> bool:
+    """Whether the mode needs a parameter server: the built-in in-graph client keeps its variables on PS
+    tasks too (training/graph/in_graph.py)."""
+    mode = config.cluster.mode
+    return mode in ("between-graph", "parameter-server-strategy") or (
+        mode == "in-graph" and config.training.command is None)
+
+
+def why_ps_needed(config: Config) -> str:
+    return {"between-graph": "between-graph mode needs a parameter server",
+            "parameter-server-strategy": "parameter-server-strategy keeps the variables on parameter servers",
+            "in-graph": "in-graph mode keeps the variables on a parameter server",
+            }.get(config.cluster.mode, "")
+
+
+def _check_model(config: Config, source: str) -> None:
+    """`[training] model`: a built-in model, or the user's own as package.module:build; its `model_args`
+    (a built-in model's, or the sizes a user's model borrows from mlp). A user's `command` reads its own."""
+    training = config.training
+    if training.command is not None:
+        return
+    if training.model not in BUILTIN_SHAPES and ":" not in training.model:
+        close = difflib.get_close_matches(training.model, list(BUILTIN_SHAPES), n=1)
+        raise ConfigError(
+            source, "training.model",
+            f"unknown model `{training.model}`: use a built-in one ({', '.join(BUILTIN_SHAPES)}) "
+            'or your own as "package.module:build"',
+            suggestion=close[0] if close else None,
+        )
+    try:
+        check_model_args(training.model, training.model_args)
+    except ModelArgError as exc:
+        key = ("training", "model_args", exc.key) if exc.key else ("training", "model_args")
+        raise ConfigError(source, format_key_path(key), exc.message, suggestion=exc.suggestion) from None
+
+
+def _check_port_room(config: Config, jobs: Mapping[Role, int], source: str) -> None:
+    """One port per task, then one per machine for its supervisor's peer channel, from base_port."""
+    machines = config.slurm.nodes if config.slurm else len(config.hosts)
+    total = sum(jobs.values()) + machines
+    base_port = config.cluster.base_port
+    last = base_port + total - 1
+    if last > MAX_PORT:
+        raise ConfigError(
+            source, "cluster.base_port",
+            f"base_port {base_port} leaves no room for the plan's {total} ports (one per task, one per host's "
+            f"supervisor) (the last would be {last} > {MAX_PORT}); use base_port <= {MAX_PORT + 1 - total}",
+        )
+
+
+def _check_slowdown(config: Config, jobs: Mapping[Role, int], source: str) -> None:
+    names = [f"{job}:{i}" for job in ("chief", "worker") for i in range(jobs[job])]
+    for key in config.training.slowdown:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            raise ConfigError(
+                source, f'training.slowdown."{key}"',  # the schema let only keys like worker:1 in: always quoted
+                f"the plan has no task {key} (its training tasks: {', '.join(names)})",
+                suggestion=close[0] if close else None,
+            )
+
+
+def _check_backup_workers(config: Config, jobs: Mapping[Role, int], source: str) -> None:
+    training, mode = config.training, config.cluster.mode
+    trainers = jobs["worker"] + (jobs["chief"] if mode == "between-graph" else 0)
+    if training.sync_replicas and mode != "between-graph":
+        raise ConfigError(source, "training.sync_replicas",
+                          f"sync_replicas is for between-graph mode; {mode} is "
+                          + ("synchronous already" if mode != "parameter-server-strategy"
+                             else "asynchronous by design (use multi-worker-mirrored for synchronous steps)"))
+    if training.sync_replicas and training.backup_workers >= trainers:
+        raise ConfigError(
+            source, "training.backup_workers",
+            f"backup_workers = {training.backup_workers} leaves no replica to aggregate: the plan has "
+            f"{trainers} training tasks; use at most {trainers - 1}",
+        )
