@@ -135,7 +135,10 @@ class LocalCluster:
         return out
 
     def log(self, name: str) -> str:
-        path = self.run_dir / "logs" / f"{name}.log"
+        """A task's log, by its name (`chief:0`) or its file stem (`chief-0`)."""
+        job, sep, index = name.rpartition(":")
+        stem = file_stem(job, int(index)) if sep and index.isdigit() else name
+        path = self.run_dir / "logs" / f"{stem}.log"
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
     def logs_tail(self, lines: int = 30) -> str:

@@ -63,9 +63,12 @@ def record_of(state: Path, run_id: str) -> dict[str, Any] | None:
 def shown_status(state: Path, run_id: str) -> str:
     res = cli(state, "ls")
     assert res.returncode == 0, res.stdout + res.stderr
-    row = next((line for line in res.stdout.splitlines() if run_id in line), "")
+    lines = res.stdout.splitlines()
+    header = next(line for line in lines if "last known" in line)
+    row = next((line for line in lines if run_id in line), "")
     assert row, res.stdout
-    return row.split("│")[-2].strip() if "│" in row else row.split()[-1]
+    column = [c.strip() for c in header.split("│")].index("last known")
+    return row.split("│")[column].strip()
 
 
 def supervisors(run_id: str) -> list[psutil.Process]:
