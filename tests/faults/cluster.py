@@ -141,7 +141,7 @@ def started_run(machines: Machines, tmp: Path, *, label: str, steps: int, traini
                 roles: list[list[str]] | None = None, mode: str = "between-graph") -> Iterator[FaultRun]:
     """Start one run in its own state dir; at the end every run recorded there is stopped (while it has
     processes) and anything of it still alive is killed."""
-    with pytest.MonkeyPatch.context() as mp, isolated_state_dir(tmp, mp, stop="if-running") as state:
+    with pytest.MonkeyPatch.context() as mp, isolated_state_dir(tmp / "state", mp) as state:
         hosts = machines.hosts_toml(tmp / "hosts.toml", roles=roles or BETWEEN_GRAPH, mode=mode,
                                     training={**PACED, "steps": steps, **(training or {})})
         res = cli(state, "start", str(hosts), "--timeout", "150")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -33,8 +33,7 @@ RUN = "host faults"
 
 
 @pytest.fixture(scope="module")
-def run(sshd_machines: Callable[[int], Machines], tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
-    machines: Machines = sshd_machines(3)
+def run(machines: Machines, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
     with started_run(machines, tmp_path_factory.mktemp("faults-hosts"), label=RUN, steps=10**7) as fr:
         fr.wait_all_train()
         yield fr

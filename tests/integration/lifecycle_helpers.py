@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 import pytest
@@ -50,20 +50,17 @@ def cli_process(state_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
 
 
 @contextmanager
-def isolated_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                       stop: Literal["never", "if-running", "always"] = "never") -> Iterator[Path]:
-    """TFCLUSTER_STATE_DIR in the test's tmp_path (for the CLI subprocesses too). At the end every run
-    recorded there is cleaned up, whatever the test left behind: first `tfcluster stop --grace 1` when
-    `stop` says so (`if-running`: only while processes of the run are still seen), then any process of it
-    still alive is killed."""
-    state = tmp_path / "state"
+def isolated_state_dir(state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """TFCLUSTER_STATE_DIR is `state` (for the CLI subprocesses too). At the end every run recorded there
+    is cleaned up, whatever the test left behind: `tfcluster stop --grace 1` while processes of the run
+    are still seen, then any process of it still alive is killed."""
     monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
     try:
         yield state
     finally:
         for record in records(state):
             run_id = record["run_id"]
-            if stop == "always" or (stop == "if-running" and run_processes(run_id)):
+            if run_processes(run_id):
                 cli(state, "stop", run_id, "--grace", "1")
             kill_run(run_id)
 

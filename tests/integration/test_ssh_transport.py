@@ -22,13 +22,6 @@ from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Iterator[Machines]:
-    m = sshd_machines(2)
-    yield m
-    m.close()
-
-
 def options(m: Machines, **extra: object) -> SSHOptions:
     base: dict[str, object] = {
         "user": m.user, "port": m.port, "identity_file": m.identity_file, "known_hosts": m.known_hosts,
