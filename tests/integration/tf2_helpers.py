@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,16 +41,6 @@ def run_processes(run_dir: Path) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     return found
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, cluster: LocalCluster) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{cluster.logs_tail()}")
 
 
 def last_global_step(cluster: LocalCluster, job: str, index: int) -> int:
