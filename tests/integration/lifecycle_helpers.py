@@ -20,6 +20,8 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.helpers.procs import marked
+
 REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120.0
 
@@ -86,17 +88,9 @@ def records(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
-    """Every live process whose environment marks it as part of run `run_id` (`<workdir>/runs/<id>/<host>`,
-    on any loopback machine: they all share this kernel)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            marker = p.environ().get("TFCLUSTER_RUN_DIR", "")
-            if f"/runs/{run_id}/" in marker and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    """Every live process marked as part of run `run_id` (`<workdir>/runs/<id>/<host>`, on any loopback
+    machine: they all share this kernel)."""
+    return marked(lambda run_dir: f"/runs/{run_id}/" in run_dir)
 
 
 def kill_run(run_id: str) -> None:

@@ -9,6 +9,7 @@ import psutil
 import tensorflow as tf
 
 from testkit.local_cluster import LocalCluster
+from tests.helpers.procs import marked
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"  # the global step in a tf.train.Checkpoint(step=...)
 
@@ -33,14 +34,7 @@ def summary_values(directory: Path, tag: str) -> list[tuple[int, float]]:
 
 def run_processes(run_dir: Path) -> list[psutil.Process]:
     """Live processes of this run (found by TFCLUSTER_RUN_DIR in their environment, as `stop` finds them)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TFCLUSTER_RUN_DIR") == str(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
+    return marked(lambda marker: marker == str(run_dir))
 
 
 def last_global_step(cluster: LocalCluster, job: str, index: int) -> int:
