@@ -23,12 +23,13 @@ import pytest
 from tests.helpers.procs import stop_run_dir
 from tests.helpers.waiting import wait_for
 from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task
+from tests.unit.test_supervisor_run import until_released
 from training.run.layout import RunLayout
 from training.supervisor.hold import task_pids
 from training.telemetry.state_files import HoldReport, TaskStateFile
 
 BACKOFF = 0.2
-LOOP = "import time\nwhile True: time.sleep(0.05)\n"
+LOOP = "import time\nwhile True: time.sleep(0.05)\n"  # a task that runs until stopped
 
 
 @pytest.fixture
@@ -62,9 +63,9 @@ def _starts(layout: RunLayout, job: str, index: int) -> int:
 
 def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path, supervisors: Any) -> None:
     release = tmp_path / "release"  # every task runs until it exists, then exits 0
-    until_released = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
     tasks = [("ps", 0), ("worker", 0), ("worker", 1)]
-    layout = _make_run(tmp_path, [_task(j, i, until_released) for j, i in tasks], max_restarts=3, backoff=BACKOFF)
+    layout = _make_run(tmp_path, [_task(j, i, until_released(release)) for j, i in tasks], max_restarts=3,
+                       backoff=BACKOFF)
     sup = _start(layout)
     supervisors.append((sup, layout))
     wait_for(lambda: all(_state(layout, j, i).get("state") == "running" for j, i in tasks),

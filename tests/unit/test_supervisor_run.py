@@ -26,13 +26,18 @@ from training.supervisor.peers import PeerChannel, encode
 from training.supervisor.policy import RestartBudget, needed_for_the_run, outcome, waited_for
 
 REPO = Path(__file__).resolve().parents[2]
-FOREVER = "import time\nwhile True: time.sleep(0.2)"
+FOREVER = "import time\nwhile True: time.sleep(0.2)"  # a task that runs until the run ends it
 
 
 def _task(job: str, index: int, host: str, code: str, *, chief: bool = False, port: int | None = None) -> dict[str, Any]:
     return {"job": job, "index": index, "host": host, "command": [sys.executable, "-c", code], "is_chief": chief,
             "port": port, "in_cluster": port is not None,
             "env": {"TFCLUSTER_JOB": job, "TFCLUSTER_TASK": str(index)}}
+
+
+def until_released(release: Path) -> str:
+    """A task that runs until the file `release` exists (it polls for it), then exits 0."""
+    return f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.02)\n"
 
 
 class Run:
@@ -105,10 +110,14 @@ def runs(tmp_path: Path) -> Any:
         run.close()
 
 
-def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any) -> None:
-    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "import time; time.sleep(1)", chief=True),
+def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any, tmp_path: Path) -> None:
+    release = tmp_path / "release"  # the chief finishes once every task runs (on both hosts)
+    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", until_released(release), chief=True),
                 _task("worker", 1, "h1", FOREVER)])
     run.start()
+    tasks = (("ps", 0), ("worker", 0), ("worker", 1))
+    wait_for(lambda: all(run.state(j, i).get("state") == "running" for j, i in tasks), 15, "every task running")
+    release.touch()
     assert run.wait_exit() == {"h0": 0, "h1": 0}
     assert run.state("worker", 0)["exit_code"] == 0 and run.state("worker", 0)["stopped_by"] is None
     for job, index in (("ps", 0), ("worker", 1)):
@@ -121,9 +130,8 @@ def test_all_workers_waits_for_every_worker(runs: Any, tmp_path: Path) -> None:
     """The chief finishing first ends nothing: worker 1 (running until released, after the chief ended)
     exits 0 by itself, and the ps is ended by the run only after it."""
     release = tmp_path / "release"
-    until_released = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.02)  # polls\n"
     run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "pass", chief=True),
-                _task("worker", 1, "h1", until_released)], success="all-workers")
+                _task("worker", 1, "h1", until_released(release))], success="all-workers")
     run.start()
     wait_for(lambda: run.state("worker", 0).get("final"), 15, "worker 0 done")
     assert not run.state("ps", 0).get("final")  # still serving: worker 1 has not finished
@@ -163,6 +171,7 @@ def test_multi_worker_mirrored_restarts_the_whole_group(runs: Any) -> None:
 
 
 def test_a_healthy_stretch_gives_the_restart_budget_back(runs: Any) -> None:
+    # Time is what is under test: each attempt runs 0.7 s, longer than the 0.5 s window that gives the budget back.
     crash_late = "import time; time.sleep(0.7); raise SystemExit(1)"
     run = runs([_task("worker", 0, "h0", crash_late, chief=True)], max_restarts=1, restart_window=0.5)
     run.start("h0")
