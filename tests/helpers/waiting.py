@@ -1,5 +1,6 @@
 """Waiting for an event, never for a fixed time: `wait_for` polls a predicate until it holds; its deadline
-only bounds a failure (the assertion then says what never happened)."""
+only bounds a failure (the assertion then says what never happened). The `interval` between two polls is
+the only sleep a wait has: it paces the polling and orders nothing."""
 
 from __future__ import annotations
 

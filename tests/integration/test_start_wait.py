@@ -42,7 +42,7 @@ TASK_PY = """\
 import os, sys, time
 while not os.path.exists(sys.argv[1]):
     sum(range(200_000))  # its CPU time moves: `running` though it reports no progress
-    time.sleep(0.2)
+    time.sleep(0.2)  # polls for the file that ends it
 """
 
 

@@ -20,12 +20,14 @@ import pytest
 
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
-from tests.helpers.procs import stop_run_dir
+from tests.helpers.procs import marked, stop_run_dir, wait_gone
 from tests.helpers.waiting import wait_for
 from training.run.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.core import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
+# The tasks are tiny Python programs; a `time.sleep(60)` in one is a task that runs until the test stops it.
+UNTIL_STOPPED = "import time; time.sleep(60)"
 
 
 def _task(job: str, index: int, code: str, host: str = "h1") -> dict[str, Any]:
@@ -64,15 +66,7 @@ def _events(layout: RunLayout, host: str = "h1") -> list[dict[str, Any]]:
 
 
 def _marked(run_dir: str) -> list[int]:
-    """Independent process listing (psutil): every process carrying the run's marker."""
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.environ().get(RUN_DIR_ENV) == run_dir and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
+    return [p.pid for p in marked(lambda marker: marker == run_dir)]
 
 
 @pytest.fixture
@@ -170,8 +164,8 @@ def _read(layout: RunLayout) -> HostReading:
 
 
 def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)"),
-                                  _task("worker", 1, "import time; time.sleep(60)")])
+    layout = _make_run(tmp_path, [_task("worker", 0, UNTIL_STOPPED),
+                                  _task("worker", 1, UNTIL_STOPPED)])
     sup = _start(layout)
     cleanup[0].append(sup)
     wait_for(lambda: len(_marked(layout.root)) >= 3, 10, "the supervisor and both tasks")
@@ -209,8 +203,8 @@ def _report(out: str) -> tuple[int, dict[str, dict[str, Any]], bool]:
 
 
 def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("ps", 0, "import time; time.sleep(60)"),
-                                  _task("worker", 0, "import time; time.sleep(60)")])
+    layout = _make_run(tmp_path, [_task("ps", 0, UNTIL_STOPPED),
+                                  _task("worker", 0, UNTIL_STOPPED)])
     cleanup[1].append(layout.root)
     result = _detach(layout)
     assert result.returncode == 0, result.stderr
@@ -229,7 +223,7 @@ def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, 
 
 def test_detach_twice_reports_the_running_supervisor_instead_of_a_second(tmp_path: Path, cleanup: Any) -> None:
     """A launch retried after a lost connection must not start a second supervisor (the lock)."""
-    layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)")])
+    layout = _make_run(tmp_path, [_task("worker", 0, UNTIL_STOPPED)])
     cleanup[1].append(layout.root)
     first = _report(_detach(layout).stdout)
     second = _report(_detach(layout).stdout)
@@ -249,8 +243,7 @@ def test_detach_when_the_supervisor_fails_at_once(tmp_path: Path, cleanup: Any) 
     pid, _states, _ = _report(result.stdout)
     wait_for(lambda: _state(layout, "worker", 0).get("final") is True, 10, "worker-0 final")
     assert _state(layout, "worker", 0)["exit_code"] == 4
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
-             10, "worker-0's process gone")
+    wait_gone(pid)
 
 
 def test_missing_program_is_exit_127_with_the_reason_in_its_log(tmp_path: Path, cleanup: Any) -> None:
