@@ -4,6 +4,7 @@ collector; logs and signals reach the task; `tfcluster dash --once --json` print
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import transport_for
 from tests.helpers.collecting import state_when
 from tests.helpers.terminal import Terminal
+from tests.helpers.waiting import wait_for_async
 from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
 
@@ -174,8 +176,12 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
     the transport, and `k` + `y` SIGKILLs the real process behind worker-0."""
     import asyncio
 
+    from textual.widgets import DataTable
+    from textual.widgets.data_table import CellDoesNotExist
+
     from orchestrator.monitor.collect import CollectorActions
     from tui.app import DashboardApp
+    from tui.screens.confirm import ConfirmScreen
     from tui.screens.task import TaskScreen
 
     collector = Collector.for_record(fake_run.record(), INTERVAL).start()
@@ -183,27 +189,22 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
     async def drive() -> None:
         app = DashboardApp(collector, CollectorActions(collector), interval=INTERVAL)
         async with app.run_test(size=(80, 24)) as pilot:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                await pilot.pause(0.2)
-                if app.state and all(t.state == "running" for t in app.state.tasks.values()):
-                    break
-            table = app.query_one("#tasks")
-            assert "running" in str(table.get_cell("worker:0", "state"))  # type: ignore[attr-defined]
+            table = app.query_one("#tasks", DataTable)
+
+            def worker0_running() -> bool:
+                with contextlib.suppress(CellDoesNotExist):  # its row is not drawn yet
+                    return "running" in str(table.get_cell("worker:0", "state"))
+                return False
+
+            await wait_for_async(worker0_running, 20, "the table to show worker:0 running", pause=pilot.pause)
             await pilot.press("enter")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                await pilot.pause(0.2)
-                screen = app.screen
-                if isinstance(screen, TaskScreen) and screen._log_lines:
-                    break
-            assert isinstance(app.screen, TaskScreen)
-            assert app.screen._log_lines[-1] == "line 49"
+            screen = await wait_for_async(lambda: isinstance(app.screen, TaskScreen) and app.screen._log_lines
+                                          and app.screen, 10, "the task screen with its log", pause=pilot.pause)
+            assert screen._log_lines[-1] == "line 49"
             await pilot.press("escape")
             await pilot.press("k")
-            await pilot.pause(0.2)
+            await wait_for_async(lambda: isinstance(app.screen, ConfirmScreen), 10, "the question", pause=pilot.pause)
             await pilot.press("y")
-            await pilot.pause(0.5)
             await app.workers.wait_for_complete()
             await pilot.press("q")
 
