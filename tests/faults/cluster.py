@@ -5,7 +5,10 @@ CLI's JSON), each trainer's progress events (tests/faults/measure.py), the run's
 their environment marker (tests/integration/lifecycle_helpers.run_processes), pids, logs.
 
 Every fault of one run is a stage of one test module (pytest runs them in file order): starting a
-TensorFlow cluster costs ~20 s of a 2-core machine, so faults whose effects are separable share it.
+TensorFlow cluster costs ~20 s of a 2-core machine, so faults whose effects are separable share it. A stage
+fails alone: it restores what it broke in a `finally` (a stopped process continued, a machine or network
+back, space freed) and starts by waiting for its preconditions (`wait_healthy`: every task running and
+training), so a stage that failed hands the next one a healthy run, if a late one.
 The trainers are paced (`slowdown`: each sleeps a few times its own step time) so that a run lasts
 through its stages without burning both cores. When the run ends, each host's logs and events are
 copied next to the test's files (`kept/<host>/`): a machine's own directory goes when it is closed.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +127,22 @@ class FaultRun:
     def wait_all_train(self, timeout: float = 180.0) -> None:
         for task in ("worker:0", "worker:1"):
             self.wait_trains(task, 0.0, timeout)
+
+    def wait_healthy(self, tasks: Collection[str] | None = None, timeout: float = 180.0) -> None:
+        """A stage's precondition: every task (or those named) `running` as `status` judges it (and, for the
+        whole run, `status` exiting 0), then each of them that reports progress taking a step after now.
+        What a stage before left recovering (a restart, a reconnect, a stalled worker) is waited for here."""
+        def running() -> bool:
+            code, st = self.status()
+            chosen = [t for t in st["tasks"] if tasks is None or t["name"] in tasks]
+            return bool(chosen) and all(t["state"] == "running" for t in chosen) and (tasks is not None or code == 0)
+
+        what = f"{', '.join(sorted(tasks)) if tasks else 'every task'} of {self.run_id} running"
+        wait_for(running, timeout, what, interval=0.5, explain=self.logs)
+        now = time.time()
+        trainers = {p.task for p in self.points()}
+        for task in sorted(trainers if tasks is None else trainers & set(tasks)):
+            self.wait_moves(task, now, timeout)
 
     def global_step(self) -> int:
         return max((p.global_step for p in self.points()), default=0)
