@@ -51,7 +51,7 @@ class Terminal:
     def write(self, keys: bytes) -> None:
         os.write(self.master, keys)
 
-    def wait_for_text(self, shown: Callable[[str], bool], timeout: float, what: str) -> str:
+    def wait_until_shown(self, shown: Callable[[str], bool], timeout: float, what: str) -> str:
         """The screen's text once `shown(text)` holds; fails at once if the command exits before."""
         def on_screen() -> str | None:
             self.read()

@@ -1,6 +1,6 @@
 """Waiting for an event, never for a fixed time: `wait_for` polls a predicate until it holds; its deadline
 only bounds a failure (the assertion then says what never happened). The `interval` between two polls is
-the only sleep a wait has: it paces the polling and orders nothing. `wait_for_async` is the same inside an
+the only sleep a wait has: it paces the polling and orders nothing. `async_wait_for` is the same inside an
 event loop (a Textual app under test runs while it waits)."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: fl
         time.sleep(interval)
 
 
-async def wait_for_async(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
+async def async_wait_for(predicate: Callable[[], T], timeout: float, what: str, interval: float = 0.05,
                          pause: Callable[[float], Awaitable[object]] = asyncio.sleep) -> T:
     """wait_for inside an event loop: `pause(interval)` between two polls lets the loop's other tasks run
     (a Textual pilot's `pause`, which also lets the app's screen take its timer updates)."""

@@ -28,7 +28,7 @@ from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import transport_for
 from tests.helpers.collecting import state_when
 from tests.helpers.terminal import Terminal
-from tests.helpers.waiting import wait_for_async
+from tests.helpers.waiting import async_wait_for
 from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
 
@@ -196,14 +196,14 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
                     return "running" in str(table.get_cell("worker:0", "state"))
                 return False
 
-            await wait_for_async(worker0_running, 20, "the table to show worker:0 running", pause=pilot.pause)
+            await async_wait_for(worker0_running, 20, "the table to show worker:0 running", pause=pilot.pause)
             await pilot.press("enter")
-            screen = await wait_for_async(lambda: isinstance(app.screen, TaskScreen) and app.screen._log_lines
+            screen = await async_wait_for(lambda: isinstance(app.screen, TaskScreen) and app.screen._log_lines
                                           and app.screen, 10, "the task screen with its log", pause=pilot.pause)
             assert screen._log_lines[-1] == "line 49"
             await pilot.press("escape")
             await pilot.press("k")
-            await wait_for_async(lambda: isinstance(app.screen, ConfirmScreen), 10, "the question", pause=pilot.pause)
+            await async_wait_for(lambda: isinstance(app.screen, ConfirmScreen), 10, "the question", pause=pilot.pause)
             await pilot.press("y")
             await app.workers.wait_for_complete()
             await pilot.press("q")
@@ -226,7 +226,7 @@ def test_status_watch_live_table_until_ctrl_c(fake_run: FakeRun) -> None:
 
     argv = [sys.executable, "-m", "tfcluster", "status", fake_run.run_id, "--watch"]
     with Terminal(argv, dict(os.environ), ROOT, columns=160) as term:
-        term.wait_for_text(both_running, 30, "the live table to show both workers running")
+        term.wait_until_shown(both_running, 30, "the live table to show both workers running")
         term.proc.send_signal(signal.SIGINT)
         assert term.wait_exit(20) == 0, term.text()[-3000:]
         assert both_running(term.text()), term.text()[-3000:]

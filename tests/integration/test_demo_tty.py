@@ -27,7 +27,7 @@ def test_demo_dashboard_in_a_terminal_quits_and_stops_the_run(state_dir: Path, h
     killed by a failed test leaves its record in the test's state dir: conftest's state_dir stops it.)"""
     # Exactly what `make demo` runs: no options, so the defaults are exercised too.
     with Terminal([sys.executable, "-m", "tfcluster", "demo"], dict(os.environ), ROOT) as term:
-        text = term.wait_for_text(lambda t: t.count("running") >= 3 and "worker:1" in t and "ps:0" in t, 300,
+        text = term.wait_until_shown(lambda t: t.count("running") >= 3 and "worker:1" in t and "ps:0" in t, 300,
                                   "the dashboard to show the tasks running")
         assert "worker:0" in text and "running" in text, text[-3000:]
         started = re.search(r"demo: run (\S+) started", term.text(tail=len(term.screen)))
