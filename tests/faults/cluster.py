@@ -16,6 +16,7 @@ copied next to the test's files (`kept/<host>/`): a machine's own directory goes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -40,6 +41,7 @@ from tests.integration.lifecycle_helpers import (
     started_run_id,
     status_json,
 )
+from training.run.layout import RunLayout
 
 BETWEEN_GRAPH = [["ps"], ["worker"], ["worker"]]  # m0: ps:0, m1: worker:0 (the chief), m2: worker:1
 PACED = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,
@@ -128,21 +130,40 @@ class FaultRun:
         for task in ("worker:0", "worker:1"):
             self.wait_trains(task, 0.0, timeout)
 
+    def task_states(self) -> dict[str, str]:
+        """Each task's state as its supervisor last recorded it (the hosts' state files: the loopback
+        machines share this filesystem), "" while it has none: a read without SSH, cheap between stages."""
+        record = runs.load(self.run_id)
+        states = {}
+        for t in record.plan.tasks:
+            path = Path(RunLayout(record.host(t.host).run_dir or "-").task_state_file(t.job, t.index))
+            try:
+                states[t.name] = str(json.loads(path.read_text()).get("state", ""))
+            except (OSError, ValueError):
+                states[t.name] = ""
+        return states
+
     def wait_healthy(self, tasks: Collection[str] | None = None, timeout: float = 180.0) -> None:
-        """A stage's precondition: every task (or those named) `running` as `status` judges it (and, for the
-        whole run, `status` exiting 0), then each of them that reports progress taking a step after now.
-        What a stage before left recovering (a restart, a reconnect, a stalled worker) is waited for here."""
+        """A stage's precondition: every machine's sshd up, every task (or those named) running as its
+        supervisor recorded it, then each of them that reports progress taking a step after now (a
+        stopped or cut-off trainer does not). What a stage before left recovering (a restart, a
+        reconnect) is waited for here, not failed on."""
         def running() -> bool:
-            code, st = self.status()
-            chosen = [t for t in st["tasks"] if tasks is None or t["name"] in tasks]
-            return bool(chosen) and all(t["state"] == "running" for t in chosen) and (tasks is not None or code == 0)
+            chosen = [s for name, s in self.task_states().items() if tasks is None or name in tasks]
+            up = all(self.machines.is_running(i) for i in range(len(self.machines.addresses)))
+            return up and bool(chosen) and all(s == "running" for s in chosen)
 
         what = f"{', '.join(sorted(tasks)) if tasks else 'every task'} of {self.run_id} running"
-        wait_for(running, timeout, what, interval=0.5, explain=self.logs)
+        wait_for(running, timeout, what, interval=0.2, explain=lambda: str(self.task_states()))
         now = time.time()
         trainers = {p.task for p in self.points()}
-        for task in sorted(trainers if tasks is None else trainers & set(tasks)):
-            self.wait_moves(task, now, timeout)
+        chosen = sorted(trainers if tasks is None else trainers & set(tasks))
+
+        def all_moved() -> bool:
+            points = self.points()
+            return all(measure.first_move_after(points, now, task) for task in chosen)
+
+        wait_for(all_moved, timeout, f"{', '.join(chosen)} to step after t={now:.1f}", interval=0.2)
 
     def global_step(self) -> int:
         return max((p.global_step for p in self.points()), default=0)

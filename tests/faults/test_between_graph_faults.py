@@ -50,7 +50,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.faults]
 requires.tensorflow()
 
 RUN = "between-graph"
-STEPS = 6500  # paced trainers: 15-100 global steps/s here (load!); the PS fault lands at 3000-5900
+STEPS = 7500  # paced trainers: 15-100 global steps/s here (load!); the PS fault landed at 3000-5900 before
+# each stage began by waiting for a healthy run (about a progress interval per stage: up to ~1000 steps more)
 CHECKPOINT_EVERY = 300
 
 

@@ -86,7 +86,8 @@ def _fault(run: FaultRun, column: str, victim: str, sig: signal.Signals) -> None
         step_at = wait_for(lambda: measure.step_before(run.points(), at) or None, 30, "the step at the fault")
         # Recovered: the victim runs again (a new process) and, after that, the run is past the step it was
         # at (a report written late by a process that had not yet noticed the fault says nothing).
-        again = wait_for(lambda: running_again(run, victim, at), 120, f"{victim} started again by its supervisor")
+        again = wait_for(lambda: running_again(run, victim, at), 120, f"{victim} started again by its supervisor",
+                         explain=run.logs)
         past = wait_for(lambda: next((p for p in run.points() if p.t > again and p.global_step > step_at), None),
                         300, f"the run past step {step_at} again", interval=0.5)
         points = run.points()
