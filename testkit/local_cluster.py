@@ -108,7 +108,7 @@ class LocalCluster:
         """Exit codes once every task has exited, or None for those still running at the deadline."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
-            time.sleep(0.2)
+            time.sleep(0.2)  # this wait's polling interval
         return {name: p.poll() for name, p in self.procs.items()}
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:

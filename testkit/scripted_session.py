@@ -268,7 +268,7 @@ class ScriptedSession:
             if now >= deadline:
                 raise HostError(self.host, "timeout", f"no answer within {timeout:g}s")
             upcoming = [t for t in (self._out[0][0] if self._out else None, self._lost_at) if t is not None]
-            time.sleep(max(0.0, min([*upcoming, deadline]) - now))
+            time.sleep(max(0.0, min([*upcoming, deadline]) - now))  # until the next scripted line (scripted time)
 
     def close_input(self) -> None:
         if self._stage in ("head", "run", "manifest", "blobs", "barrier") and not self.closed:

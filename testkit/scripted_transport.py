@@ -78,7 +78,7 @@ class ScriptedCluster:
     def wait(self, step: str, rtts: int = 1) -> None:
         delay = self.delay(step, rtts)
         if delay > 0:
-            time.sleep(delay)
+            time.sleep(delay)  # the step's scripted cost: simulated network and host time
 
 
 def script_args(command: str) -> list[str]:
@@ -232,7 +232,7 @@ class ScriptedTransport(ShellTransport):
                                    pid=s["pid"], exit_code=s["exit_code"], restarts=s["restarts"]))
         batches = 0
         while not stream.closed and (self.cluster.agent_batches is None or batches < self.cluster.agent_batches):
-            time.sleep(pause)
+            time.sleep(pause)  # the scripted agent's interval between batches
             if stream.closed:
                 return
             fault = h.take_fault("agent", before=False)

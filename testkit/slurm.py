@@ -187,7 +187,7 @@ class SlurmCluster:
                 raise RuntimeError(f"{dead[0]} exited while waiting for {what}: {self._tail(dead[0])}")
             if ready():
                 return
-            time.sleep(0.1)
+            time.sleep(0.1)  # this wait's polling interval
         raise RuntimeError(f"Slurm test cluster: no {what} after {START_TIMEOUT_S:.0f} s (logs in {self.root})")
 
     def _tail(self, label: str) -> str:
@@ -262,7 +262,7 @@ class SlurmCluster:
         while fields.get("JobState") not in ENDED_STATES:
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} did not end in {timeout:.0f} s: {fields}")
-            time.sleep(0.2)
+            time.sleep(0.2)  # this wait's polling interval
             fields = self.job(job_id)
         return fields
 

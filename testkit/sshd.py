@@ -202,7 +202,7 @@ class Machines:
                 with socket.create_connection((self.addresses[i], self.port), timeout=0.5):
                     return
             except OSError:
-                time.sleep(0.02)
+                time.sleep(0.02)  # this wait's polling interval
         self.stop(i)
         raise RuntimeError(f"sshd for {self.addresses[i]}:{self.port} did not start in {START_TIMEOUT_S}s")
 

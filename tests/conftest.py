@@ -17,7 +17,7 @@ from orchestrator.run import local_ports
 from testkit import slurm, sshd
 from testkit.slurm import SlurmCluster
 from testkit.sshd import Machines
-from tests.integration.lifecycle_helpers import cli, kill_run, records, run_processes
+from tests.integration.lifecycle_helpers import isolated_state_dir
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -68,13 +68,8 @@ def state_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(shared.state))
         yield shared.state
         return
-    path = tmp_path_factory.mktemp("state")
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(path))
-    yield path
-    for record in records(path):
-        if run_processes(record["run_id"]):
-            cli(path, "stop", record["run_id"], "--grace", "1")
-            kill_run(record["run_id"])
+    with isolated_state_dir(tmp_path_factory.mktemp("state"), monkeypatch) as path:
+        yield path
 
 
 @pytest.fixture(scope="session")
@@ -98,10 +93,13 @@ def sshd_machines() -> Iterator[Callable[..., Machines]]:
 
 
 @pytest.fixture(scope="module")
-def machines(request: pytest.FixtureRequest, sshd_machines: Callable[..., Machines]) -> Machines:
+def machines(request: pytest.FixtureRequest, sshd_machines: Callable[..., Machines]) -> Iterator[Machines]:
     """Three loopback machines for a test module, sharing one workdir (the topology of an NFS home); a
-    module that needs local disks sets `SHARED_WORKDIR = False` and says why."""
-    return sshd_machines(3, shared_workdir=getattr(request.module, "SHARED_WORKDIR", True))
+    module that needs local disks sets `SHARED_WORKDIR = False` and says why. Closed with the module: its
+    sshd processes do not wait for the end of the session."""
+    m = sshd_machines(3, shared_workdir=getattr(request.module, "SHARED_WORKDIR", True))
+    yield m
+    m.close()
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,10 @@ CLI's JSON), each trainer's progress events (tests/faults/measure.py), the run's
 their environment marker (tests/integration/lifecycle_helpers.run_processes), pids, logs.
 
 Every fault of one run is a stage of one test module (pytest runs them in file order): starting a
-TensorFlow cluster costs ~20 s of a 2-core machine, so faults whose effects are separable share it.
+TensorFlow cluster costs ~20 s of a 2-core machine, so faults whose effects are separable share it. A stage
+fails alone: it restores what it broke in a `finally` (a stopped process continued, a machine or network
+back, space freed) and starts by waiting for its preconditions (`wait_healthy`: every task running and
+training), so a stage that failed hands the next one a healthy run, if a late one.
 The trainers are paced (`slowdown`: each sleeps a few times its own step time) so that a run lasts
 through its stages without burning both cores. When the run ends, each host's logs and events are
 copied next to the test's files (`kept/<host>/`): a machine's own directory goes when it is closed.
@@ -13,10 +16,11 @@ copied next to the test's files (`kept/<host>/`): a machine's own directory goes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +41,7 @@ from tests.integration.lifecycle_helpers import (
     started_run_id,
     status_json,
 )
+from training.run.layout import RunLayout
 
 BETWEEN_GRAPH = [["ps"], ["worker"], ["worker"]]  # m0: ps:0, m1: worker:0 (the chief), m2: worker:1
 PACED = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,
@@ -125,6 +130,41 @@ class FaultRun:
         for task in ("worker:0", "worker:1"):
             self.wait_trains(task, 0.0, timeout)
 
+    def task_states(self) -> dict[str, str]:
+        """Each task's state as its supervisor last recorded it (the hosts' state files: the loopback
+        machines share this filesystem), "" while it has none: a read without SSH, cheap between stages."""
+        record = runs.load(self.run_id)
+        states = {}
+        for t in record.plan.tasks:
+            path = Path(RunLayout(record.host(t.host).run_dir or "-").task_state_file(t.job, t.index))
+            try:
+                states[t.name] = str(json.loads(path.read_text()).get("state", ""))
+            except (OSError, ValueError):
+                states[t.name] = ""
+        return states
+
+    def wait_healthy(self, tasks: Collection[str] | None = None, timeout: float = 180.0) -> None:
+        """A stage's precondition: every machine's sshd up, every task (or those named) running as its
+        supervisor recorded it, then each of them that reports progress taking a step after now (a
+        stopped or cut-off trainer does not). What a stage before left recovering (a restart, a
+        reconnect) is waited for here, not failed on."""
+        def running() -> bool:
+            chosen = [s for name, s in self.task_states().items() if tasks is None or name in tasks]
+            up = all(self.machines.is_running(i) for i in range(len(self.machines.addresses)))
+            return up and bool(chosen) and all(s == "running" for s in chosen)
+
+        what = f"{', '.join(sorted(tasks)) if tasks else 'every task'} of {self.run_id} running"
+        wait_for(running, timeout, what, interval=0.2, explain=lambda: str(self.task_states()))
+        now = time.time()
+        trainers = {p.task for p in self.points()}
+        chosen = sorted(trainers if tasks is None else trainers & set(tasks))
+
+        def all_moved() -> bool:
+            points = self.points()
+            return all(measure.first_move_after(points, now, task) for task in chosen)
+
+        wait_for(all_moved, timeout, f"{', '.join(chosen)} to step after t={now:.1f}", interval=0.2)
+
     def global_step(self) -> int:
         return max((p.global_step for p in self.points()), default=0)
 
@@ -141,7 +181,7 @@ def started_run(machines: Machines, tmp: Path, *, label: str, steps: int, traini
                 roles: list[list[str]] | None = None, mode: str = "between-graph") -> Iterator[FaultRun]:
     """Start one run in its own state dir; at the end every run recorded there is stopped (while it has
     processes) and anything of it still alive is killed."""
-    with pytest.MonkeyPatch.context() as mp, isolated_state_dir(tmp, mp, stop="if-running") as state:
+    with pytest.MonkeyPatch.context() as mp, isolated_state_dir(tmp / "state", mp) as state:
         hosts = machines.hosts_toml(tmp / "hosts.toml", roles=roles or BETWEEN_GRAPH, mode=mode,
                                     training={**PACED, "steps": steps, **(training or {})})
         res = cli(state, "start", str(hosts), "--timeout", "150")

@@ -6,6 +6,11 @@ then `tfcluster stop` must leave nothing on any host.
 A host whose supervisor is gone has nobody to restart or report its tasks: `status` must say `lost` for
 a task whose supervisor and processes are gone and exit 3 (tfcluster/exit_codes.py), never `running`.
 The run cannot finish without its chief, so it ends by `stop` here.
+
+These stages cannot restore what they broke: a lost task stays lost, that is the fault. So each stage
+waits for what it needs of the run (wait_healthy on the tasks it does not expect lost yet) and touches
+only other hosts than the stage before: a failed first stage (m2) leaves m0 and m1 to the second, and
+`stop` works on whatever is left.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -33,8 +38,7 @@ RUN = "host faults"
 
 
 @pytest.fixture(scope="module")
-def run(sshd_machines: Callable[[int], Machines], tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
-    machines: Machines = sshd_machines(3)
+def run(machines: Machines, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
     with started_run(machines, tmp_path_factory.mktemp("faults-hosts"), label=RUN, steps=10**7) as fr:
         fr.wait_all_train()
         yield fr
@@ -49,6 +53,7 @@ def test_supervisor_sigkill_then_its_task_is_lost(run: FaultRun) -> None:
     """SIGKILL of m2's supervisor alone: its worker is not in its way (it trains on, orphaned) and
     `status` says the supervisor is gone; once that worker dies too, nobody restarts it: `status` says
     `lost` for it and exits 3. The chief trains on meanwhile."""
+    run.wait_healthy()
     with run.measuring("SIGKILL supervisor of m2, then its orphaned worker:1") as m:
         st = run.status()[1]
         sup_pid = run.host("m2", st)["supervisor_pid"]
@@ -75,6 +80,7 @@ def test_supervisor_sigkill_then_its_task_is_lost(run: FaultRun) -> None:
 def test_whole_machine_killed_its_tasks_are_lost(run: FaultRun) -> None:
     """Machine m1 dies: its supervisor and every process of the run on it SIGKILLed at once (sshd stays
     up: the machine is back, empty). `status` says `lost` for its task, and exits 3."""
+    run.wait_healthy(("ps:0", "worker:0"))  # worker:1 is lost by now (the stage above), or not
     with run.measuring("whole machine m1 killed (supervisor + tasks)") as m:
         m1_dir = run.run_dir("m1")
         victims = []

@@ -2,7 +2,9 @@
 multi-worker-mirrored, parameter-server-strategy; between-graph is tests/faults/test_between_graph_faults.py),
 real sshd on loopback machines, real TensorFlow, the built-in `mlp`, paced. In file order per mode: a
 worker SIGKILLed, the chief SIGTERMed (a restart asked for: the dashboard's `r`), the chief SIGKILLed, a
-ps SIGKILLed (not in multi-worker-mirrored: it has none); then `tfcluster stop` leaves nothing.
+ps SIGKILLed (not in multi-worker-mirrored: it has none); then `tfcluster stop` leaves nothing. Each fault
+waits first for every task running and training (tests/faults/cluster.py wait_healthy): a stage that
+failed leaves the next one a recovered run, not its own failure.
 
 Each fault is measured from the trainers' own progress events (tests/faults/measure.py): steps lost =
 the highest global step before it minus the lowest after it, and seconds until the run is past the step
@@ -71,7 +73,9 @@ def run(request: pytest.FixtureRequest, sshd_machines: Callable[[int], Machines]
 
 
 def _fault(run: FaultRun, column: str, victim: str, sig: signal.Signals) -> None:
-    """`sig` to `victim` once a checkpoint exists; then wait until the run is past the step it was at."""
+    """`sig` to `victim` once every task runs and trains and a checkpoint exists (whatever the stage before
+    left); then wait until the run is past the step it was at."""
+    run.wait_healthy()
     with run.measuring(f"{sig.name} {victim}", column=column) as m:
         ckpt = checkpoint_dir(run)
         wait_for(lambda: measure.checkpoint_step(ckpt), 180, "a checkpoint")
@@ -82,7 +86,8 @@ def _fault(run: FaultRun, column: str, victim: str, sig: signal.Signals) -> None
         step_at = wait_for(lambda: measure.step_before(run.points(), at) or None, 30, "the step at the fault")
         # Recovered: the victim runs again (a new process) and, after that, the run is past the step it was
         # at (a report written late by a process that had not yet noticed the fault says nothing).
-        again = wait_for(lambda: running_again(run, victim, at), 120, f"{victim} started again by its supervisor")
+        again = wait_for(lambda: running_again(run, victim, at), 120, f"{victim} started again by its supervisor",
+                         explain=run.logs)
         past = wait_for(lambda: next((p for p in run.points() if p.t > again and p.global_step > step_at), None),
                         300, f"the run past step {step_at} again", interval=0.5)
         points = run.points()

@@ -19,7 +19,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ from tests.integration.lifecycle_helpers import (
     REPO,
     cli,
     cli_env,
-    isolated_state_dir,
     run_processes,
 )
 from training.run.layout import host_module
@@ -46,22 +44,16 @@ requires.tensorflow()
 
 
 
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state_dir:
-        yield state_dir
-
-
-def record_of(state: Path, run_id: str) -> dict[str, Any] | None:
-    path = state / "runs" / f"{run_id}.json"
+def record_of(state_dir: Path, run_id: str) -> dict[str, Any] | None:
+    path = state_dir / "runs" / f"{run_id}.json"
     try:
         return json.loads(path.read_text()) if path.exists() else None
     except ValueError:
         return None  # being written
 
 
-def shown_status(state: Path, run_id: str) -> str:
-    res = cli(state, "ls")
+def shown_status(state_dir: Path, run_id: str) -> str:
+    res = cli(state_dir, "ls")
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
     header = next(line for line in lines if "last known" in line)
@@ -82,7 +74,7 @@ def supervisors(run_id: str) -> list[psutil.Process]:
 
 
 @pytest.mark.parametrize("moment", ["prepare", "launch"])
-def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_path: Path, state: Path,
+def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_path: Path, state_dir: Path,
                                                      moment: str) -> None:
     """See the module docstring: `ls` says interrupted; nothing runs (killed in prepare) or the run is
     stopped by `stop` with nothing left (killed in launch); `status` answers (JSON, no traceback)."""
@@ -90,11 +82,11 @@ def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_pat
     with measure.measuring(f"SIGKILL tfcluster start during {moment}", "start killed") as m:
         hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=BETWEEN_GRAPH, training={**PACED, "steps": 10**6})
         start = subprocess.Popen([sys.executable, "-m", "tfcluster", "start", str(hosts), "--run", run_id],
-                                 env=cli_env(state), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 env=cli_env(state_dir), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  start_new_session=True)
         try:
             if moment == "prepare":
-                wait_for(lambda: record_of(state, run_id), 60, "start to write its run record", interval=0.02)
+                wait_for(lambda: record_of(state_dir, run_id), 60, "start to write its run record", interval=0.02)
             else:
                 wait_for(lambda: supervisors(run_id), 90, "a first supervisor of the run", interval=0.05)
             at = time.time()
@@ -106,11 +98,11 @@ def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_pat
                 start.wait(10)
             assert start.stderr is not None
             start.stderr.close()
-        rec = record_of(state, run_id)
+        rec = record_of(state_dir, run_id)
         assert rec is not None and rec["status"] == "starting", rec  # the record as the killed start left it
         m["killed_after"] = moment
         m["hosts_marked_started"] = sum(1 for h in rec["hosts"] if h.get("started"))
-        assert shown_status(state, run_id) == "interrupted"
+        assert shown_status(state_dir, run_id) == "interrupted"
         if moment == "prepare":
             # Nothing was launched: the launchers at the barrier see their stdin close and exit.
             assert m["hosts_marked_started"] == 0
@@ -120,11 +112,11 @@ def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_pat
         else:
             assert m["hosts_marked_started"] == 3, rec
             m["processes_left_before_stop"] = len(run_processes(run_id))
-        res = cli(state, "status", run_id, "--json", timeout=60)
+        res = cli(state_dir, "status", run_id, "--json", timeout=60)
         m["status_exit"] = res.returncode
         assert res.stdout.strip() and "Traceback" not in res.stderr, res.stderr
         json.loads(res.stdout)
-        res = cli(state, "stop", run_id, "--grace", "2")
+        res = cli(state_dir, "stop", run_id, "--grace", "2")
         m["stop_exit"] = res.returncode
         assert res.returncode == 0, res.stdout + res.stderr
         if moment == "launch":

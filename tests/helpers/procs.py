@@ -1,40 +1,52 @@
-"""Processes in tests: wait for a pid to be written or a process to be gone (a zombie counts as gone: it
-no longer runs), and stop whatever a test left running in a run dir."""
+"""Processes in tests: the live processes carrying a run's marker (TFCLUSTER_RUN_DIR in their environment,
+read by psutil: independent of the code under test), wait for a pid to be written or a process to be gone
+(a zombie counts as gone: it no longer runs), and stop whatever a test left running in a run dir."""
 
 from __future__ import annotations
 
 import subprocess
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 
 from orchestrator.run.sh_stop import parse_sh_stop, sh_stop_script
 from orchestrator.transport.base import CommandResult
+from tests.helpers.waiting import wait_for
+from training.run.layout import RUN_DIR_ENV
 from training.telemetry.state_files import StopReport
 
 
-def read_pid(path: Path, timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = path.read_text().strip() if path.exists() else ""
-        if text.isdigit():
-            return int(text)
-        time.sleep(0.02)
-    raise AssertionError(f"no pid written to {path}")
-
-
-def is_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
+def marked(run_dir_matches: Callable[[str], bool]) -> list[psutil.Process]:
+    """Every live (not zombie) process whose TFCLUSTER_RUN_DIR marker `run_dir_matches`."""
+    found = []
+    for p in psutil.process_iter():
         try:
-            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.05)
+            if run_dir_matches(p.environ().get(RUN_DIR_ENV, "")) and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def read_pid(path: Path, timeout: float = 10.0) -> int:
+    def written() -> int | None:
+        text = path.read_text().strip() if path.exists() else ""
+        return int(text) if text.isdigit() else None
+
+    pid: int = wait_for(written, timeout, f"a pid written to {path}", interval=0.02)
+    return pid
+
+
+def gone(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> None:
+    wait_for(lambda: gone(pid), timeout, f"process {pid} to be gone")
 
 
 def stop_run_dir(run_dir: str, grace: float = 0.5, purge: bool = False) -> StopReport:

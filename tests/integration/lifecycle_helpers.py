@@ -15,10 +15,12 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 import pytest
+
+from tests.helpers.procs import marked
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120.0
@@ -50,20 +52,17 @@ def cli_process(state_dir: Path, *args: str) -> Iterator[subprocess.Popen[str]]:
 
 
 @contextmanager
-def isolated_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                       stop: Literal["never", "if-running", "always"] = "never") -> Iterator[Path]:
-    """TFCLUSTER_STATE_DIR in the test's tmp_path (for the CLI subprocesses too). At the end every run
-    recorded there is cleaned up, whatever the test left behind: first `tfcluster stop --grace 1` when
-    `stop` says so (`if-running`: only while processes of the run are still seen), then any process of it
-    still alive is killed."""
-    state = tmp_path / "state"
+def isolated_state_dir(state: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """TFCLUSTER_STATE_DIR is `state` (for the CLI subprocesses too). At the end every run recorded there
+    is cleaned up, whatever the test left behind: `tfcluster stop --grace 1` while processes of the run
+    are still seen, then any process of it still alive is killed."""
     monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
     try:
         yield state
     finally:
         for record in records(state):
             run_id = record["run_id"]
-            if stop == "always" or (stop == "if-running" and run_processes(run_id)):
+            if run_processes(run_id):
                 cli(state, "stop", run_id, "--grace", "1")
             kill_run(run_id)
 
@@ -89,17 +88,9 @@ def records(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:
-    """Every live process whose environment marks it as part of run `run_id` (`<workdir>/runs/<id>/<host>`,
-    on any loopback machine: they all share this kernel)."""
-    found = []
-    for p in psutil.process_iter():
-        try:
-            marker = p.environ().get("TFCLUSTER_RUN_DIR", "")
-            if f"/runs/{run_id}/" in marker and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    """Every live process marked as part of run `run_id` (`<workdir>/runs/<id>/<host>`, on any loopback
+    machine: they all share this kernel)."""
+    return marked(lambda run_dir: f"/runs/{run_id}/" in run_dir)
 
 
 def kill_run(run_id: str) -> None:

@@ -113,10 +113,10 @@ def test_agent_exits_when_its_reader_goes_away(tmp_path: Path) -> None:
 def test_agent_exit_on_stdin_eof(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, "-m", "training.agent", "--run-dir", str(tmp_path), "--host", "h0", "--interval", "5",
-         "--exit-on-stdin-eof"], cwd=ROOT, stdout=subprocess.DEVNULL, stdin=subprocess.PIPE,
+         "--exit-on-stdin-eof"], cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
     )
     try:
-        time.sleep(0.5)
+        read_until(proc, lambda e: e["kind"] == "heartbeat")  # up and streaming, its stdin still open
         assert proc.poll() is None
         assert proc.stdin is not None
         proc.stdin.close()

@@ -23,7 +23,6 @@ from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
-    isolated_state_dir,
     records,
     run_processes,
 )
@@ -44,15 +43,14 @@ def cells_by_key(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machines], tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+                                          state_dir: Path) -> None:
     machines = sshd_machines(3)
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training=TRAINING)
     out = tmp_path / "report"
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state:
-        result = cli(state, "bench", str(hosts), "--modes", "between-graph,in-graph", "--workers", "2",
-                     "--seconds", "4", "--warmup", "1", "--straggler", "worker:1=4", "--out", str(out), timeout=240)
-        assert result.returncode == 0, result.stdout + result.stderr
-        no_process_left(state)
+    result = cli(state_dir, "bench", str(hosts), "--modes", "between-graph,in-graph", "--workers", "2",
+                 "--seconds", "4", "--warmup", "1", "--straggler", "worker:1=4", "--out", str(out), timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    no_process_left(state_dir)
     report = json.loads((out / "bench.json").read_text())
     assert report["schema"] == "tfcluster-bench" and report["version"] == 1
     cells = cells_by_key(report)
@@ -96,23 +94,22 @@ def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machine
 
 
 def test_a_failed_cell_is_recorded_and_ctrl_c_keeps_the_finished_cells(
-        sshd_machines: Callable[[int], Machines], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        sshd_machines: Callable[[int], Machines], tmp_path: Path, state_dir: Path) -> None:
     """No ps in this hosts.toml: the between-graph cells cannot be planned (recorded with the planner's
     error); the multi-worker-mirrored cells run, and Ctrl-C in the second stops its cluster."""
     machines = sshd_machines(2)
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["worker"], ["worker"]], mode="multi-worker-mirrored",
                                 training=TRAINING)
     out = tmp_path / "report"
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state, \
-            cli_process(state, "bench", str(hosts), "--modes", "between-graph,multi-worker-mirrored", "--workers", "1,2",
-                        "--seconds", "3", "--warmup", "1", "--out", str(out)) as proc:
+    with cli_process(state_dir, "bench", str(hosts), "--modes", "between-graph,multi-worker-mirrored",
+                     "--workers", "1,2", "--seconds", "3", "--warmup", "1", "--out", str(out)) as proc:
         # the second mirrored cell's run: started (its record says so once every task runs)
-        wait_for(lambda: len(records(state)) >= 2 and records(state)[1]["status"] == "started", 180,
+        wait_for(lambda: len(records(state_dir)) >= 2 and records(state_dir)[1]["status"] == "started", 180,
                  "the second cell's cluster")
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(timeout=90)
         assert proc.returncode == 130, proc.stderr.read() if proc.stderr else ""
-        no_process_left(state)
+        no_process_left(state_dir)
     report = json.loads((out / "bench.json").read_text())
     assert report["interrupted"] is True
     cells = cells_by_key(report)

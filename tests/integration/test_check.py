@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,13 +42,6 @@ def check_json(hosts_toml: Path) -> tuple[int, dict[str, Any]]:
 
 def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {h["host"]: h for h in report["hosts"]}
-
-
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Iterator[Machines]:
-    m = sshd_machines(3)
-    yield m
-    m.close()
 
 
 def test_all_ready_then_one_machine_stopped(machines: Machines, tmp_path: Path) -> None:

@@ -30,13 +30,8 @@ SYSTEM_PYTHON = "/usr/bin/python3"  # Debian's, without TensorFlow
 SHARED_WORKDIR = False  # each machine its own workdir: the test tells that from one shared workdir (conftest.machines)
 
 
-@pytest.fixture
-def state(state_dir: Path) -> Path:
-    return state_dir
-
-
-def check_json(state: Path, hosts: Path) -> tuple[int, dict[str, Any]]:
-    res = cli(state, "check", str(hosts), "--json", timeout=180)
+def check_json(state_dir: Path, hosts: Path) -> tuple[int, dict[str, Any]]:
+    res = cli(state_dir, "check", str(hosts), "--json", timeout=180)
     assert res.stdout.strip(), res.stderr
     return res.returncode, json.loads(res.stdout)
 
@@ -46,38 +41,38 @@ def rows(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_a_workdir_start_cannot_create_fails_check_and_start_names_every_such_host(
-        machines: Machines, tmp_path: Path, state: Path) -> None:
+        machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("a regular file: nothing can be created beneath it")
     bad = {i: {"workdir": str(blocker / f"work{i}")} for i in (1, 2)}
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra=bad, training={"command": "sleep 60"})
-    code, report = check_json(state, hosts)
+    code, report = check_json(state_dir, hosts)
     assert code == 1 and not report["ready"], report
     by_host = rows(report)
     assert by_host["m0"]["ready"], by_host["m0"]
     for name in ("m1", "m2"):
         assert any("cannot create it: Not a directory" in p for p in by_host[name]["problems"]), by_host[name]
 
-    started = cli(state, "start", str(hosts))
+    started = cli(state_dir, "start", str(hosts))
     assert started.returncode == 1 and "started " not in started.stdout, started.stdout + started.stderr
     errors = [line for line in started.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "host m1: prepare" in errors[0] and "also m2: prepare" in errors[0], started.stderr
-    assert not run_processes(records(state)[-1]["run_id"])
+    assert not run_processes(records(state_dir)[-1]["run_id"])
 
 
-def test_hosts_given_one_workdir_are_reported_sharing_it(machines: Machines, tmp_path: Path, state: Path) -> None:
+def test_hosts_given_one_workdir_are_reported_sharing_it(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     shared = str(tmp_path / "shared-home" / ".tfcluster")
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={i: {"workdir": shared} for i in range(3)},
                                 training={"command": "sleep 60"})
-    code, report = check_json(state, hosts)
+    code, report = check_json(state_dir, hosts)
     assert code == 0, report
     assert report["shared_workdirs"] == [{"path": shared, "hosts": ["m0", "m1", "m2"], "machines": 1}], report
     assert len({h["workdir_id"] for h in report["hosts"]}) == 1
-    table = cli(state, "check", str(hosts), timeout=180).stdout
+    table = cli(state_dir, "check", str(hosts), timeout=180).stdout
     assert f"hosts m0, m1, m2 share the workdir {shared} (on one machine)" in " ".join(table.split()), table
 
     own = machines.hosts_toml(tmp_path / "own.toml", training={"command": "sleep 60"})  # a workdir each
-    code, report = check_json(state, own)
+    code, report = check_json(state_dir, own)
     assert code == 0 and report["shared_workdirs"] == [], report
 
 
@@ -91,19 +86,19 @@ def _python_whose_tensorflow_does_not_import(tmp_path: Path) -> Path:
     return venv / "bin" / "python"
 
 
-def test_builtin_model_without_an_importable_tensorflow(machines: Machines, tmp_path: Path, state: Path) -> None:
+def test_builtin_model_without_an_importable_tensorflow(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     python = _python_whose_tensorflow_does_not_import(tmp_path)
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"]],
                                 host_extra={i: {"python": str(python)} for i in range(2)},
                                 training={"model": "mlp", "steps": 100, "max_restarts": 1})
-    code, report = check_json(state, hosts)
+    code, report = check_json(state_dir, hosts)
     assert code == 1, report
     for row in report["hosts"]:
         assert any("libcudart.so.12" in p for p in row["problems"]), row
 
-    started = cli(state, "start", str(hosts), "--timeout", "120", timeout=200)
+    started = cli(state_dir, "start", str(hosts), "--timeout", "120", timeout=200)
     said = started.stdout + started.stderr
     assert started.returncode == 1 and "started " not in started.stdout, said
     last = started.stderr.strip().splitlines()[-1]
     assert "task-failed" in last and "exited with exit code" in last and "libcudart.so.12" in last, said
-    assert not run_processes(records(state)[-1]["run_id"])
+    assert not run_processes(records(state_dir)[-1]["run_id"])

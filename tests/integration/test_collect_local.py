@@ -4,6 +4,7 @@ collector; logs and signals reach the task; `tfcluster dash --once --json` print
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -13,7 +14,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -27,6 +27,9 @@ from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import transport_for
+from tests.helpers.collecting import state_when
+from tests.helpers.terminal import Terminal
+from tests.helpers.waiting import async_wait_for
 from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
 
@@ -98,15 +101,6 @@ def fake_run(tmp_path: Path) -> Iterator[FakeRun]:
         run.close()
 
 
-def wait_until(collector: Collector, pred: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred(collector.poll()):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"not reached; state: {json.dumps(state_json(collector.poll()))[:2000]}")
-
-
 def test_collector_builds_state_and_survives_a_dropped_stream(fake_run: FakeRun) -> None:
     collector = Collector.for_record(fake_run.record(), INTERVAL).start()
     try:
@@ -121,9 +115,9 @@ def test_collector_builds_state_and_survives_a_dropped_stream(fake_run: FakeRun)
         stream_b = next(s for s in collector.streams if s.host.name == "b")
         proc = stream_b._stream._proc  # type: ignore[union-attr]
         os.killpg(proc.pid, signal.SIGKILL)  # the agent and its shell
-        wait_until(collector, lambda s: s.tasks["worker:1"].state == "unreachable", timeout=10)
+        state_when(collector, lambda s: s.tasks["worker:1"].state == "unreachable", 10, "worker:1 unreachable")
         assert collector.state.tasks["worker:1"].steps_per_s is not None  # last value kept
-        wait_until(collector, lambda s: s.tasks["worker:1"].state == "running", timeout=20)
+        state_when(collector, lambda s: s.tasks["worker:1"].state == "running", 20, "worker:1 back")
         assert stream_b.connects >= 2
         kinds = [e.kind for e in collector.state.log]
         assert "host-lost" in kinds and "host-back" in kinds
@@ -150,8 +144,8 @@ def test_unreachable_host_never_breaks_the_collector(fake_run: FakeRun) -> None:
     record = fake_run.record()
     collector = Collector.for_record(record, INTERVAL, opener=opener).start()
     try:
-        wait_until(collector, lambda s: s.tasks["worker:0"].state == "running"
-                   and s.tasks["worker:1"].state == "unreachable")
+        state_when(collector, lambda s: s.tasks["worker:0"].state == "running"
+                   and s.tasks["worker:1"].state == "unreachable", 20, "a running, b unreachable")
         assert any("connection refused" in e.text for e in collector.state.log)
         assert record.plan.hosts[1].name == "b"
     finally:
@@ -183,8 +177,12 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
     the transport, and `k` + `y` SIGKILLs the real process behind worker-0."""
     import asyncio
 
+    from textual.widgets import DataTable
+    from textual.widgets.data_table import CellDoesNotExist
+
     from orchestrator.monitor.collect import CollectorActions
     from tui.app import DashboardApp
+    from tui.screens.confirm import ConfirmScreen
     from tui.screens.task import TaskScreen
 
     collector = Collector.for_record(fake_run.record(), INTERVAL).start()
@@ -192,27 +190,22 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
     async def drive() -> None:
         app = DashboardApp(collector, CollectorActions(collector), interval=INTERVAL)
         async with app.run_test(size=(80, 24)) as pilot:
-            deadline = time.monotonic() + 20
-            while time.monotonic() < deadline:
-                await pilot.pause(0.2)
-                if app.state and all(t.state == "running" for t in app.state.tasks.values()):
-                    break
-            table = app.query_one("#tasks")
-            assert "running" in str(table.get_cell("worker:0", "state"))  # type: ignore[attr-defined]
+            table = app.query_one("#tasks", DataTable)
+
+            def worker0_running() -> bool:
+                with contextlib.suppress(CellDoesNotExist):  # its row is not drawn yet
+                    return "running" in str(table.get_cell("worker:0", "state"))
+                return False
+
+            await async_wait_for(worker0_running, 20, "the table to show worker:0 running", pause=pilot.pause)
             await pilot.press("enter")
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                await pilot.pause(0.2)
-                screen = app.screen
-                if isinstance(screen, TaskScreen) and screen._log_lines:
-                    break
-            assert isinstance(app.screen, TaskScreen)
-            assert app.screen._log_lines[-1] == "line 49"
+            screen = await async_wait_for(lambda: isinstance(app.screen, TaskScreen) and app.screen._log_lines
+                                          and app.screen, 10, "the task screen with its log", pause=pilot.pause)
+            assert screen._log_lines[-1] == "line 49"
             await pilot.press("escape")
             await pilot.press("k")
-            await pilot.pause(0.2)
+            await async_wait_for(lambda: isinstance(app.screen, ConfirmScreen), 10, "the question", pause=pilot.pause)
             await pilot.press("y")
-            await pilot.pause(0.5)
             await app.workers.wait_for_complete()
             await pilot.press("q")
 
@@ -223,24 +216,18 @@ def test_dashboard_on_a_live_collector(fake_run: FakeRun) -> None:
         collector.close()
 
 
-def test_status_watch_live_table_until_ctrl_c(fake_run: FakeRun, tmp_path: Path) -> None:
-    env = {**os.environ, runs.STATE_DIR_ENV: str(tmp_path / "state"), "COLUMNS": "160"}
-    os.environ[runs.STATE_DIR_ENV] = env[runs.STATE_DIR_ENV]
-    try:
-        runs.save(fake_run.record())
-    finally:
-        del os.environ[runs.STATE_DIR_ENV]
-    proc = subprocess.Popen([sys.executable, "-m", "tfcluster", "status", fake_run.run_id, "--watch"], cwd=ROOT,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        time.sleep(6)
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 0, err
-    last = out[out.rfind("run collect-test"):]
-    assert "worker:0" in last and "worker:1" in last and "running" in last, out[-2000:]
+def test_status_watch_live_table_until_ctrl_c(fake_run: FakeRun) -> None:
+    """`status --watch` in a terminal: its live table shows both workers running, then Ctrl-C ends it
+    (exit 0) with that table left on the screen."""
+    runs.save(fake_run.record())  # in the test's state dir (conftest's state_dir), which the CLI inherits
+
+    def both_running(text: str) -> bool:
+        frame = text[text.rfind("run collect-test"):].splitlines()
+        return all(any(name in line and "running" in line for line in frame) for name in ("worker:0", "worker:1"))
+
+    argv = [sys.executable, "-m", "tfcluster", "status", fake_run.run_id, "--watch"]
+    with Terminal(argv, dict(os.environ), ROOT, columns=160) as term:
+        term.wait_until_shown(both_running, 30, "the live table to show both workers running")
+        term.proc.send_signal(signal.SIGINT)
+        assert term.wait_exit(20) == 0, term.text()[-3000:]
+        assert both_running(term.text()), term.text()[-3000:]

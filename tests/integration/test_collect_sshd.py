@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,21 +15,13 @@ from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.from_file import plan_config
 from testkit.sshd import Machines
+from tests.helpers.collecting import state_when
 from training.run.layout import HOST_PACKAGE
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 ROOT = Path(__file__).resolve().parents[2]
 INTERVAL = 0.5
-
-
-def wait_until(collector: Collector, pred: Callable[[Any], bool], timeout: float, what: str) -> float:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if pred(collector.poll()):
-            return time.monotonic() - t0
-        time.sleep(0.05)
-    raise AssertionError(f"{what}: not reached in {timeout}s; log: {[e.text for e in collector.state.log]}")
 
 
 def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None:
@@ -64,19 +54,22 @@ def test_machine_dies_and_comes_back(machines: Machines, tmp_path: Path) -> None
     collector = Collector(ClusterState.from_plan(plan, run_id, INTERVAL), list(plan.hosts), run_dirs,
                           {h.name: h.python for h in plan.hosts}, INTERVAL).start()
     try:
-        wait_until(collector, lambda s: s.tasks["worker:0"].state == "running"
+        state_when(collector, lambda s: s.tasks["worker:0"].state == "running"
                    and s.tasks["ps:0"].state == "running", 30, "both machines streaming")
         rate = collector.state.tasks["worker:0"].steps_per_s
         machines.stop(1)  # m1 dies: its sshd, the SSH session and the agent under it
-        took = wait_until(collector, lambda s: s.tasks["worker:0"].state == "unreachable", 10, "m1 unreachable")
+        lost_at = time.monotonic()
+        state_when(collector, lambda s: s.tasks["worker:0"].state == "unreachable", 10, "m1 unreachable")
+        took = time.monotonic() - lost_at
         assert took <= 3 * INTERVAL + 1.0, took  # 3 intervals after the last line, plus polling slack
         assert collector.state.tasks["worker:0"].steps_per_s == rate  # last value kept
         assert collector.state.tasks["ps:0"].state == "running"  # the other machine is unaffected
         assert any(e.kind == "host-lost" and "m1" in e.text for e in collector.state.log)
-        time.sleep(3)  # reconnect attempts fail meanwhile (connection refused), with backoff
-        assert collector.state.tasks["worker:0"].state == "unreachable"
+        # A reconnect attempt fails (connection refused): the task stays unreachable meanwhile.
+        st = state_when(collector, lambda s: "refused" in s.hosts["m1"].stream_reason, 30, "a refused reconnect to m1")
+        assert st.tasks["worker:0"].state == "unreachable"
         machines.start(1)
-        wait_until(collector, lambda s: s.tasks["worker:0"].state == "running", 40, "m1 back")
+        state_when(collector, lambda s: s.tasks["worker:0"].state == "running", 40, "m1 back")
         assert any(e.kind == "host-back" and "m1" in e.text for e in collector.state.log)
         stream = next(s for s in collector.streams if s.host.name == "m1")
         assert stream.connects >= 2

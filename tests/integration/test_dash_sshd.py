@@ -25,6 +25,7 @@ from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.collecting import state_when
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import cli, started_run_id, status_json
 
@@ -89,24 +90,13 @@ def test_dash_once_json_and_killed_worker(machines: Machines, tmp_path: Path, st
         assert pid is not None and st.tasks["worker:1"].state == "running"
         os.kill(pid, signal.SIGKILL)  # every loopback machine shares this kernel
         killed = time.monotonic()
-        seen = None
-        while time.monotonic() - killed < 10 * INTERVAL:
-            live = collector.poll().tasks["worker:1"].state
-            if live in ("exited", "restarting"):
-                seen = time.monotonic() - killed
-                break
-            time.sleep(0.05)
-        assert seen is not None, state_json(collector.poll())
+        state_when(collector, lambda s: s.tasks["worker:1"].state in ("exited", "restarting"), 10 * INTERVAL,
+                   "worker:1 exited or restarting")
+        seen = time.monotonic() - killed
         assert seen <= 3 * INTERVAL, f"took {seen:.2f}s"
         # ... and it comes back (the supervisor restarts it) with the restart counted
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            tv = collector.poll().tasks["worker:1"]
-            if tv.state == "running" and tv.restarts == 1:
-                break
-            time.sleep(0.2)
-        else:
-            raise AssertionError(state_json(collector.poll()))
+        state_when(collector, lambda s: s.tasks["worker:1"].state == "running" and s.tasks["worker:1"].restarts == 1,
+                   120, "worker:1 running again, its restart counted")
         kinds = [e.kind for e in collector.state.log]
         assert "restart" in kinds and "recover" in kinds  # the supervisor goes straight to restarting
         assert any("restarting after exit code -9" in e.text for e in collector.state.log)
@@ -125,7 +115,7 @@ w = tf.Variable(tf.ones([64, 64]))
 while not os.path.exists(release):
     w.assign(tf.linalg.normalize(tf.matmul(w, w))[0])
     report(loss=float(tf.reduce_mean(w)), examples=64)
-    time.sleep(0.02)
+    time.sleep(0.02)  # paces the reports: the run lasts while the test reads it
 """
 # Fields that move with time between two reads of the same run; every other field must be equal.
 MOVING = {"now", "age_s", "cpu_s", "local_step", "global_step", "loss", "steps_per_s", "examples_per_s", "totals",

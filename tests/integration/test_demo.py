@@ -4,36 +4,23 @@ state is printed, and nothing of the run is left running."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests import requires
+from tests.integration.lifecycle_helpers import run_processes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 requires.tensorflow()
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def demo_processes(run_id: str) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter():
-        try:
-            if p.environ().get("TFCLUSTER_RUN_DIR", "").find(f"/runs/{run_id}/") >= 0:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def test_demo_headless_trains_and_prints_final_state(tmp_path: Path) -> None:
-    env = {**os.environ, "TFCLUSTER_STATE_DIR": str(tmp_path / "state")}
+def test_demo_headless_trains_and_prints_final_state(state_dir: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "tfcluster", "demo", "--headless", "--steps", "200", "--json",
-                          "--interval", "0.5", "--timeout", "300"], check=False, cwd=ROOT, env=env, capture_output=True,
+                          "--interval", "0.5", "--timeout", "300"], check=False, cwd=ROOT, capture_output=True,
                          text=True, timeout=380)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     st = json.loads(res.stdout)
@@ -42,5 +29,5 @@ def test_demo_headless_trains_and_prints_final_state(tmp_path: Path) -> None:
     assert all(t["state"] == "exited" and t["exit_code"] == 0 for t in tasks.values()), tasks
     assert st["totals"]["global_step"] >= 200
     assert "stopping run" in res.stderr
-    assert not demo_processes(st["run_id"])
-    assert not list((tmp_path / "state" / "runs").glob("*.json"))  # the demo leaves no run record behind
+    assert not run_processes(st["run_id"])
+    assert not list((state_dir / "runs").glob("*.json"))  # the demo leaves no run record behind

@@ -132,6 +132,8 @@ def clean_up(state: Path) -> None:
 
 @pytest.fixture
 def state(tmp_path: Path) -> Iterator[Path]:
+    """Not conftest's state_dir: its runs are cleaned up by the CLI under test ($TFCLUSTER_CHECKOUT), whose
+    records this checkout's `stop` may not read."""
     try:
         yield tmp_path / "state"
     finally:

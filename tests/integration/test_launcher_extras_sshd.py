@@ -47,7 +47,7 @@ server.bind(("0.0.0.0", port))
 server.listen()
 print("serving on", port, flush=True)
 while task["type"] == "ps" or not os.path.exists(os.environ["RELEASE_FILE"]):
-    time.sleep(0.2)
+    time.sleep(0.2)  # polls for the file that ends it
 print("done", flush=True)
 '''
 
@@ -77,7 +77,7 @@ while True:
     except OSError:
         if time.time() > deadline:
             sys.exit(4)
-        time.sleep(0.2)
+        time.sleep(0.2)  # retries the connection until the restarted ps serves
 '''
 
 

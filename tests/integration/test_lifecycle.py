@@ -48,7 +48,7 @@ end = time.time() + seconds
 while time.time() < end and not os.path.exists(release):
     print(f"tick {job}:{task}", flush=True)
     sum(range(300_000))  # a little work, as training does: its CPU time moves
-    time.sleep(0.2)
+    time.sleep(0.2)  # polls for the file that ends it (or its time)
 """
 
 
@@ -61,6 +61,16 @@ def _hosts(machines: Machines, tmp_path: Path, seconds: float, *extra: str, **tr
     args = " ".join([str(seconds), str(tmp_path / "release"), *extra])
     return machines.hosts_toml(tmp_path / "hosts.toml", training={
         "command": "{python} task.py {job} {task} " + args, "sync": ["task.py"], **training})
+
+
+def gated_python(tmp_path: Path) -> tuple[Path, Path]:
+    """A host's python whose launch of the supervisor (`-S -m <module> --detach`, the last step of a start on
+    that host: training/launcher.py) waits until the returned gate file exists; every other use runs at once."""
+    gate, python = tmp_path / "gate", tmp_path / "gated-python"
+    python.write_text(f"#!/bin/sh\nif [ \"$4\" = --detach ]; then while [ ! -e {gate} ]; do sleep 0.05; done; fi\n"
+                      f"exec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+    return python, gate
 
 
 def test_start_status_finish_and_ship_only_changes(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
@@ -155,17 +165,15 @@ def test_failed_task_makes_status_fail(machines: Machines, tmp_path: Path, state
 def test_sigkill_of_start_process_leaves_run_findable_and_stoppable(
     machines: Machines, tmp_path: Path, state_dir: Path
 ) -> None:
-    # m2's python is a wrapper that takes 3 s to start, so `start` is certainly still waiting on m2
-    # when it is killed, after m2's supervisor was launched (detached: it must survive the kill).
-    slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
-    slow.chmod(0o755)
+    # m2's launch waits at its gate until `start` was killed: `start` is certainly still waiting on m2 then,
+    # after m0's and m1's supervisors were launched (detached: they must survive the kill).
+    gated, gate = gated_python(tmp_path)
     (tmp_path / "task.py").write_text(TASK_PY)
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={2: {"python": str(slow)}}, training={
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={2: {"python": str(gated)}}, training={
         "command": f"{{python}} task.py {{job}} {{task}} 120 {tmp_path / 'release'}", "sync": ["task.py"]})
     with cli_process(state_dir, "start", str(hosts), "--run", "orphaned-start") as proc:
         def m2_launching() -> bool:
-            """m0's and m1's supervisors run, and m2's launch is under way (its slow python carries the
+            """m0's and m1's supervisors run, and m2's launch is under way (its gated python carries the
             run marker from the launching shell), with `started` on record for every host."""
             rec = records(state_dir)
             started = bool(rec) and all(h["started"] for h in rec[0]["hosts"])
@@ -178,11 +186,11 @@ def test_sigkill_of_start_process_leaves_run_findable_and_stoppable(
             return started and supervised and bool(by_machine.get("m2"))
 
         wait_for(m2_launching, 60, "m0, m1 launched and m2 launching", interval=0.05)
-        time.sleep(0.5)  # m2's launch is still in its 3 s wrapper: start is certainly waiting on it
         assert proc.poll() is None, "start ended before it could be killed"
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL
+    gate.touch()  # m2's launch goes on without the start process
 
     def all_running() -> dict[str, Any] | None:
         code, st = status_json(state_dir, "orphaned-start")
@@ -287,12 +295,11 @@ def test_logs_follow_streams_lines_reconnects_and_ends_on_ctrl_c(
 
 
 def test_ctrl_c_during_start_stops_what_was_started(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
-    # m2's python takes 3 s to start, so `start` is certainly still launching there when Ctrl-C comes
-    # (the tasks alone cannot hold it: a missing program is `running` for an instant after each spawn).
-    slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\nsleep 3\nexec {sys.executable} \"$@\"\n")
-    slow.chmod(0o755)
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={2: {"python": str(slow)}},
+    # m2's launch waits at a gate never opened, so `start` is certainly still launching there when Ctrl-C
+    # comes (the tasks alone cannot hold it: a missing program is `running` for an instant after each
+    # spawn); the stop that Ctrl-C makes must end that launch too.
+    gated, _ = gated_python(tmp_path)
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", host_extra={2: {"python": str(gated)}},
                                 training={"command": "/nonexistent/prog {job}", "max_restarts": 50})
     with cli_process(state_dir, "start", str(hosts), "--run", "ctrl-c") as proc:
         wait_for(lambda: (r := records(state_dir)) and all(h["started"] for h in r[0]["hosts"]), 60, "launch")

@@ -72,7 +72,7 @@ def test_every_file_of_a_start_is_private_while_it_starts(machines: Machines, tm
                     looked_at.add(name)
                     if stat.S_IMODE(st.st_mode) & 0o077 and not stat.S_ISLNK(st.st_mode):
                         seen.setdefault(path, stat.S_IMODE(st.st_mode))
-            time.sleep(0.005)
+            time.sleep(0.005)  # the watcher's polling: it looks as often as it can
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()

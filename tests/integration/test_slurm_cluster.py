@@ -5,12 +5,12 @@ work; a cancelled job leaves no process."""
 from __future__ import annotations
 
 import socket
-import time
 from pathlib import Path
 
 import pytest
 
 from testkit.slurm import SlurmCluster
+from tests.helpers.waiting import wait_for
 
 
 def test_a_step_of_three_nodes_runs_one_task_on_each(slurm_cluster: SlurmCluster) -> None:
@@ -30,16 +30,12 @@ def test_sbatch_parsable_squeue_and_scancel(slurm_cluster: SlurmCluster, tmp_pat
     script.write_text("#!/bin/sh\n#SBATCH --nodes=2\n#SBATCH --job-name=sleeper\nsrun sleep 600\n")
     job = slurm_cluster.submit(script, cwd=tmp_path)
     assert job.isdigit()
-    deadline = time.monotonic() + 30
-    while slurm_cluster.job(job).get("JobState") != "RUNNING" or not slurm_cluster.job_processes(job):
-        assert time.monotonic() < deadline, slurm_cluster.job(job)
-        time.sleep(0.1)
+    wait_for(lambda: slurm_cluster.job(job).get("JobState") == "RUNNING" and slurm_cluster.job_processes(job), 30,
+             f"job {job} running", explain=lambda: str(slurm_cluster.job(job)))
     queue = slurm_cluster.run("squeue", "--noheader", "--format=%i %j %T %D", "--jobs", job)
     assert queue.stdout.split() == [job, "sleeper", "RUNNING", "2"]
     assert slurm_cluster.run("scancel", job).returncode == 0
     fields = slurm_cluster.wait_job(job, timeout=30)
     assert fields["JobState"] == "CANCELLED"
-    deadline = time.monotonic() + 30
-    while left := slurm_cluster.job_processes(job):
-        assert time.monotonic() < deadline, [p.pid for p in left]
-        time.sleep(0.1)
+    wait_for(lambda: not slurm_cluster.job_processes(job), 30, f"every process of job {job} gone",
+             explain=lambda: str([p.pid for p in slurm_cluster.job_processes(job)]))

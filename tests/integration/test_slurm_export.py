@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from testkit.slurm import SlurmCluster
 from tests import requires
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()
@@ -38,10 +38,8 @@ def run_to_the_end(cluster: SlurmCluster, hosts: Path, timeout: float) -> Path:
     fields = cluster.wait_job(job, timeout=timeout)
     output = (hosts.parent / f"slurm-{job}.out").read_text()
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, output)
-    deadline = time.monotonic() + 30
-    while left := cluster.job_processes(job):  # slurmstepd and every task process gone
-        assert time.monotonic() < deadline, [p.cmdline() for p in left]
-        time.sleep(0.2)
+    wait_for(lambda: not cluster.job_processes(job), 30, f"slurmstepd and every task process of job {job} gone",
+             explain=lambda: str([p.cmdline() for p in cluster.job_processes(job)]))
     return hosts.parent / "work" / "runs" / f"slurmtest-slurm-{job}"
 
 
@@ -84,10 +82,10 @@ def hello():
         s.sendall(b"worker %d\\n" % task)
         return int(s.makefile().readline())
 while socket.socket().connect_ex((host, int(port))) != 0:
-    time.sleep(0.2)
+    time.sleep(0.2)  # retries until the ps serves
 print(f"{job} {task} on {os.environ['SLURMD_NODENAME']} sees ps at {ps_hosts}", flush=True)
 while hello() < 2 and task == 0:
-    time.sleep(0.2)
+    time.sleep(0.2)  # asks again until both workers said hello
 '''
 
 

@@ -16,17 +16,11 @@ from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.errors import HostError
 from orchestrator.transport.ssh import SSHTransport
 from testkit.sshd import Machines
-from tests.helpers.procs import is_gone, read_pid
+from tests.helpers.procs import read_pid, wait_gone
+from tests.helpers.waiting import wait_for
 from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Iterator[Machines]:
-    m = sshd_machines(2)
-    yield m
-    m.close()
 
 
 def options(m: Machines, **extra: object) -> SSHOptions:
@@ -68,7 +62,7 @@ def test_timeout_kills_the_remote_command(ssh: SSHTransport, tmp_path: Path) -> 
         ssh.run(["/bin/sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=1.0)
     assert info.value.reason == "timeout" and info.value.host == "m0"
     assert time.monotonic() - started < 10
-    assert is_gone(read_pid(pidfile))  # the whole remote process group was killed, not just cut off
+    wait_gone(read_pid(pidfile))  # the whole remote process group was killed, not just cut off
     assert ssh.run(["true"]).ok  # the connection is still usable
 
 
@@ -82,7 +76,7 @@ def test_stream_lines_and_close_kills(ssh: SSHTransport, tmp_path: Path) -> None
     lines = forever.lines()
     assert next(lines) == "start"
     forever.close()
-    assert is_gone(read_pid(pidfile))
+    wait_gone(read_pid(pidfile))
 
 
 def test_proxy_jump_through_another_machine(machines: Machines) -> None:
@@ -128,9 +122,7 @@ def test_key_from_a_real_ssh_agent(
     sock = tmp_path / "agent.sock"
     agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 10
-        while not sock.exists() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(sock.exists, 10, "ssh-agent's socket", interval=0.02)
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         monkeypatch.setenv("HOME", str(tmp_path))

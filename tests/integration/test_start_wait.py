@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,6 @@ from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
     cli_process,
-    isolated_state_dir,
     records,
     run_processes,
     status_json,
@@ -43,19 +42,8 @@ TASK_PY = """\
 import os, sys, time
 while not os.path.exists(sys.argv[1]):
     sum(range(200_000))  # its CPU time moves: `running` though it reports no progress
-    time.sleep(0.2)
+    time.sleep(0.2)  # polls for the file that ends it
 """
-
-
-@pytest.fixture(scope="module")
-def machines(sshd_machines: Callable[[int], Machines]) -> Machines:
-    return sshd_machines(3)
-
-
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    with isolated_state_dir(tmp_path, monkeypatch, stop="if-running") as state_dir:
-        yield state_dir
 
 
 @contextlib.contextmanager
@@ -73,12 +61,12 @@ def machine_killed(machines: Machines, i: int, run_dir: str) -> Iterator[float]:
         machines.start(i)
 
 
-def started(state: Path) -> str:
+def started(state_dir: Path) -> str:
     """The run id once `start --wait` has started it (its record says so) and every task runs."""
-    record: dict[str, Any] = wait_for(lambda: next((r for r in records(state) if r["status"] == "started"), None),
+    record: dict[str, Any] = wait_for(lambda: next((r for r in records(state_dir) if r["status"] == "started"), None),
                                       180, "start to finish starting", interval=0.5)
     run_id: str = record["run_id"]
-    wait_for(lambda: all(t["state"] == "running" for t in status_json(state, run_id)[1]["tasks"]), 120,
+    wait_for(lambda: all(t["state"] == "running" for t in status_json(state_dir, run_id)[1]["tasks"]), 120,
              "every task running", interval=1.0)
     return run_id
 
@@ -92,36 +80,36 @@ def ended(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, float]
 
 
 def test_a_worker_machine_lost_does_not_keep_it_waiting_once_the_chief_finished(
-        machines: Machines, tmp_path: Path, state: Path) -> None:
+        machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     requires.tensorflow()
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=ROLES, training={
         "model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,
         "steps": 1200, "slowdown": {"worker:0": 2.0, "worker:1": 2.0}})
-    with cli_process(state, "start", str(hosts), "--wait", "--timeout", "150") as proc:
-        run_id = started(state)
+    with cli_process(state_dir, "start", str(hosts), "--wait", "--timeout", "150") as proc:
+        run_id = started(state_dir)
         with machine_killed(machines, 2, runs.load(run_id).host("m2").run_dir):
             code, stderr, exited_at = ended(proc, 400)
         assert code == 0, stderr
         last = stderr.strip().splitlines()[-1]
         assert "finished (worker:1 (host m2) lost on the way)" in last, stderr
-    _, st = status_json(state, run_id)
+    _, st = status_json(state_dir, run_id)
     chief = next(t for t in st["tasks"] if t["name"] == "worker:0")
     assert chief["exit_code"] == 0 and chief["final"], st
     late = exited_at - chief["updated_at"]
     assert late <= 2 * LIVENESS_WINDOW_S + EVERY_S + STATUS_SLACK_S, (late, stderr)
 
 
-def _stdlib_run(machines: Machines, tmp_path: Path, state: Path) -> Path:
+def _stdlib_run(machines: Machines, tmp_path: Path, state_dir: Path) -> Path:
     (tmp_path / "task.py").write_text(TASK_PY)
     return machines.hosts_toml(tmp_path / "hosts.toml", roles=ROLES, training={
         "command": "{python} task.py " + str(tmp_path / "release"), "sync": ["task.py"]})
 
 
 def test_the_ps_machine_lost_is_exit_3_within_a_liveness_window(machines: Machines, tmp_path: Path,
-                                                               state: Path) -> None:
-    hosts = _stdlib_run(machines, tmp_path, state)
-    with cli_process(state, "start", str(hosts), "--wait") as proc:
-        run_id = started(state)
+                                                               state_dir: Path) -> None:
+    hosts = _stdlib_run(machines, tmp_path, state_dir)
+    with cli_process(state_dir, "start", str(hosts), "--wait") as proc:
+        run_id = started(state_dir)
         with machine_killed(machines, 0, runs.load(run_id).host("m0").run_dir) as killed_at:
             code, stderr, exited_at = ended(proc, 120)
     assert code == 3, stderr
@@ -129,11 +117,11 @@ def test_the_ps_machine_lost_is_exit_3_within_a_liveness_window(machines: Machin
     assert exited_at - killed_at <= LIVENESS_WINDOW_S + EVERY_S + 2 * STATUS_SLACK_S, stderr
 
 
-def test_a_stop_from_another_terminal_ends_start_wait(machines: Machines, tmp_path: Path, state: Path) -> None:
-    hosts = _stdlib_run(machines, tmp_path, state)
-    with cli_process(state, "start", str(hosts), "--wait") as proc:
-        run_id = started(state)
-        stopped = cli(state, "stop", run_id, "--grace", "1")
+def test_a_stop_from_another_terminal_ends_start_wait(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    hosts = _stdlib_run(machines, tmp_path, state_dir)
+    with cli_process(state_dir, "start", str(hosts), "--wait") as proc:
+        run_id = started(state_dir)
+        stopped = cli(state_dir, "stop", run_id, "--grace", "1")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         code, stderr, _ = ended(proc, EVERY_S + 2 * STATUS_SLACK_S)
     assert code == 1, stderr

@@ -2,7 +2,8 @@
 real run on 3 loopback machines.
 
 First with a trivial stdlib task program (the user-command path, as in test_lifecycle.py): the task
-stays exited (held), is not restarted within several backoff periods, the other tasks keep running,
+stays exited (held), is not restarted (not even once a task killed after it was restarted on its host),
+the other tasks keep running,
 `status --json` shows it exited and not failed, and once the others finish the run is `finished`.
 Then with real TensorFlow (between-graph, built-in programs): a worker stopped for good lets the other
 finish and the run end `finished` by itself. Then the rule of issue 21 point 7 (training/supervisor/
@@ -13,7 +14,8 @@ cannot go on without) ends it `stopped` at once.
 from __future__ import annotations
 
 import json
-import time
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,8 @@ from orchestrator.monitor.state_json import state_json
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.collecting import state_when
+from tests.helpers.procs import gone
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
@@ -37,7 +41,6 @@ from training.run.layout import RunLayout
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 INTERVAL = 0.5
-BACKOFF_S = 1.0  # the supervisor's first restart delay (training/supervisor/core.py DEFAULTS)
 # Ticks until the release file exists (the loopback machines share this filesystem), then exits 0.
 TASK_PY = """\
 import os, sys, time
@@ -45,7 +48,7 @@ release = sys.argv[3]
 while not os.path.exists(release):
     print(f"tick {sys.argv[1]}:{sys.argv[2]}", flush=True)
     sum(range(300_000))  # a little work, as training does: its CPU time moves (it is `running`)
-    time.sleep(0.2)
+    time.sleep(0.2)  # polls for the file that ends it
 """
 
 
@@ -74,7 +77,8 @@ def test_stop_task_stops_a_task_for_good_and_the_run_still_finishes(machines: Ma
                                                                    state_dir: Path) -> None:
     (tmp_path / "task.py").write_text(TASK_PY)
     release = tmp_path / "release"
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", training={
+    # ps:1 shares m2 (and its supervisor) with worker:1: its restart after a kill dates a restart of worker:1
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker", "ps"]], training={
         "command": "{python} task.py {job} {task} " + str(release), "sync": ["task.py"],
         "restart": "on-failure", "max_restarts": 3})
     res = cli(state_dir, "start", str(hosts))
@@ -104,8 +108,12 @@ def test_stop_task_stops_a_task_for_good_and_the_run_still_finishes(machines: Ma
         wait_for(held, 10 * INTERVAL + 5, "the collector to show worker:1 exited, held")
         assert any("worker:1 on " in e.text and "stopped for good by the user" in e.text for e in collector.state.log)
 
-        time.sleep(4 * BACKOFF_S)  # several backoff periods: a restart would have started by now
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        # ps:1, killed after worker:1 exited, is restarted by m2's supervisor after the same first backoff:
+        # once it runs again, a restart of worker:1 would have started too.
+        os.kill(_task(status_json(state_dir, run_id)[1], "ps:1")["pid"], signal.SIGKILL)
+        state_when(collector, lambda s: s.tasks["ps:1"].state in ("running", "starting") and s.tasks["ps:1"].restarts == 1,
+                   60, "ps:1 restarted by m2's supervisor")
+        assert gone(pid)
         assert _attempts(run_id, "worker-1") == set()  # no new attempt of it anywhere
         st = collector.poll()
         assert st.tasks["worker:1"].state == "exited" and st.tasks["worker:1"].restarts == 0

@@ -23,7 +23,7 @@ import pytest
 from orchestrator.results.board_state import find_open
 from testkit.sshd import Machines
 from tests import requires
-from tests.helpers.procs import is_gone
+from tests.helpers.procs import wait_gone
 from tests.helpers.results import file_senders, scalars
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
@@ -143,7 +143,7 @@ def tensorboard_and_pull(machines: Machines, tmp_path: Path, state_dir: Path, mo
         assert board.wait(timeout=60) == 0
         assert board.stdout is not None
         assert "nothing of it is left running" in board.stdout.read()
-    assert is_gone(opened.server_pid)
+    wait_gone(opened.server_pid)
     assert find_open(run_id) is None
     assert not file_senders()
     assert not run_processes(run_id)

@@ -5,10 +5,11 @@ Nothing is faked; the only stand-in is that every "machine" is 127.0.0.1 and sha
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
+import subprocess
 import sys
-import time
 from pathlib import Path
 from statistics import mean
 from typing import Any
@@ -21,6 +22,7 @@ from orchestrator.plan.model import ClusterPlan
 from orchestrator.run.local_ports import free_port_block
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 from tests import requires
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 tf = requires.tensorflow()
@@ -77,13 +79,6 @@ def landed(cluster: LocalCluster, name: str) -> dict[str, str]:
 
 def checkpoint_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".index") or ".data-" in p.name]
-
-
-def wait_for(predicate: Any, timeout: float, what: str, cluster: LocalCluster) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{cluster.logs_tail()}"
-        time.sleep(0.2)
 
 
 def test_async_chief_and_worker_train_checkpoint_and_resume(tmp_path: Path) -> None:
@@ -167,7 +162,7 @@ def test_killed_worker_does_not_stop_the_others(tmp_path: Path) -> None:
     with running_cluster(plan, tmp_path / "run") as cluster:
         # wait until every worker is really training (each has reported progress), then SIGKILL worker 1
         wait_for(lambda: all(any(e["global_step"] >= 20 for e in cluster.events("worker", w)) for w in (0, 1, 2)),
-                 90, "every worker to train", cluster)
+                 90, "every worker to train", explain=cluster.logs_tail)
         cluster.kill("worker-1")
         cluster.procs["worker-1"].wait(10)
         at_kill = max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w))
@@ -175,9 +170,8 @@ def test_killed_worker_does_not_stop_the_others(tmp_path: Path) -> None:
 
         # the chief (worker 0) and worker 2 carry on to the last step and exit cleanly
         for name in ("worker-0", "worker-2"):
-            deadline = time.monotonic() + EXIT_TIMEOUT
-            while cluster.procs[name].poll() is None and time.monotonic() < deadline:
-                time.sleep(0.2)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # then poll() says None: the assert shows the logs
+                cluster.procs[name].wait(EXIT_TIMEOUT)
             assert cluster.procs[name].poll() == 0, f"{name}\n{cluster.logs_tail()}"
         for w in (0, 2):
             last = check_progress(cluster, "worker", w)[-1]
@@ -239,7 +233,8 @@ def test_ps_restart_mid_run_restores_the_shared_sharded_checkpoint(tmp_path: Pat
     })
     with running_cluster(plan, tmp_path / "run") as cluster:
         wait_for(lambda: tf.train.latest_checkpoint(str(shared)) is not None
-                 and any(e["global_step"] >= 100 for e in cluster.events("worker", 0)), 120, "a checkpoint", cluster)
+                 and any(e["global_step"] >= 100 for e in cluster.events("worker", 0)), 120, "a checkpoint",
+                 explain=cluster.logs_tail)
         cluster.kill("ps-1")
         cluster.procs["ps-1"].wait(10)
         saved_step = int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(shared))).get_tensor("global_step"))

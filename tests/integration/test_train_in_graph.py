@@ -15,6 +15,8 @@ import pytest
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 from tests import requires
 from tests.helpers.results import points_are_progress, task_runs
+from tests.helpers.waiting import wait_for
+from tests.integration.tf2_helpers import last_global_step
 
 pytestmark = pytest.mark.integration
 tf = requires.tensorflow()
@@ -105,19 +107,6 @@ def test_in_graph_client_input_trains_checkpoints_and_stops(tmp_path: Path) -> N
                 assert cluster.events(job, i) == []
 
 
-def wait_for_step(cluster: LocalCluster, step: int, timeout: float) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        events = cluster.events("chief", 0)
-        if events and events[-1]["global_step"] >= step:
-            return
-        assert cluster.procs["chief-0"].poll() is None, cluster.logs_tail()
-        time.sleep(0.2)
-    raise AssertionError(f"global step {step} not reached in {timeout}s\n{cluster.logs_tail()}")
-
-
 def test_in_graph_client_recovers_when_a_ps_task_restarts(tmp_path: Path) -> None:
     """SIGKILL ps-1 mid-run and start it again (what the supervisor does): the client's session fails,
     is recreated, restores the variables from its own (non-sharded) checkpoint, and training finishes."""
@@ -127,7 +116,11 @@ def test_in_graph_client_recovers_when_a_ps_task_restarts(tmp_path: Path) -> Non
         "progress_interval": 0.3,
     })
     with running_cluster(plan, tmp_path / "run") as cluster:
-        wait_for_step(cluster, 80, timeout=90)
+        def chief_at_step_80() -> bool:
+            assert cluster.procs["chief-0"].poll() is None, cluster.logs_tail()  # it must not end first
+            return last_global_step(cluster, "chief", 0) >= 80
+
+        wait_for(chief_at_step_80, 90, "the chief at global step 80", explain=cluster.logs_tail)
         cluster.kill("ps-1")
         cluster.procs["ps-1"].wait(timeout=10)
         cluster.start_task(plan.task("ps", 1))

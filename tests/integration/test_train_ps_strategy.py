@@ -16,6 +16,7 @@ import pytest
 from testkit.local_cluster import running_cluster
 from testkit.tf2_cluster import PS_STRATEGY, tf2_plan
 from tests.helpers.results import points_are_progress, task_runs
+from tests.helpers.waiting import wait_for
 from tests.integration.tf2_helpers import (
     all_exited_zero,
     checkpoint_step,
@@ -23,7 +24,6 @@ from tests.integration.tf2_helpers import (
     run_processes,
     steps_per_s,
     summary_values,
-    wait_for,
 )
 from training.cluster.placement import greedy_assign
 from training.models.sizes import mlp_shapes
@@ -92,12 +92,12 @@ def test_killed_ps_fails_the_coordinator_and_the_restarted_coordinator_resumes(t
     plan = tf2_plan(PS_STRATEGY, workers=2, ps=1, training={**FAST, "steps": steps})
     run_dir = tmp_path / "run"
     with running_cluster(plan, run_dir) as cluster:
-        wait_for(lambda: last_global_step(cluster, "chief", 0) >= 250, 60, "250 global steps", cluster)
+        wait_for(lambda: last_global_step(cluster, "chief", 0) >= 250, 60, "250 global steps", explain=cluster.logs_tail)
         cluster.kill("ps-0", signal.SIGKILL)
         killed = time.monotonic()
         seen = last_global_step(cluster, "chief", 0)
         coordinator = cluster.procs["chief-0"]
-        wait_for(lambda: coordinator.poll() is not None, 30, "the coordinator to fail", cluster)
+        wait_for(lambda: coordinator.poll() is not None, 30, "the coordinator to fail", explain=cluster.logs_tail)
         failed_after = time.monotonic() - killed
         assert coordinator.returncode == 1, cluster.logs_tail()
         resume_from = checkpoint_step(run_dir / "checkpoints")

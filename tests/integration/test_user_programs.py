@@ -52,7 +52,7 @@ with v1.device(v1.train.replica_device_setter(cluster=cluster, worker_device=f"/
 with v1.train.MonitoredTrainingSession(master=server.target, is_chief=a.task_index == 0) as sess:
     for i in range(a.steps):
         _, g, l = sess.run([train, gs, loss])
-        time.sleep(0.02)
+        time.sleep(0.02)  # paces the steps: the run lasts while the test looks at it
         if i % 10 == 0:
             print(f"worker {a.task_index}: step {g}, loss {l:.4f}", flush=True)
             if a.stop_file and os.path.exists(a.stop_file):

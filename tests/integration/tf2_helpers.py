@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +9,7 @@ import psutil
 import tensorflow as tf
 
 from testkit.local_cluster import LocalCluster
+from tests.helpers.procs import marked
 
 STEP_KEY = "step/.ATTRIBUTES/VARIABLE_VALUE"  # the global step in a tf.train.Checkpoint(step=...)
 
@@ -35,24 +34,7 @@ def summary_values(directory: Path, tag: str) -> list[tuple[int, float]]:
 
 def run_processes(run_dir: Path) -> list[psutil.Process]:
     """Live processes of this run (found by TFCLUSTER_RUN_DIR in their environment, as `stop` finds them)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("TFCLUSTER_RUN_DIR") == str(run_dir) and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-    return found
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, cluster: LocalCluster) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}\n{cluster.logs_tail()}")
+    return marked(lambda marker: marker == str(run_dir))
 
 
 def last_global_step(cluster: LocalCluster, job: str, index: int) -> int:

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+from tests.helpers.waiting import wait_for
 from training.agent.core import Agent, allreduce_ports_from_run, ports_from_run, ps_ports_from_run
 from training.agent.host_metrics import parse_nvidia_smi
 from training.agent.tailer import EventsTailer
@@ -176,15 +177,16 @@ def test_agent_sends_progress_with_its_sample_and_a_state_change_at_once(tmp_pat
     runner.start()
     try:
         with open(events / "worker-0.jsonl", "a") as f:
-            for step in range(50):  # a progress line every 0.05 s for 2.5 s: the tail (0.25 s) sees ~10 batches
+            # A producer at a steady pace (the batching over time is what is under test): a progress line every
+            # 0.05 s for 2.5 s, so the tail (0.25 s) sees ~10 batches.
+            for step in range(50):
                 f.write(dumps(make_event("progress", "a", job="worker", task=0, local_step=step)) + "\n")
                 f.flush()
                 time.sleep(0.05)
             written = time.monotonic()
             f.write(dumps(make_event("task_state", "a", job="worker", task=0, state="exited")) + "\n")
-        deadline = written + 10
-        while not any("task_state" in text for _, text in out.flushes) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: any("task_state" in text for _, text in out.flushes), 10, "the state change sent",
+                 interval=0.01)
     finally:
         agent.stop.set()
         runner.join(timeout=10)

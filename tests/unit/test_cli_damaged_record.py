@@ -18,7 +18,7 @@ from orchestrator.run.local_ports import free_port_block
 from tests.integration.lifecycle_helpers import cli, kill_run, run_processes, started_run_id
 
 # A task that lives until stopped: the run stays live for the whole test.
-TASK = "import time\nwhile True:\n    time.sleep(0.2)\n"
+TASK = "import time\nwhile True:\n    time.sleep(0.2)\n"  # a task that runs until stopped
 
 
 def _hosts(tmp_path: Path) -> Path:

@@ -10,8 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from orchestrator.results.board_state import state_path
 from tests.helpers.results import local_record
 
@@ -21,12 +19,6 @@ WITHOUT_TENSORBOARD = (
     "import importlib.util, sys; real = importlib.util.find_spec; "
     "importlib.util.find_spec = lambda name, *a: None if name == 'tensorboard' else real(name, *a); "
     "from tfcluster.cli import main; sys.argv = ['tfcluster', *sys.argv[1:]]; main()")
-
-
-@pytest.fixture
-def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
 
 
 def tfcluster(*args: str, prelude: list[str] | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
@@ -41,12 +33,12 @@ def one_error_line(res: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def test_an_unknown_run_is_refused(state: Path) -> None:
+def test_an_unknown_run_is_refused(state_dir: Path) -> None:
     assert "unknown run 'nope'" in one_error_line(tfcluster("tensorboard", "nope"))
     assert "unknown run 'nope'" in one_error_line(tfcluster("pull", "nope"))
 
 
-def test_a_port_in_use_is_refused_before_anything_starts(state: Path, tmp_path: Path) -> None:
+def test_a_port_in_use_is_refused_before_anything_starts(state_dir: Path, tmp_path: Path) -> None:
     record = local_record(tmp_path)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -57,20 +49,20 @@ def test_a_port_in_use_is_refused_before_anything_starts(state: Path, tmp_path: 
     assert not state_path(record.run_id).exists()
 
 
-def test_tensorboard_missing_here_names_the_extra(state: Path, tmp_path: Path) -> None:
+def test_tensorboard_missing_here_names_the_extra(state_dir: Path, tmp_path: Path) -> None:
     record = local_record(tmp_path)
     line = one_error_line(tfcluster(record.run_id, prelude=["-c", WITHOUT_TENSORBOARD, "tensorboard"]))
     assert line == "error: tensorboard is not installed here: pip install 'tfcluster[tensorboard]'"
 
 
-def test_pull_into_a_file_is_refused(state: Path, tmp_path: Path) -> None:
+def test_pull_into_a_file_is_refused(state_dir: Path, tmp_path: Path) -> None:
     record = local_record(tmp_path)
     (tmp_path / "afile").write_text("")
     assert "afile: exists and is not a directory" in one_error_line(
         tfcluster("pull", record.run_id, str(tmp_path / "afile")))
 
 
-def test_pull_logs_copies_every_hosts_logs_into_the_run_id_dir(state: Path, tmp_path: Path) -> None:
+def test_pull_logs_copies_every_hosts_logs_into_the_run_id_dir(state_dir: Path, tmp_path: Path) -> None:
     record = local_record(tmp_path)
     for host, task in (("m0", "worker-0"), ("m1", "worker-1")):
         (tmp_path / host / "logs").mkdir(parents=True)

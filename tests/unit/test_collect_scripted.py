@@ -6,18 +6,16 @@ from real agents over real sshd."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from orchestrator.monitor.collect import Collector
-from orchestrator.monitor.reducer import ClusterState
-from orchestrator.monitor.state_json import state_json
 from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.scripted_transport import ScriptedCluster
+from tests.helpers.collecting import state_when
 from tests.plans import tiny_plan
 
 INTERVAL = 0.05
@@ -46,16 +44,6 @@ def collector(record: runs.RunRecord, cluster: ScriptedCluster) -> Iterator[Coll
         c.close()
 
 
-def _until(collector: Collector, pred: Callable[[ClusterState], bool], timeout: float = 10.0) -> ClusterState:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        st = collector.poll()
-        if pred(st):
-            return st
-        time.sleep(0.02)
-    raise AssertionError(f"state never matched within {timeout}s: {state_json(collector.poll())}")
-
-
 def test_agent_lines_reach_the_state(collector: Collector) -> None:
     st = collector.wait_for_data(heartbeats=3, timeout=10)
     assert all(h.reachable and h.stream_up and h.cpu_pct == 12.5 for h in st.hosts.values())
@@ -68,8 +56,9 @@ def test_a_lost_stream_is_reopened(collector: Collector, cluster: ScriptedCluste
     collector.wait_for_data(heartbeats=2, timeout=10)
     m1 = cluster.host("m1")
     m1.fail("agent", "lost", after=True)
-    _until(collector, lambda st: not st.hosts["m1"].stream_up and "lost" in st.hosts["m1"].stream_reason)
-    _until(collector, lambda st: st.hosts["m1"].stream_up)  # reconnected after its backoff
+    state_when(collector, lambda st: not st.hosts["m1"].stream_up and "lost" in st.hosts["m1"].stream_reason, 10,
+               "m1's stream lost")
+    state_when(collector, lambda st: st.hosts["m1"].stream_up, 10, "m1 reconnected after its backoff")
     assert m1.steps.count("agent") == 2 and m1.connects >= 2
 
 
@@ -78,11 +67,11 @@ def test_a_host_that_goes_down_is_unreachable_until_it_is_back(collector: Collec
     m2 = cluster.host("m2")
     m2.down = True
     m2.fail("agent", "lost", after=True)
-    st = _until(collector, lambda st: not st.hosts["m2"].reachable)
+    st = state_when(collector, lambda st: not st.hosts["m2"].reachable, 10, "m2 unreachable")
     assert st.tasks["worker:1"].state == "unreachable" and st.hosts["m0"].reachable
     assert "refused" in st.hosts["m2"].stream_reason or "lost" in st.hosts["m2"].stream_reason
     m2.down = False
-    st = _until(collector, lambda st: st.hosts["m2"].reachable and st.hosts["m2"].stream_up, timeout=15)
+    st = state_when(collector, lambda st: st.hosts["m2"].reachable and st.hosts["m2"].stream_up, 15, "m2 back")
     assert any("host m2 back" in entry.text for entry in st.log)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.procs import stop_run_dir
+from tests.helpers.waiting import wait_for
 from training.run.layout import RUN_DIR_ENV, RunLayout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,12 +62,13 @@ def test_detach_waits_for_a_restarted_task_to_run_and_relays_every_state(layout:
         """Once the first spawn has failed (its state file says so), never on a timer: under load the
         supervisor may start later than any fixed delay."""
         state = Path(layout.task_state_file("worker", 0))
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
+
+        def first_spawn_failed() -> bool:
             with contextlib.suppress(OSError, ValueError):
-                if json.loads(state.read_text()).get("state") in ("exited", "restarting"):
-                    break
-            time.sleep(0.02)
+                return json.loads(state.read_text()).get("state") in ("exited", "restarting")
+            return False
+
+        wait_for(first_spawn_failed, 20, "the first spawn to fail", interval=0.02)
         tmp = tmp_path / "program.tmp"
         tmp.write_text("#!/bin/sh\nexec sleep 60\n")
         tmp.chmod(0o755)

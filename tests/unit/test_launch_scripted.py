@@ -5,8 +5,6 @@ a fault at a chosen step); tests/integration/test_lifecycle.py runs the same pat
 
 from __future__ import annotations
 
-import _thread
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.scripted_transport import ScriptedCluster
+from tests.helpers.ctrl_c import ctrl_c
 from tests.plans import tiny_plan
 
 
@@ -136,13 +135,13 @@ def test_a_host_that_refuses_is_given_up_quickly(tmp_path: Path) -> None:
 def test_ctrl_c_during_launch_stops_what_was_started(tmp_path: Path) -> None:
     cluster = ScriptedCluster()
 
-    def progress(host: str, phase: str, done: int, total: int) -> None:
-        if host == "m2" and phase == "running":
-            _thread.interrupt_main()  # Ctrl-C reaches the main thread while start waits for the hosts
-            time.sleep(1.0)  # and this host's report waits: on a loaded machine start could finish first
-
     opts = launch.StartOptions(timeout=20, op_timeout=5, run_name="ctrl-c")
-    with pytest.raises(launch.StartInterrupted, match="interrupted: start cancelled; stopped what was started"):
-        launch.start(_plan(), str(tmp_path / "hosts.toml"), opts, opener=cluster.opener, progress=progress)
+    with ctrl_c() as press:
+        def progress(host: str, phase: str, done: int, total: int) -> None:
+            if host == "m2" and phase == "running":
+                press()  # Ctrl-C reaches the main thread while start waits for the hosts
+
+        with pytest.raises(launch.StartInterrupted, match="interrupted: start cancelled; stopped what was started"):
+            launch.start(_plan(), str(tmp_path / "hosts.toml"), opts, opener=cluster.opener, progress=progress)
     assert _running(cluster) == {"m0": 0, "m1": 0, "m2": 0}
     assert runs.load("ctrl-c").status == "interrupted"

@@ -15,6 +15,7 @@ from typing import Any
 
 from orchestrator.monitor.events import EventParser, ProgressEvent
 from orchestrator.monitor.reducer import ClusterState
+from tests.helpers.waiting import wait_for
 from training.progress.follow import FileFollower
 from training.progress.tailer import LogProgressTailer, close_tailers, log_progress_tailers, poll_tailers
 from training.run.layout import RunLayout
@@ -210,19 +211,15 @@ for i in range(0, len(data), 300):  # the captured bytes, at the pace of a real 
 
 def test_tailer_follows_a_real_writer_process(tmp_path: Path) -> None:
     """A real process writes the captured Keras bytes into its log the way the supervisor wires a task
-    (training.supervisor.children.spawn), while the tailer polls every 0.1 s of real time."""
+    (training.supervisor.children.spawn), while the tailer polls every 0.1 s of real time (the wait's
+    interval: the supervisor's polling, with the writer's pace, is what is under test)."""
     log, ev = tmp_path / "worker-0.log", tmp_path / "worker-0.jsonl"
     tailer = LogProgressTailer(str(log), str(ev), host="h", job="worker", task=0, interval=0.3)
     child = Child(spawn([sys.executable, "-c", WRITER, str(DATA / "keras_fit_verbose1.log")], dict(os.environ),
                         str(log)))
-    deadline = time.monotonic() + 30
-    while child.poll() is None and time.monotonic() < deadline:
-        tailer.poll()
-        time.sleep(0.1)
+    wait_for(lambda: tailer.poll() or child.poll() is not None, 30, "the writer to finish", interval=0.1)
     assert child.poll() == 0
-    time.sleep(0.35)
-    tailer.poll()
-    tailer.close()
+    tailer.close()  # reads the rest and writes what is pending, as the supervisor's last poll does
     written = events(ev)
     assert len(written) >= 2
     assert [e["local_step"] for e in written] == sorted(e["local_step"] for e in written)
@@ -256,15 +253,11 @@ def test_tailer_with_the_real_supervisor_across_a_restart(tmp_path: Path) -> Non
     sup = subprocess.Popen([sys.executable, "-m", "training.supervisor", "--run-dir", layout.root, "--host", "h1"],
                            env=env, start_new_session=True)
     try:
-        time.sleep(0.3)  # as the supervisor would: tailers made once its tasks are spawned
+        # as the supervisor would: tailers made once its task is spawned (its log begun)
+        wait_for(Path(layout.log_file("worker", 0)).exists, 30, "the task's log")
         tailers = log_progress_tailers(layout, "h1", json.loads(Path(layout.run_file).read_text())["plan"])
-        deadline = time.monotonic() + 60
-        while sup.poll() is None and time.monotonic() < deadline:
-            poll_tailers(tailers)
-            time.sleep(0.1)
+        wait_for(lambda: poll_tailers(tailers) or sup.poll() is not None, 60, "the supervisor to finish", interval=0.1)
         assert sup.poll() == 0
-        time.sleep(0.35)
-        poll_tailers(tailers)
         close_tailers(tailers)
     finally:
         if sup.poll() is None:

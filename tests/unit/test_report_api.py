@@ -57,7 +57,7 @@ def test_report_from_threads_writes_events_and_flushes_at_exit(tmp_path: Path) -
     (run_dir / "events").mkdir(parents=True)
     (run_dir / "run.json").write_text(json.dumps({"plan": {"training": {"progress_interval": 0.2}}}))
     code = """
-import sys, threading, time
+import os, sys, threading, time
 import tfcluster_report
 from tfcluster_report import report
 assert "tensorflow" not in sys.modules and "training.public.report_tf" not in sys.modules
@@ -71,9 +71,10 @@ threads = [threading.Thread(target=lambda: [report(examples=1) for _ in range(10
 for t in threads: t.start()
 for t in threads: t.join()
 print(f"PER_CALL_US {per_call * 1e6:.2f}")
-time.sleep(0.5)
+while not (os.path.exists(EVENTS) and os.path.getsize(EVENTS)):  # the thread's first interval write
+    time.sleep(0.01)  # polls
 report(step=tfcluster_report.current_step() + 1, loss=0.5, global_step=99999)
-"""
+""".replace("EVENTS", repr(RunLayout(str(run_dir)).events_file("worker", 2)))
     res = run(code, tmp_path, task_env(run_dir))
     assert res.returncode == 0, res.stderr
     print(res.stdout.strip())  # the per-call cost, for the report (not asserted: timings are benchmarks)

@@ -13,7 +13,7 @@ from pathlib import Path
 from orchestrator.config.schema import SSHOptions
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.remote import RemoteRun
-from tests.helpers.procs import is_gone, read_pid
+from tests.helpers.procs import read_pid, wait_gone
 from tests.helpers.waiting import wait_for
 
 
@@ -66,11 +66,13 @@ def test_a_live_supervisor_is_asked_first_and_stops_its_own_tasks(
     run_dir = tmp_path / "runs" / "r3" / "local"
     (run_dir / "state").mkdir(parents=True)
     task_pid = tmp_path / "task.pid"
-    supervisor = _run(run_dir, f"sleep 300 & echo $! > {task_pid}; trap 'kill $!; echo stopped-it > "
-                               f"{tmp_path}/said; exit 0' TERM; wait", spawned)
+    # Its trap is set before it writes the pid the test waits for: a TERM can never come before the trap.
+    supervisor = _run(run_dir, f"trap 'kill $!; echo stopped-it > {tmp_path}/said; exit 0' TERM; "
+                               f"sleep 300 & echo $! > {task_pid}; wait", spawned)
     task = read_pid(task_pid)
     (run_dir / "state" / "supervisor-local.json").write_text(json.dumps({"kind": "supervisor", "pid": supervisor.pid}))
     verdict = RemoteRun(_host(tmp_path), str(run_dir)).stop(grace=5, timeout=30)
     assert verdict.report.terminated == (supervisor.pid,) and verdict.report.killed == ()
     assert verdict.report.remaining == () and (tmp_path / "said").read_text() == "stopped-it\n"
-    assert supervisor.wait(5) == 0 and is_gone(task)
+    assert supervisor.wait(5) == 0
+    wait_gone(task)

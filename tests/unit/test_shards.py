@@ -6,8 +6,6 @@ appends to."""
 
 from __future__ import annotations
 
-import _thread
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from orchestrator.run import records as runs
 from orchestrator.transport import shards
 from orchestrator.transport.fan_out import fan_out
 from testkit.scripted_transport import ScriptedCluster
+from tests.helpers.ctrl_c import ctrl_c
 from tests.plans import tiny_plan
 
 HOSTS = 6
@@ -97,14 +96,14 @@ def test_ctrl_c_in_a_sharded_start_cancels_the_workers_and_rolls_back(tmp_path: 
     journal = tmp_path / "journal"
     cluster = ScriptedCluster(journal=str(journal), cost={"launch": 0.3})
 
-    def progress(host: str, phase: str, done: int, total: int) -> None:
-        if host == "m0" and phase == "running":
-            _thread.interrupt_main()  # Ctrl-C reaches the parent (workers ignore SIGINT) mid-launch
-            time.sleep(1.0)  # and this report waits: on a loaded machine start could finish first
-
     opts = launch.StartOptions(timeout=30, op_timeout=10, run_name="ctrl-c")
-    with pytest.raises(launch.StartInterrupted, match="interrupted: start cancelled"):
-        launch.start(_plan(), str(tmp_path / "hosts.toml"), opts, opener=cluster.opener, progress=progress)
+    with ctrl_c() as press:
+        def progress(host: str, phase: str, done: int, total: int) -> None:
+            if host == "m0" and phase == "running":
+                press()  # Ctrl-C reaches the parent (workers ignore SIGINT) mid-launch
+
+        with pytest.raises(launch.StartInterrupted, match="interrupted: start cancelled"):
+            launch.start(_plan(), str(tmp_path / "hosts.toml"), opts, opener=cluster.opener, progress=progress)
     stops = {h for h, step in _journal(journal) if step == "stop"}
     assert stops == {f"m{i}" for i in range(HOSTS)}  # the rollback visited every host marked started
     assert runs.load("ctrl-c").status in ("interrupted", "stopped")

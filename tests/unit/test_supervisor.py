@@ -20,11 +20,14 @@ import pytest
 
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
-from tests.helpers.procs import stop_run_dir
+from tests.helpers.procs import marked, stop_run_dir, wait_gone
+from tests.helpers.waiting import wait_for
 from training.run.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.core import DEFAULTS
 
 REPO = Path(__file__).resolve().parents[2]
+# The tasks are tiny Python programs; a `time.sleep(60)` in one is a task that runs until the test stops it.
+UNTIL_STOPPED = "import time; time.sleep(60)"
 
 
 def _task(job: str, index: int, code: str, host: str = "h1") -> dict[str, Any]:
@@ -62,25 +65,8 @@ def _events(layout: RunLayout, host: str = "h1") -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def _wait(pred: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.02)
-    raise AssertionError("condition not reached in time")
-
-
 def _marked(run_dir: str) -> list[int]:
-    """Independent process listing (psutil): every process carrying the run's marker."""
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.environ().get(RUN_DIR_ENV) == run_dir and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return found
+    return [p.pid for p in marked(lambda marker: marker == run_dir)]
 
 
 @pytest.fixture
@@ -144,7 +130,7 @@ def test_killed_task_is_restarted_then_finishes(tmp_path: Path, cleanup: Any) ->
     layout = _make_run(tmp_path, [_task("worker", 0, code)])
     sup = _start(layout)
     cleanup[0].append(sup)
-    _wait(lambda: _state(layout, "worker", 0).get("state") == "running")
+    wait_for(lambda: _state(layout, "worker", 0).get("state") == "running", 10, "worker-0 running")
     os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
     assert sup.wait(timeout=20) == 0
     st = _state(layout, "worker", 0)
@@ -161,11 +147,11 @@ def test_sigterm_stops_children_including_sh_grandchildren(tmp_path: Path, clean
     cleanup[1].append(layout.root)
     sup = _start(layout)
     cleanup[0].append(sup)
-    _wait(lambda: len(_marked(layout.root)) >= 4)  # supervisor, ps, sh, its python
-    _wait(lambda: "ready" in Path(layout.log_file("ps", 0)).read_text())
+    wait_for(lambda: len(_marked(layout.root)) >= 4, 10, "the supervisor, ps-0, sh and its python")
+    wait_for(lambda: "ready" in Path(layout.log_file("ps", 0)).read_text(), 10, "ps-0 to say ready")
     os.kill(sup.pid, signal.SIGTERM)
     assert sup.wait(timeout=10) == 0
-    _wait(lambda: not _marked(layout.root), timeout=3)
+    wait_for(lambda: not _marked(layout.root), 3, "every process of the run gone")
     assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "stopped"
     assert _state(layout, "ps", 0)["signal"] == signal.SIGKILL  # it ignored TERM, so the grace ran out
 
@@ -178,11 +164,11 @@ def _read(layout: RunLayout) -> HostReading:
 
 
 def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)"),
-                                  _task("worker", 1, "import time; time.sleep(60)")])
+    layout = _make_run(tmp_path, [_task("worker", 0, UNTIL_STOPPED),
+                                  _task("worker", 1, UNTIL_STOPPED)])
     sup = _start(layout)
     cleanup[0].append(sup)
-    _wait(lambda: len(_marked(layout.root)) >= 3)
+    wait_for(lambda: len(_marked(layout.root)) >= 3, 10, "the supervisor and both tasks")
     os.kill(sup.pid, signal.SIGKILL)  # its tasks are orphaned but still marked
     sup.wait()
     assert len(_marked(layout.root)) == 2
@@ -217,8 +203,8 @@ def _report(out: str) -> tuple[int, dict[str, dict[str, Any]], bool]:
 
 
 def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("ps", 0, "import time; time.sleep(60)"),
-                                  _task("worker", 0, "import time; time.sleep(60)")])
+    layout = _make_run(tmp_path, [_task("ps", 0, UNTIL_STOPPED),
+                                  _task("worker", 0, UNTIL_STOPPED)])
     cleanup[1].append(layout.root)
     result = _detach(layout)
     assert result.returncode == 0, result.stderr
@@ -237,7 +223,7 @@ def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, 
 
 def test_detach_twice_reports_the_running_supervisor_instead_of_a_second(tmp_path: Path, cleanup: Any) -> None:
     """A launch retried after a lost connection must not start a second supervisor (the lock)."""
-    layout = _make_run(tmp_path, [_task("worker", 0, "import time; time.sleep(60)")])
+    layout = _make_run(tmp_path, [_task("worker", 0, UNTIL_STOPPED)])
     cleanup[1].append(layout.root)
     first = _report(_detach(layout).stdout)
     second = _report(_detach(layout).stdout)
@@ -255,9 +241,9 @@ def test_detach_when_the_supervisor_fails_at_once(tmp_path: Path, cleanup: Any) 
     cleanup[1].append(layout.root)
     result = _detach(layout)
     pid, _states, _ = _report(result.stdout)
-    _wait(lambda: _state(layout, "worker", 0).get("final") is True)
+    wait_for(lambda: _state(layout, "worker", 0).get("final") is True, 10, "worker-0 final")
     assert _state(layout, "worker", 0)["exit_code"] == 4
-    _wait(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    wait_gone(pid)
 
 
 def test_missing_program_is_exit_127_with_the_reason_in_its_log(tmp_path: Path, cleanup: Any) -> None:
@@ -306,7 +292,7 @@ def test_tasks_run_niced_and_their_threads_and_children_too(tmp_path: Path, clea
     sup = _start(layout)
     cleanup[0].append(sup)
     log = Path(layout.log_file("worker", 0))
-    _wait(lambda: log.exists() and "ready" in log.read_text())
+    wait_for(lambda: log.exists() and "ready" in log.read_text(), 10, "the task to say ready")
     child, _, thread = (int(x) for x in log.read_text().split("ready", 1)[1].split()[:3])
     task = _state(layout, "worker", 0)["pid"]
     mine = os.getpriority(os.PRIO_PROCESS, sup.pid)

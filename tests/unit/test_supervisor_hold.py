@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 
 from tests.helpers.procs import stop_run_dir
-from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task, _wait
+from tests.helpers.waiting import wait_for
+from tests.unit.test_supervisor import REPO, _events, _make_run, _start, _state, _task
+from tests.unit.test_supervisor_run import until_released
 from training.run.layout import RunLayout
 from training.supervisor.hold import task_pids
 from training.telemetry.state_files import HoldReport, TaskStateFile
 
 BACKOFF = 0.2
-LOOP = "import time\nwhile True: time.sleep(0.05)\n"
+LOOP = "import time\nwhile True: time.sleep(0.05)\n"  # a task that runs until stopped
 
 
 @pytest.fixture
@@ -61,20 +63,28 @@ def _starts(layout: RunLayout, job: str, index: int) -> int:
 
 def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path, supervisors: Any) -> None:
     release = tmp_path / "release"  # every task runs until it exists, then exits 0
-    until_released = f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.05)\n"
     tasks = [("ps", 0), ("worker", 0), ("worker", 1)]
-    layout = _make_run(tmp_path, [_task(j, i, until_released) for j, i in tasks], max_restarts=3, backoff=BACKOFF)
+    layout = _make_run(tmp_path, [_task(j, i, until_released(release)) for j, i in tasks], max_restarts=3,
+                       backoff=BACKOFF)
     sup = _start(layout)
     supervisors.append((sup, layout))
-    _wait(lambda: all(_state(layout, j, i).get("state") == "running" for j, i in tasks))
+    wait_for(lambda: all(_state(layout, j, i).get("state") == "running" for j, i in tasks),
+             10, "every task running")
 
     report = _stop_for_good(layout, "worker", 1)
     assert report.terminated == (_state(layout, "worker", 1)["pid"],) and report.hold == layout.hold_file("worker", 1)
     hold = json.loads(Path(layout.hold_file("worker", 1)).read_text())
     assert hold["reason"] == "stopped by the user" and abs(hold["held_at"] - time.time()) < 10
 
-    _wait(lambda: _state(layout, "worker", 1).get("state") == "exited")
-    time.sleep(5 * BACKOFF)  # several backoff periods: a restart would have happened by now
+    wait_for(lambda: _state(layout, "worker", 1).get("state") == "exited", 10, "worker-1 exited")
+    for job, index in (("ps", 0), ("worker", 0)):  # the others keep running
+        assert _state(layout, job, index)["state"] == "running" and not _state(layout, job, index)["held"]
+    # The hold is one task's: worker-0, killed without one, is restarted by the policy. It was killed after
+    # worker-1 exited and waits the same first backoff: once it runs again, a restart of worker-1 would have
+    # happened too (an event after the moment, never a fixed wait).
+    os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
+    wait_for(lambda: (s := _state(layout, "worker", 0)).get("restarts") == 1 and s["state"] == "running",
+             10, "worker-0 restarted and running")
     st = _state(layout, "worker", 1)
     assert st["state"] == "exited" and st["final"] and st["held"] is True
     assert st["signal"] == signal.SIGTERM and st["restarts"] == 0 and _starts(layout, "worker", 1) == 1
@@ -82,13 +92,7 @@ def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path,
     mine = [e for e in _events(layout) if e.get("job") == "worker" and e.get("task") == 1]
     assert (mine[-1]["state"], mine[-1]["held"], mine[-1]["final"]) == ("exited", True, True)
     assert not any(e["state"] == "restarting" for e in mine)
-    for job, index in (("ps", 0), ("worker", 0)):  # the others keep running
-        assert _state(layout, job, index)["state"] == "running" and not _state(layout, job, index)["held"]
-    assert sup.poll() is None
-
-    # The hold is one task's: worker-0, killed without one, is restarted by the policy.
-    os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
-    _wait(lambda: (s := _state(layout, "worker", 0)).get("restarts") == 1 and s["state"] == "running")
+    assert _state(layout, "ps", 0)["state"] == "running" and sup.poll() is None
     # The others end normally; the held task is no failure, so this host's run is `finished`.
     release.touch()
     assert sup.wait(timeout=20) == 0
@@ -100,7 +104,7 @@ def test_a_task_held_while_it_waits_to_restart_is_never_started_again(tmp_path: 
     layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(3)")], max_restarts=3, backoff=1.0)
     sup = _start(layout)
     supervisors.append((sup, layout))
-    _wait(lambda: _state(layout, "worker", 0).get("state") == "restarting")
+    wait_for(lambda: _state(layout, "worker", 0).get("state") == "restarting", 10, "worker-0 restarting")
     assert _stop_for_good(layout, "worker", 0).terminated == ()  # no process to signal: only the hold file
     assert sup.wait(timeout=20) == 0  # its only task is final and not a failure
     st = _state(layout, "worker", 0)
@@ -117,11 +121,12 @@ def test_stop_for_good_terms_every_process_of_the_task_and_nothing_else(tmp_path
     layout = _make_run(tmp_path, [sh_task, _task("worker", 1, LOOP)], backoff=BACKOFF)
     sup = _start(layout)
     supervisors.append((sup, layout))
-    _wait(lambda: len(task_pids(layout.root, "worker", 0)) == 2 and _state(layout, "worker", 1).get("state") == "running")
+    wait_for(lambda: len(task_pids(layout.root, "worker", 0)) == 2 and _state(layout, "worker", 1).get("state") == "running",
+             10, "worker-0's two processes and worker-1 running")
     before = task_pids(layout.root, "worker", 0)
     report = _stop_for_good(layout, "worker", 0)
     assert list(report.terminated) == before and _state(layout, "worker", 0)["pid"] in before
-    _wait(lambda: _state(layout, "worker", 0).get("state") == "exited")
+    wait_for(lambda: _state(layout, "worker", 0).get("state") == "exited", 10, "worker-0 exited")
     assert _state(layout, "worker", 0)["held"] and _state(layout, "worker", 0)["restarts"] == 0
-    _wait(lambda: not task_pids(layout.root, "worker", 0), timeout=3)
+    wait_for(lambda: not task_pids(layout.root, "worker", 0), 3, "worker-0's processes gone")
     assert _state(layout, "worker", 1)["state"] == "running" and len(task_pids(layout.root, "worker", 1)) == 1

@@ -20,18 +20,24 @@ from typing import Any
 import pytest
 
 from orchestrator.run.local_ports import free_port_block
+from tests.helpers.waiting import wait_for
 from training.run.layout import RunLayout
 from training.supervisor.peers import PeerChannel, encode
 from training.supervisor.policy import RestartBudget, needed_for_the_run, outcome, waited_for
 
 REPO = Path(__file__).resolve().parents[2]
-FOREVER = "import time\nwhile True: time.sleep(0.2)"
+FOREVER = "import time\nwhile True: time.sleep(0.2)"  # a task that runs until the run ends it
 
 
 def _task(job: str, index: int, host: str, code: str, *, chief: bool = False, port: int | None = None) -> dict[str, Any]:
     return {"job": job, "index": index, "host": host, "command": [sys.executable, "-c", code], "is_chief": chief,
             "port": port, "in_cluster": port is not None,
             "env": {"TFCLUSTER_JOB": job, "TFCLUSTER_TASK": str(index)}}
+
+
+def until_released(release: Path) -> str:
+    """A task that runs until the file `release` exists (it polls for it), then exits 0."""
+    return f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.02)\n"
 
 
 class Run:
@@ -104,19 +110,14 @@ def runs(tmp_path: Path) -> Any:
         run.close()
 
 
-def _wait(pred: Any, timeout: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{what} not reached in {timeout}s")
-
-
-def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any) -> None:
-    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "import time; time.sleep(1)", chief=True),
+def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any, tmp_path: Path) -> None:
+    release = tmp_path / "release"  # the chief finishes once every task runs (on both hosts)
+    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", until_released(release), chief=True),
                 _task("worker", 1, "h1", FOREVER)])
     run.start()
+    tasks = (("ps", 0), ("worker", 0), ("worker", 1))
+    wait_for(lambda: all(run.state(j, i).get("state") == "running" for j, i in tasks), 15, "every task running")
+    release.touch()
     assert run.wait_exit() == {"h0": 0, "h1": 0}
     assert run.state("worker", 0)["exit_code"] == 0 and run.state("worker", 0)["stopped_by"] is None
     for job, index in (("ps", 0), ("worker", 1)):
@@ -125,15 +126,20 @@ def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any) -> None:
     assert run.supervisor("h0")["outcome"] == run.supervisor("h1")["outcome"] == "finished"
 
 
-def test_all_workers_waits_for_every_worker(runs: Any) -> None:
-    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "import time; time.sleep(0.5)", chief=True),
-                _task("worker", 1, "h1", "import time; time.sleep(2.5)")], success="all-workers")
+def test_all_workers_waits_for_every_worker(runs: Any, tmp_path: Path) -> None:
+    """The chief finishing first ends nothing: worker 1 (running until released, after the chief ended)
+    exits 0 by itself, and the ps is ended by the run only after it."""
+    release = tmp_path / "release"
+    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "pass", chief=True),
+                _task("worker", 1, "h1", until_released(release))], success="all-workers")
     run.start()
-    _wait(lambda: run.state("worker", 0).get("final"), what="worker 0 done")
-    time.sleep(0.5)
+    wait_for(lambda: run.state("worker", 0).get("final"), 15, "worker 0 done")
     assert not run.state("ps", 0).get("final")  # still serving: worker 1 has not finished
+    release.touch()
     assert run.wait_exit() == {"h0": 0, "h1": 0}
-    assert run.state("worker", 1)["exit_code"] == 0 and run.state("ps", 0)["stopped_by"] == "run"
+    worker1, ps = run.state("worker", 1), run.state("ps", 0)
+    assert worker1["exit_code"] == 0 and worker1["stopped_by"] is None, worker1  # never stopped by the run
+    assert ps["stopped_by"] == "run" and ps["exited_at"] >= worker1["exited_at"], (ps, worker1)
 
 
 def test_a_task_failing_for_good_fails_the_run_everywhere(runs: Any) -> None:
@@ -150,23 +156,26 @@ def test_multi_worker_mirrored_restarts_the_whole_group(runs: Any) -> None:
     run = runs([_task("worker", 0, "h0", FOREVER, chief=True), _task("worker", 1, "h1", FOREVER)],
                mode="multi-worker-mirrored")
     run.start()
-    _wait(lambda: run.state("worker", 0).get("state") == "running" and run.state("worker", 1).get("state") == "running")
+    wait_for(lambda: run.state("worker", 0).get("state") == "running" and run.state("worker", 1).get("state") == "running",
+             15, "worker-0 and worker-1 running")
     first = run.state("worker", 0)["pid"]
     os.kill(run.state("worker", 1)["pid"], signal.SIGKILL)
-    _wait(lambda: run.state("worker", 0).get("restarts") == 1 and run.state("worker", 0).get("state") == "running",
-          what="worker 0 restarted with its group")
+    wait_for(lambda: run.state("worker", 0).get("restarts") == 1 and run.state("worker", 0).get("state") == "running",
+             15, "worker 0 restarted with its group")
     events = [json.loads(line) for line in Path(run.layouts["h0"].supervisor_events_file("h0")).read_text().splitlines()]
     assert any(e["state"] == "restarting" and e["restart_reason"] == "group" for e in events)
     assert run.state("worker", 0)["pid"] != first
-    _wait(lambda: run.state("worker", 1).get("state") == "running" and run.state("worker", 1).get("restarts") == 1)
+    wait_for(lambda: run.state("worker", 1).get("state") == "running" and run.state("worker", 1).get("restarts") == 1,
+             15, "worker-1 restarted with its group")
     assert run.supervisor("h0")["epoch"] == run.supervisor("h1")["epoch"] == 1
 
 
 def test_a_healthy_stretch_gives_the_restart_budget_back(runs: Any) -> None:
+    # Time is what is under test: each attempt runs 0.7 s, longer than the 0.5 s window that gives the budget back.
     crash_late = "import time; time.sleep(0.7); raise SystemExit(1)"
     run = runs([_task("worker", 0, "h0", crash_late, chief=True)], max_restarts=1, restart_window=0.5)
     run.start("h0")
-    _wait(lambda: run.state("worker", 0).get("restarts", 0) >= 3, timeout=20, what="three restarts")
+    wait_for(lambda: run.state("worker", 0).get("restarts", 0) >= 3, 20, "three restarts")
     assert not run.state("worker", 0)["final"]  # 3 restarts with max_restarts = 1: each ran 0.7 s > window
     quick = runs([_task("worker", 0, "h0", "raise SystemExit(1)", chief=True)], max_restarts=1, restart_window=60)
     quick.start("h0")
@@ -228,19 +237,19 @@ def test_a_replayed_message_does_nothing_to_a_restarted_supervisor(runs: Any) ->
     captured = encode(key, {"run": "r1", "from": "h1", "seq": 1, "kind": "group-restart", "epoch": 1,
                             "cause": "captured", "t": time.time()})
     run.start("h0")
-    _wait(lambda: run.state("worker", 0).get("state") == "running", what="worker-0 running")
-    _wait(lambda: _port_listens(port), what="h0's control port")
+    wait_for(lambda: run.state("worker", 0).get("state") == "running", 15, "worker-0 running")
+    wait_for(lambda: _port_listens(port), 15, "h0's control port")
     assert _send(port, captured) == "ok 1\n"
-    _wait(lambda: run.supervisor("h0").get("epoch") == 1, what="h0's group restart 1")
+    wait_for(lambda: run.supervisor("h0").get("epoch") == 1, 15, "h0's group restart 1")
     run.close()  # h0's supervisor stops ...
     run.procs.clear()
     run.start("h0")  # ... and is started again for the same run
-    _wait(lambda: _port_listens(port) and run.supervisor("h0").get("state") == "running", what="h0 again")
+    wait_for(lambda: _port_listens(port) and run.supervisor("h0").get("state") == "running", 15, "h0 again")
     assert _send(port, captured) == "ok 1\n"  # acknowledged (a retry looks the same), not acted on
     fresh = encode(key, {"run": "r1", "from": "h1", "seq": 2, "kind": "group-restart", "epoch": 2, "cause": "fresh",
                          "t": time.time()})
     assert _send(port, fresh) == "ok 2\n"
-    _wait(lambda: run.supervisor("h0").get("epoch") == 2, what="h0's group restart 2")
+    wait_for(lambda: run.supervisor("h0").get("epoch") == 2, 15, "h0's group restart 2")
     log = Path(run.layout("worker", 0).log_file("worker", 0)).read_text()
     assert log.count("group restart 1:") == 1, log  # the replay restarted nothing
     assert log.count("group restart 2:") == 1, log

@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 
+from tests.helpers.waiting import wait_for
 from training.telemetry.task_cpu import TaskCpu
 
 BUSY = "import time\nwhile True:\n    sum(range(1000))\n"
-IDLE = "import time\ntime.sleep(60)\n"
+IDLE = "import time\ntime.sleep(60)\n"  # a task that uses no CPU until killed
 
 
 def start(code: str, run_dir: Path, task_id: str, wrap: bool = False) -> subprocess.Popen[bytes]:
@@ -43,15 +43,15 @@ def test_task_cpu_counts_each_tasks_processes(tmp_path: Path) -> None:
     ]
     grandchildren: list[psutil.Process] = []
     try:
-        time.sleep(0.5)  # let sh start its child
-        grandchildren = psutil.Process(children[1].pid).children()
+        grandchildren = wait_for(lambda: psutil.Process(children[1].pid).children(), 10, "sh to start its child")
         w0 = [psutil.Process(children[0].pid)]
         w2 = [psutil.Process(children[1].pid), *grandchildren]
         assert len(w2) == 2
         meter = TaskCpu(str(run))
         first = meter.sample()
         ps_w0, ps_w2 = cpu_of(w0), cpu_of(w2)
-        time.sleep(1.5)
+        # Until both busy tasks have burnt CPU time (psutil's count): how long that takes is the load's.
+        wait_for(lambda: cpu_of(w0) - ps_w0 >= 0.2 and cpu_of(w2) - ps_w2 >= 0.2, 30, "the busy tasks to use CPU")
         second = meter.sample()
         d_ps_w0, d_ps_w2 = cpu_of(w0) - ps_w0, cpu_of(w2) - ps_w2
     finally:
@@ -79,17 +79,20 @@ def test_task_cpu_keeps_counting_across_attempts_and_never_goes_back(tmp_path: P
     meter = TaskCpu(str(run))
     first = start(BUSY, run, "worker-0#0")
     try:
-        time.sleep(0.6)
-        a = meter.sample()["worker-0"]["cpu_s"]
+        a: float = wait_for(lambda: cpu_s(meter), 30, "the first attempt's CPU time")
     finally:
         first.kill()
         first.wait()
     assert meter.sample() == {}
     second = start(BUSY, run, "worker-0#1")  # the next attempt
     try:
-        time.sleep(0.6)
-        b = meter.sample()["worker-0"]["cpu_s"]
+        assert wait_for(lambda: cpu_s(meter) or None, 30, "the next attempt seen") >= a  # never goes back
+        wait_for(lambda: cpu_s(meter) > a, 30, "the next attempt's CPU time counted on")
     finally:
         second.kill()
         second.wait()
-    assert a > 0 and b > a
+
+
+def cpu_s(meter: TaskCpu) -> float:
+    """worker-0's CPU seconds as the meter counts them now (0.0 while it has no process)."""
+    return float(meter.sample().get("worker-0", {}).get("cpu_s", 0.0))

@@ -17,7 +17,7 @@ from orchestrator.errors import HostError
 from orchestrator.transport.base import shell_command
 from orchestrator.transport.local import LocalTransport
 from orchestrator.transport.ssh_channel import sh_wrap, split_pid_marker
-from tests.helpers.procs import is_gone, read_pid
+from tests.helpers.procs import read_pid, wait_gone
 
 NASTY = [
     "plain",
@@ -84,7 +84,7 @@ def test_timeout_kills_the_command_and_its_children(tmp_path: Path) -> None:
         LocalTransport("box").run(["/bin/sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout=0.5)
     assert info.value.reason == "timeout" and info.value.host == "box"
     assert time.monotonic() - started < 10
-    assert is_gone(read_pid(pidfile))  # the background child died with the command
+    wait_gone(read_pid(pidfile))  # the background child died with the command
 
 
 def test_stream_yields_lines_then_exit_code() -> None:
