@@ -21,7 +21,6 @@ from orchestrator.config.schema import Config
 from orchestrator.errors import HostError
 from orchestrator.monitor.collect import Collector
 from orchestrator.monitor.prometheus import render
-from orchestrator.monitor.state_json import state_json
 from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
