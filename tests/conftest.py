@@ -29,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
         width = (high - low) // int(count)
         first = low + int(worker[2:]) * width
         os.environ[local_ports.RANGE_ENV] = f"{first}-{first + width - 1}"
+    # A suite started in the background of a non-interactive shell (`make test &`) inherits SIGINT ignored,
+    # and so would every CLI it starts: the Ctrl-C tests would see no Ctrl-C. A handler (not SIG_IGN) is
+    # reset to the default at exec, so the CLIs get Python's KeyboardInterrupt as at a terminal.
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (make test: --dist loadgroup)

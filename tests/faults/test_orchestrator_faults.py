@@ -56,7 +56,7 @@ def shown_status(state_dir: Path, run_id: str) -> str:
     res = cli(state_dir, "ls")
     assert res.returncode == 0, res.stdout + res.stderr
     lines = res.stdout.splitlines()
-    header = next(line for line in lines if "last known" in line)
+    header = next(line for line in lines if "last known" in line).replace("┃", "│")
     row = next((line for line in lines if run_id in line), "")
     assert row, res.stdout
     column = [c.strip() for c in header.split("│")].index("last known")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import signal
 import tempfile
 import time
 from typing import Any
@@ -157,6 +158,10 @@ def run(ctx: TaskContext) -> int:
     settings = TrainSettings.from_ctx(ctx)
     started = time.monotonic()
     strategy = make_strategy()
+    # TF's coordination service installs a preemption notifier that swallows SIGTERM: the task would train
+    # on and its group would stall at the next collective. SIGTERM is how a restart is asked for (the
+    # dashboard's `r`): end at once, as any task does; the group restarts from the last checkpoint.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     log.info("%s: MultiWorkerMirroredStrategy ready in %.1f s: %d replicas in sync, chief=%s, collective "
              "timeout %g s", ctx.name, time.monotonic() - started, strategy.num_replicas_in_sync, ctx.is_chief,
              COLLECTIVE_TIMEOUT_S)
