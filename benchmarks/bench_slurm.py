@@ -5,13 +5,14 @@ slurmd on this machine).
 The job: 1 ps and 2 workers on 3 nodes, each task a user command (`sleep`), so TensorFlow's import time hides
 nothing of what each way adds around it. One round is both, one after the other (which one first
 alternates), each from nothing to:
-- start: `orchestrator.run.slurm_start.start_slurm` (plan, sbatch, wait for the nodes, plan on them, one
+- start: the whole CLI, `tfcluster start HOSTS` (plan, sbatch, wait for the nodes, plan on them, one
   step per node to prepare it, the supervisors' step, their pushed readiness) until it returns: every task
-  `running` (its process spawned by its supervisor); then `stop` (the tasks, verified, then scancel);
+  `running` (its process spawned by its supervisor), when it exits 0; then `tfcluster stop --purge` (the
+  tasks, verified, then scancel), not timed;
 - sbatch: `sbatch --parsable` of the exported script until `squeue -s` lists its rank step (step 0: a step
   is listed once it runs; looked at every POLL_S), i.e. the first step running; then scancel, until squeue
   drops it.
-Both also report when the job itself went RUNNING (`scontrol show job`, looked at every POLL_S), which is
+Both also report when the job itself went RUNNING (squeue or `scontrol show job`, every POLL_S), which is
 Slurm's own share (scheduling, the batch script's start). The first round is cold for `start` (every file
 shipped into the nodes' content cache); the medians are over the others. The 1-minute load is recorded
 before each round (benchmarks/common.py waits for a quiet one) and after the run.
@@ -26,6 +27,8 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -49,24 +52,27 @@ def _until(predicate: Callable[[], bool], timeout: float = 120.0) -> float:
     return time.monotonic()
 
 
-def _start_round(cluster: Any, hosts: Path) -> dict[str, float]:
-    from orchestrator.run.slurm_start import start_slurm
-    from orchestrator.run.stop import stop
-
-    running: list[float] = []
-
-    def on_job(job_id: str, said: str) -> None:
-        if said.startswith("RUNNING") and not running:
-            running.append(time.monotonic())
-
+def _start_round(cluster: Any, hosts: Path, run_id: str) -> dict[str, float]:
+    """The whole CLI, as a user runs it: `tfcluster start` (it returns once every task runs), then
+    `tfcluster stop --purge` (not timed). The job's RUNNING is looked at meanwhile, as for sbatch."""
+    cli = [sys.executable, "-m", "tfcluster"]
     t0 = time.monotonic()
-    result = start_slurm(str(hosts), on_job=on_job, poll=POLL_S)
+    start = subprocess.Popen([*cli, "start", str(hosts), "--run", run_id], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    running: list[float] = []
+    while start.poll() is None:
+        if not running and "RUNNING" in cluster.run("squeue", "-h", "-o", "%T").stdout:
+            running.append(time.monotonic())
+        time.sleep(POLL_S)
     t_tasks = time.monotonic()
-    uploaded = sum(o.uploaded for o in result.outcomes.values())
-    stopped = stop(result.record, grace=1.0, purge=True)
-    if not all(s.ok for s in stopped.values()):
-        raise RuntimeError(f"stop left processes behind: {stopped}")
-    return {"job_running_s": running[0] - t0, "ready_s": t_tasks - t0, "uploaded": float(uploaded)}
+    assert start.stderr is not None
+    said = start.stderr.read()
+    if start.returncode != 0:
+        raise RuntimeError(f"tfcluster start exited {start.returncode}: {said}")
+    stopped = subprocess.run([*cli, "stop", run_id, "--purge"], capture_output=True, text=True, check=False)
+    if stopped.returncode != 0:
+        raise RuntimeError(f"tfcluster stop exited {stopped.returncode}: {stopped.stdout}{stopped.stderr}")
+    return {"job_running_s": (running[0] if running else t_tasks) - t0, "ready_s": t_tasks - t0}
 
 
 def _sbatch_round(cluster: Any, script: Path) -> dict[str, float]:
@@ -100,7 +106,7 @@ def run(rounds: int) -> dict[str, Any]:
             loads.append(require_quiet(f"bench_slurm round {r + 1}")["load_before"])
             order = ("start", "sbatch") if r % 2 == 0 else ("sbatch", "start")
             for way in order:
-                got = _start_round(cluster, hosts) if way == "start" else _sbatch_round(cluster, script)
+                got = _start_round(cluster, hosts, f"bench-slurm-{r + 1}") if way == "start" else _sbatch_round(cluster, script)
                 samples[way].append(got)
                 print(f"round {r + 1} {way}: {got}", flush=True)
     finally:
@@ -127,7 +133,6 @@ def summarize(samples: dict[str, list[dict[str, float]]], loads: list[list[float
         "median_ready_s": {way: med(way, "ready_s") for way in samples},
         "median_job_running_s": {way: med(way, "job_running_s") for way in samples},
         "cold_start_ready_s": round(samples["start"][0]["ready_s"], 3),
-        "cold_start_files_uploaded": int(samples["start"][0]["uploaded"]),
         "load_before_each_round": loads,
         "load_average_at_end": load_now(),
         "measured_at": now_utc(),
@@ -149,8 +154,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"{round(ready['sbatch'] - job['sbatch'], 3)} |",
         "",
         f"Every round (s): start {[r['ready_s'] for r in result['seconds']['start']]}, sbatch "
-        f"{[r['ready_s'] for r in result['seconds']['sbatch']]}. The first start shipped "
-        f"{result['cold_start_files_uploaded']} files (cold: {result['cold_start_ready_s']} s).",
+        f"{[r['ready_s'] for r in result['seconds']['sbatch']]}. The first start shipped tfcluster's code into "
+        f"the nodes' content cache (cold: {result['cold_start_ready_s']} s).",
         "",
         "What `start` adds after the job runs: the nodes and their NodeAddr (scontrol), a plan on them, one step "
         "per node that prepares its run dir (code from the content cache) and checks its ports, `go`, the "
