@@ -104,7 +104,7 @@ def make_row(key: Key, results: list[CellResult]) -> Row:
 
 
 def _task_order(name: str) -> tuple[str, int]:
-    job, _, index = name.partition("-")
+    job, _, index = name.partition(":")
     return (job, int(index) if index.isdigit() else 0)
 
 

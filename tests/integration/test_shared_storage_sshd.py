@@ -1,9 +1,11 @@
 """Issue 20 over real sshd, the loopback machines sharing ONE workdir as an NFS home does: a start
-interrupted while it ships leaves nothing, a start's files are private from their first byte, and a
-user's own `training` package ships and imports as theirs."""
+interrupted while it ships leaves nothing, a start's files are private from their first byte, a
+user's own `training` package ships and imports as theirs, and a large file ships whole in bounded
+memory."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -11,6 +13,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from testkit.sshd import Machines
@@ -103,3 +106,49 @@ def test_a_users_own_training_package_ships_and_imports_as_theirs(
     assert logs.count("training is mine") == 2, logs
     assert "/lib/tfcluster_report.py" in logs
     assert cli(state_dir, "stop", "own-training", "--purge").returncode == 0
+
+
+LAUNCHER_MARK = "The per-host start program"
+
+
+def _peak_kb(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM), 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), 0)
+
+
+def _start_peaks(state_dir: Path, hosts: Path, run: str) -> tuple[int, int]:
+    """(start's, the highest launcher's) peak memory in kB over one `start` of `run`, sampled while they run;
+    the launchers are this run's `python -S -c <launcher>` processes (their TFCLUSTER_RUN_DIR names it)."""
+    launchers: dict[int, int] = {}
+    start_peak = 0
+    with cli_process(state_dir, "start", str(hosts), "--run", run) as proc:
+        while proc.poll() is None:
+            start_peak = max(start_peak, _peak_kb(proc.pid))
+            for p in psutil.process_iter(["cmdline"]):
+                cmd = p.info["cmdline"] or []
+                if len(cmd) >= 3 and cmd[-2] == "-c" and LAUNCHER_MARK in cmd[-1][:300]:
+                    with contextlib.suppress(psutil.Error):
+                        if f"/runs/{run}/" in p.environ().get("TFCLUSTER_RUN_DIR", "") + "/":
+                            launchers[p.pid] = max(launchers.get(p.pid, 0), _peak_kb(p.pid))
+            time.sleep(0.02)  # the sampling period of a peak that only grows (VmHWM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert launchers, "no launcher of the run was seen"
+    assert cli(state_dir, "stop", run, "--purge").returncode == 0
+    return start_peak, max(launchers.values())
+
+
+def test_a_large_file_ships_whole_in_bounded_memory(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
+    """Issue 20 point 4 with memory measured: a 192 MB file in `sync` adds under 64 MB to `start`'s and to
+    every launcher's peak (a cold start, the file shipped, against a warm one, the file cached)."""
+    _random_file(tmp_path / "data.bin", 192)
+    hosts = _hosts(machines, tmp_path, ["data.bin"], command="cmp data.bin {data} && sleep 600".format(
+        data=tmp_path / "data.bin"))
+    cold = _start_peaks(state_dir, hosts, "big-cold")
+    warm = _start_peaks(state_dir, hosts, "big-warm")
+    added_mb = [(c - w) / 1024 for c, w in zip(cold, warm, strict=True)]
+    assert all(mb < 64 for mb in added_mb), f"start and launcher peaks cold {cold} kB, warm {warm} kB"

@@ -15,6 +15,7 @@ from orchestrator.bench import report as bench_report
 from orchestrator.bench.summary import rows, straggler_effects
 from tests.helpers.bench_reports import sample_report
 from tfcluster.bench_report.plots import build_figures, describe
+from tfcluster.bench_report.tables import straggler_lines
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,6 +71,9 @@ def test_summary_medians_and_straggler_ratios() -> None:
     effects = {e.mode: e for e in straggler_effects(report, "worker:1")}
     assert effects["between-graph"].others == pytest.approx({"worker:0": 95 / 90})
     assert effects["in-graph"].ratios == pytest.approx({"worker:0": 12 / 50, "worker:1": 12 / 50})
+    # The printed lines name the straggler as every figure does (worker:1) and give its own ratio
+    said = straggler_lines(report)
+    assert said and all("straggler worker:1 " in line and "the straggler at -" not in line for line in said), said
 
 
 def test_figures_have_their_axes_and_series() -> None:

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from orchestrator.bench.report import BenchReport
 from orchestrator.bench.summary import rows, straggler_effects
+from orchestrator.plan.names import task_name
 
 MB = 1e6
 
@@ -60,12 +61,12 @@ def straggler_lines(report: BenchReport) -> list[str]:
     if not isinstance(spec, dict):
         return []
     task = spec["task"]
-    name = f"{task['job']}-{task['index']}"
+    name = task_name(task["job"], int(task["index"]))
     out = []
     for e in straggler_effects(report, name):
         others = ", ".join(f"{w} at {pct(v)}" for w, v in e.others.items())
         slow = e.ratios.get(name)
-        out.append(f"straggler {task['job']}:{task['index']} ×{spec['factor']:g}, {e.mode} ({e.workers} workers): "
+        out.append(f"straggler {name} ×{spec['factor']:g}, {e.mode} ({e.workers} workers): "
                    f"the others {others or '-'} of their rate without it; the straggler at {pct(slow)}")
     return out
 
