@@ -2,7 +2,7 @@
 runs it, recorded in benchmarks/results/suite_time.md (and .json): per run its wall time (make test's own
 line), its result, the machine's load before and after, and the ten slowest tests.
 
-    python3 scripts/suite_runs.py [--runs 5] [--workers 3]
+    python3 scripts/suite_runs.py [--runs 5] [--workers 3] [--keep]
 
 The clones share pip's cache (so a run's set-up is what a fresh machine with warm wheels pays), not the venv.
 Stops at the first failed run (the record says which test failed): five green runs in a row is the target.
@@ -73,8 +73,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(prog="python3 scripts/suite_runs.py")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--keep", action="store_true", help="add to the runs already recorded instead of starting anew")
     args = ap.parse_args()
-    runs: list[dict[str, object]] = []
+    recorded = RESULTS / "suite_time.json"
+    runs: list[dict[str, object]] = json.loads(recorded.read_text()) if args.keep and recorded.exists() else []
     for i in range(args.runs):
         r = one_run(args.workers)
         runs.append(r)
