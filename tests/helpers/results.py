@@ -3,6 +3,7 @@ and the file senders (training/results/sender.py) still running on this machine 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import urllib.parse
@@ -32,13 +33,22 @@ def scalars(url: str, run: str, tag: str) -> list[tuple[int, float]]:
     return [(int(step), float(value)) for _, step, value in get(url, "/data/plugin/scalars/scalars", run=run, tag=tag)]
 
 
-def file_senders() -> list[psutil.Process]:
-    """Live processes running the sender's source (their command line carries it), zombies excluded."""
+def file_senders(sshd_port: int | None = None) -> list[psutil.Process]:
+    """Live processes running the sender's source (their command line carries it), zombies excluded: this
+    test's own, among whatever other tests run beside it (pytest-xdist): those its sshd on `sshd_port`
+    started, or else this process's descendants (the local transport)."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
-        if (p.pid != os.getpid() and p.info["status"] != psutil.STATUS_ZOMBIE
-                and any("INDEX_FIRST" in part for part in p.info["cmdline"] or [])):
-            found.append(p)
+        if (p.pid == os.getpid() or p.info["status"] == psutil.STATUS_ZOMBIE
+                or not any("INDEX_FIRST" in part for part in p.info["cmdline"] or [])):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if sshd_port is not None:
+                mine = p.environ().get("SSH_CONNECTION", "").endswith(f" {sshd_port}")
+            else:
+                mine = any(parent.pid == os.getpid() for parent in p.parents())
+            if mine and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
     return found
 
 

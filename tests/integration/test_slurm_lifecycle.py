@@ -1,7 +1,7 @@
 """A [slurm] run's life on the real three-node Slurm (testkit/slurm.py), through the CLI. Each mode with the
-built-in model and real TensorFlow runs to `finished` through `start --wait` (between-graph with every
-worker's rate in `dash --once --json` while it trains), its job COMPLETED and nothing of it left, the job id
-in `ls`. `stop` ends the tasks, verifies, cancels the job and leaves no process and no job. A job Slurm ends
+built-in model and real TensorFlow runs to `finished` through `start --wait`, its trainers' live rates seen
+in `dash --once --json` while it trains, its job COMPLETED and nothing of it left, the job id in `ls`. `stop`
+ends the tasks, verifies, cancels the job and leaves no process and no job. A job Slurm ends
 (`scancel` from outside, its node set DOWN, its time limit) becomes the run's state with Slurm's reason in
 `status`, and `start --wait` exits accordingly (1 stopped or failed, 3 lost): those runs are a plain program
 (what is under test is the job's end), one task on a node pinned by sbatch_args, so that a node set DOWN
@@ -171,10 +171,12 @@ def test_a_node_set_down_loses_its_tasks(slurm_cluster: SlurmCluster, tmp_path: 
 
 TRAINING = {"model": "mlp", "batch_size": 32, "progress_interval": 0.5, "checkpoint_every_secs": 3600.0}
 # (mode, [slurm] counts, steps): as few nodes, tasks and steps as show the mode working.
+# (mode, [slurm] counts, steps, the trainers whose live rate the dashboard shows): as few nodes and tasks as
+# show the mode working, and steps enough that the rates are seen while it trains (a slower task paces it).
 MODES = [
-    ("in-graph", {"nodes": 3, "workers": 2}, 60),
-    ("multi-worker-mirrored", {"nodes": 2, "workers": 2}, 40),
-    ("parameter-server-strategy", {"nodes": 3, "workers": 2}, 60),
+    ("in-graph", {"nodes": 3, "workers": 2}, 500, {"chief:0"}),  # at its slowest tower's pace: fewer steps
+    ("multi-worker-mirrored", {"nodes": 2, "workers": 2}, 1500, {"worker:0", "worker:1"}),
+    ("parameter-server-strategy", {"nodes": 3, "workers": 2}, 1500, {"worker:0", "worker:1"}),
 ]
 
 
@@ -206,13 +208,18 @@ def test_between_graph_shows_every_workers_rate_and_finishes(slurm_cluster: Slur
     assert f"{st['slurm']['job_id']} COMPLETED" in listed, listed
 
 
-@pytest.mark.parametrize(("mode", "counts", "steps"), MODES, ids=[m[0] for m in MODES])
-def test_each_mode_runs_to_finished(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path, mode: str,
-                                    counts: dict[str, int], steps: int) -> None:
+@pytest.mark.parametrize(("mode", "counts", "steps", "trainers"), MODES, ids=[m[0] for m in MODES])
+def test_each_mode_runs_to_finished_with_live_rates(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path,
+                                                    mode: str, counts: dict[str, int], steps: int,
+                                                    trainers: set[str]) -> None:
     hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm=counts, mode=mode,
-                                     training={**TRAINING, "steps": steps})
-    res = cli(state_dir, "start", "--wait", str(hosts), timeout=240)
-    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-3000:])
+                                     training={**TRAINING, "steps": steps,
+                                               "slowdown": {"worker:0": 2.0}})
+    with cli_process(state_dir, "start", "--wait", str(hosts)) as start:
+        wait_for(lambda: running(state_dir), 120, "the run to start", interval=0.5)
+        until_rates(state_dir, run_id_of(state_dir), trainers)
+        _out, err = start.communicate(timeout=240)
+    assert start.returncode == 0, err[-3000:]
     finished(slurm_cluster, state_dir, run_id_of(state_dir))
 
 

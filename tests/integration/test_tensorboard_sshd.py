@@ -42,11 +42,15 @@ requires.tensorboard()
 TRAINING = {"model": "mlp", "batch_size": 32, "steps": 1_000_000, "progress_interval": 0.5,
             "summary_every_steps": 1, "checkpoint_every_steps": 50, "checkpoint_every_secs": 600.0}
 
+# The variables of the newest checkpoint, in the graph of the newest meta graph the Saver wrote (a stop
+# between its update of the `checkpoint` file and its meta graph leaves the newest without one: TF's order).
 RESTORE_SAVER = """
-import sys, tensorflow as tf
+import glob, sys, tensorflow as tf
 latest = tf.train.latest_checkpoint(sys.argv[1])
+assert latest.startswith(sys.argv[1]), latest  # the copy restores on its own, not through the host's path
+meta = max(glob.glob(sys.argv[1] + "/*.meta"), key=lambda p: int(p.rsplit("-", 1)[1].split(".")[0]))
 with tf.Graph().as_default():
-    saver = tf.compat.v1.train.import_meta_graph(latest + ".meta", clear_devices=True)
+    saver = tf.compat.v1.train.import_meta_graph(meta, clear_devices=True)
     with tf.compat.v1.Session() as sess:
         saver.restore(sess, latest)
         print(int(sess.run(tf.compat.v1.train.get_global_step())))
@@ -61,7 +65,9 @@ model.build(lambda shape, initial: tf.Variable(initial, name=shape.name), 0)
 optimizer.build(tf.distribute.get_strategy(), model.weights)
 step = tf.Variable(0, dtype=tf.int64)
 checkpoint = tf.train.Checkpoint(step=step, model=model, optimizer=optimizer)
-checkpoint.restore(tf.train.latest_checkpoint(sys.argv[1])).assert_existing_objects_matched()
+latest = tf.train.latest_checkpoint(sys.argv[1])
+assert latest.startswith(sys.argv[1]), latest  # the copy restores on its own, not through the host's path
+checkpoint.restore(latest).assert_existing_objects_matched()
 print(int(step.numpy()))
 """
 
@@ -145,16 +151,19 @@ def tensorboard_and_pull(machines: Machines, tmp_path: Path, state_dir: Path, mo
         assert "nothing of it is left running" in board.stdout.read()
     wait_gone(opened.server_pid)
     assert find_open(run_id) is None
-    assert not file_senders()
+    # the hosts' senders end when their SSH channels close, which the board's exit starts
+    wait_for(lambda: not file_senders(machines.port), 10, "the hosts' file senders to end")
     assert not run_processes(run_id)
 
     dest = tmp_path / "pulled"
     res = cli(state_dir, "pull", run_id, str(dest))
     assert res.returncode == 0, res.stdout + res.stderr
-    assert restored_step(restore, dest / "checkpoints") > 0
     assert (dest / "logs" / "worker-1.log").stat().st_size > 0
     assert all(any((dest / "summaries" / name).glob("*tfevents*")) for name in trainers)
     again = cli(state_dir, "pull", run_id, str(dest))
     host_lines = [line for line in again.stdout.splitlines() if line.startswith("m")]
     assert again.returncode == 0 and host_lines, again.stdout + again.stderr
     assert all("0 file(s) copied" in line for line in host_lines), again.stdout
+    res = cli(state_dir, "stop", run_id, "--purge")  # the hosts' copies gone: what was pulled stands alone
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert restored_step(restore, dest / "checkpoints") > 0

@@ -252,8 +252,8 @@ def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
     tr = ctx.training
     checkpoint_dir = ctx.layout.checkpoints(str(tr.get("checkpoint_dir", "checkpoints")))
     if bool(tr.get("shared_checkpoint_dir", False)):
-        # Scaffold's default saver is sharded: each PS writes its own shard into this shared directory.
-        scaffold = v1.train.Scaffold()
+        # Sharded, as Scaffold's default saver: each PS writes its own shard into this shared directory.
+        scaffold = v1.train.Scaffold(saver=v1.train.Saver(sharded=True, allow_empty=True, save_relative_paths=True))
         log.info("%s: sharded checkpoints in the shared directory %s", ctx.name, checkpoint_dir)
         if not os.path.isabs(str(tr.get("checkpoint_dir", ""))):
             log.warning("%s: shared_checkpoint_dir is set but checkpoint_dir is relative: every PS writes its "
@@ -262,7 +262,8 @@ def _checkpointing(ctx: TaskContext, own: str) -> tuple[Any, str | None]:
     else:
         # Pinned to this task's CPU: SaveV2/RestoreV2 run in the chief's process, on the chief's disk.
         with tf.device(f"{own}/device:CPU:0"):
-            saver = v1.train.Saver(sharded=False, max_to_keep=3)
+            # Relative paths in the `checkpoint` file: a copy of the directory (pull) restores on its own.
+            saver = v1.train.Saver(sharded=False, max_to_keep=3, save_relative_paths=True)
         scaffold = v1.train.Scaffold(saver=saver)
         if ctx.is_chief:
             log.info("%s: whole checkpoints written by the chief in %s", ctx.name, checkpoint_dir)

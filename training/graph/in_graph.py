@@ -203,7 +203,9 @@ def build_in_graph(  # noqa: PLR0915 - the one graph, top to bottom
             step_after = tf.identity(global_step.read_value(), name="step_after")
         summary_op = v1.summary.scalar("loss", loss)
         # Non-sharded by default: one SaveV2 on the client writes the whole checkpoint on the client's machine.
-        saver = v1.train.Saver(sharded=bool(training.get("shared_checkpoint_dir", False)), max_to_keep=3)
+        # Relative paths in the `checkpoint` file: a copy of the directory (pull) restores on its own.
+        saver = v1.train.Saver(sharded=bool(training.get("shared_checkpoint_dir", False)), max_to_keep=3,
+                               save_relative_paths=True)
 
     trainable = {var.op.name for var in v1.trainable_variables()}
     placed = [PlacedVariable(var.op.name, var.device, _static_nbytes(var), trainable=var.op.name in trainable)
