@@ -208,7 +208,8 @@ def _check_port_room(config: Config, jobs: Mapping[Role, int], source: str) -> N
 
 
 def _check_slowdown(config: Config, jobs: Mapping[Role, int], source: str) -> None:
-    names = [f"{job}:{i}" for job in ("chief", "worker") for i in range(jobs[job])]
+    trainers: tuple[Role, ...] = ("chief", "worker")
+    names = [f"{job}:{i}" for job in trainers for i in range(jobs[job])]
     for key in config.training.slowdown:
         if key not in names:
             close = difflib.get_close_matches(key, names, n=1)
