@@ -84,6 +84,8 @@ class RunFollower:
         if record_status in ("stopped", "purged"):
             return Ending("stopped", "stopped by `tfcluster stop`")
         if st.run_state == "stopped":
+            if any(t.stopped_by == "stop" for t in tasks):  # `stop` ends the tasks before it saves the record
+                return Ending("stopped", "stopped by `tfcluster stop`")
             return Ending("stopped", "stopped: what the run waits for was stopped for good")
         if st.run_state == "failed":
             gone = sorted(t.name for t in tasks if t.state == "lost")

@@ -120,6 +120,20 @@ def test_a_stop_from_another_terminal_ends_it_even_with_a_host_unreachable() -> 
     assert ending is not None and ending.outcome == "stopped" and "tfcluster stop" in ending.why
 
 
+def test_tasks_ended_by_stop_before_it_saved_the_record_say_stop_not_stopped_for_good() -> None:
+    """`stop` ends the tasks, then saves the record: a look in between sees them ended by `stop`."""
+    ended = {name: TaskStatus(job, i, host, "exited", final=True, stopped_by="stop")
+             for name, job, i, host in (("ps_0", "ps", 0, "m0"), ("worker_0", "worker", 0, "m1"),
+                                        ("worker_1", "worker", 1, "m2"))}
+    ending = _follower().judge(_status("stopped", 10, **ended), "started", 0.0)
+    assert ending is not None and ending.outcome == "stopped" and ending.why == "stopped by `tfcluster stop`"
+    held = {**ended, "worker_0": TaskStatus("worker", 0, "m1", "exited", final=True, stopped_by="user")}
+    held["ps_0"] = TaskStatus("ps", 0, "m0", "exited", final=True, stopped_by="run")
+    held["worker_1"] = TaskStatus("worker", 1, "m2", "exited", final=True, stopped_by="run")
+    ending = _follower().judge(_status("stopped", 10, **held), "started", 0.0)
+    assert ending is not None and "stopped for good" in ending.why
+
+
 def test_failed_names_the_first_failed_task_and_its_error() -> None:
     early = TaskStatus("worker", 1, "m2", "exited", final=True, exit_code=1, failed=True, updated_at=5.0,
                        error="ModuleNotFoundError: No module named 'tensorflow'")
