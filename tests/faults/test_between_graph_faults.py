@@ -217,33 +217,32 @@ def test_dashboard_sigkill_leaves_the_run_untouched(run: FaultRun) -> None:
         assert run.restarts() == before
 
 
-def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
-    """SIGKILL of the chief (worker:0): the new chief finds the PS still holding its variables and joins
-    them as they are: the global step never goes back (issue 14 #2); worker:1 never stopped."""
+def _chief_rejoins(run: FaultRun, sig: signal.Signals, column: str) -> tuple[list[measure.Point], float]:
+    """`sig` to the chief (worker:0) of a healthy run; it trains again and the global step never went back
+    more than measure.JITTER. The run's points and the moment of the fault."""
     run.wait_healthy()
-    with run.measuring("SIGKILL chief (worker:0)", column=measure.CHIEF_KILL) as m:
+    with run.measuring(f"{sig.name} chief (worker:0)", column=column) as m:
         run.assert_time_left(1000)
-        at = kill(run.task("worker:0")["pid"], signal.SIGKILL)
+        at = kill(run.task("worker:0")["pid"], sig)
         back = run.wait_trains("worker:0", at)
         points = run.points()
         m.update(steps_lost=measure.steps_lost(points, at), recover_s=round(back.t - at, 1),
                  step_at_fault=measure.step_before(points, at))
         assert m["steps_lost"] <= measure.JITTER, [p for p in points if p.t > at][:10]
-        assert measure.first_step_after(points, at, "worker:1") is not None
+    return points, at
+
+
+def test_chief_sigkill_never_rolls_the_cluster_back(run: FaultRun) -> None:
+    """SIGKILL of the chief (worker:0): the new chief finds the PS still holding its variables and joins
+    them as they are: the global step never goes back (issue 14 #2); worker:1 never stopped."""
+    points, at = _chief_rejoins(run, signal.SIGKILL, measure.CHIEF_KILL)
+    assert measure.first_step_after(points, at, "worker:1") is not None
 
 
 def test_chief_sigterm_loses_nothing_either(run: FaultRun) -> None:
     """SIGTERM of the chief (a restart asked for: the dashboard's `r`): its supervisor starts it again and,
     as after a SIGKILL, the new chief joins the PS as they are: nothing lost."""
-    run.wait_healthy()
-    with run.measuring("SIGTERM chief (worker:0)", column=measure.CHIEF_TERM) as m:
-        run.assert_time_left(1000)
-        at = kill(run.task("worker:0")["pid"], signal.SIGTERM)
-        back = run.wait_trains("worker:0", at)
-        points = run.points()
-        m.update(steps_lost=measure.steps_lost(points, at), recover_s=round(back.t - at, 1),
-                 step_at_fault=measure.step_before(points, at))
-        assert m["steps_lost"] <= measure.JITTER, [p for p in points if p.t > at][:10]
+    _chief_rejoins(run, signal.SIGTERM, measure.CHIEF_TERM)
 
 
 def test_full_checkpoint_disk_is_a_clear_error_and_the_last_checkpoint_loads(run: FaultRun) -> None:
