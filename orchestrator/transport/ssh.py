@@ -30,6 +30,8 @@ from orchestrator.transport.ssh_channel import (
     SSHSession,
     await_pid,
     drain,
+    kill_script,
+    new_session_tag,
     send_signal,
     sh_wrap,
     split_pid_marker,
@@ -162,8 +164,9 @@ class SSHTransport(ShellTransport):
         deadline = None if timeout is None else start + timeout
         chan = self._session()
         out, err = bytearray(), bytearray()
+        tag = new_session_tag()
         try:
-            chan.exec_command(sh_wrap(command, self.login_shell))
+            chan.exec_command(sh_wrap(command, self.login_shell, tag))
             if stdin:
                 chan.settimeout(timeout)
                 chan.sendall(stdin)
@@ -181,7 +184,7 @@ class SSHTransport(ShellTransport):
                 if chan.closed or not self._active():
                     raise HostError(self.host, "lost", f"connection lost while running: {short(command)}")
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._kill_session(chan, await_pid(chan, err, grace=self.settings.connect_timeout))
+                    self._kill_session(chan, await_pid(chan, err, grace=self.settings.connect_timeout), tag)
                     raise HostError(self.host, "timeout", f"command exceeded {timeout:g}s: {short(command)}")
             drain(chan, out, err)
             code = chan.recv_exit_status()
@@ -203,35 +206,37 @@ class SSHTransport(ShellTransport):
         self, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: str | None = None
     ) -> SSHLineStream:
         chan = self._session()
+        tag = new_session_tag()
         try:
             with mapped(self.host, "lost", "cannot start stream"):
-                chan.exec_command(sh_wrap(shell_command(argv, env=env, cwd=cwd), self.login_shell))
+                chan.exec_command(sh_wrap(shell_command(argv, env=env, cwd=cwd), self.login_shell, tag))
                 chan.shutdown_write()
         except HostError:
             chan.close()
             raise
-        return SSHLineStream(self.host, chan, self._kill_session, self.settings.connect_timeout)
+        return SSHLineStream(self.host, chan, lambda c, pid: self._kill_session(c, pid, tag),
+                             self.settings.connect_timeout)
 
     def open_session(self, command: str) -> Session:
         chan = self._session()
+        tag = new_session_tag()
         try:
             with mapped(self.host, "lost", "cannot start the command"):
-                chan.exec_command(sh_wrap(command, self.login_shell))
+                chan.exec_command(sh_wrap(command, self.login_shell, tag))
         except HostError:
             chan.close()
             raise
-        return SSHSession(self.host, chan, self._kill_session, self.settings.connect_timeout)
+        return SSHSession(self.host, chan, lambda c, pid: self._kill_session(c, pid, tag), self.settings.connect_timeout)
 
-    def _kill_session(self, chan: paramiko.Channel, pid: int | None) -> None:
+    def _kill_session(self, chan: paramiko.Channel, pid: int | None, tag: str) -> None:
         """Kill a remote command's process group. The "signal" channel request is enough for non-root
         logins; sshd drops it for root (no post-auth privilege separation), hence the explicit kill."""
         send_signal(chan, "KILL")
         chan.close()
         if pid is None:
             return
-        kill = f"kill -s KILL -- -{pid} 2>/dev/null || kill -s KILL {pid} 2>/dev/null; true"
         with contextlib.suppress(HostError):
-            self.run_shell(kill, timeout=self.settings.connect_timeout)
+            self.run_shell(kill_script(pid, tag), timeout=self.settings.connect_timeout)
 
     def close(self) -> None:
         with self._lock:
