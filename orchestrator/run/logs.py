@@ -3,7 +3,9 @@
 Read once, every chosen log of a host comes from ONE `tail` over all of them (its `==> <path> <==`
 headers say which lines are whose; `/dev/null` among the files makes it print them even for one
 file), every host at once; following keeps one `tail -F` stream per task and reconnects with backoff
-when a host goes away, until the caller's stop event is set or Ctrl-C.
+when a host goes away or the stream ends, until the caller's stop event is set or Ctrl-C. Each
+reconnect opens a new transport through `opener`, so an opener that asks how the host is reached now
+(a Slurm run's: through the job while it runs, its submit host after) follows the log across the job's end.
 """
 
 from __future__ import annotations
@@ -128,17 +130,19 @@ def _follow(record: records.RunRecord, chosen: list[TaskPlan], emit: Callable[[s
                 argv = ["tail", "-n", tail_from if first else "0", "-F", _log_path(record, task)]
                 stream = remote.transport.stream(argv)
                 open_streams.append(stream)
-                first, delay = False, 0.2
+                first = False
                 try:
                     for line in stream.lines():
                         if stop_event.is_set():
                             break
                         q.put(f"{_prefix(task)} {line.rstrip(chr(10))}")
+                        delay = 0.2  # a stream that delivered: the next reconnect starts from a short wait
                 finally:
                     stream.close()
                 if stop_event.is_set():
                     break
                 q.put(f"-- {_prefix(task)}: stream ended, reconnecting")
+                remote.close()  # the next stream asks the opener again (a Slurm job that ended: its submit host)
             except HostError as exc:
                 q.put(f"-- {_prefix(task)}: {exc.one_line()}; retrying in {delay:.1f}s")
                 remote.close()

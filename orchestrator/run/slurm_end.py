@@ -8,10 +8,11 @@ state, Slurm's reason). `status` (and through it `start --wait`'s follower and `
   `stop` ended it; CANCELLED -> stopped ("cancelled outside tfcluster" unless tfcluster did it); TIMEOUT
   -> failed "time limit"; NODE_FAIL -> failed, and the tasks Slurm ended are `lost` (`start --wait` exits
   3); PREEMPTED, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, FAILED -> failed with the reason.
-- `opener_for(record, facts)`: how a command reaches the run's hosts. While the job runs, its steps (the
-  plan's transport "slurm"); once it is ending or has ended no step can start, so the nodes' run dirs are read where
-  the job was submitted (this machine or the login host), which sees them when the nodes share its
-  filesystem, as clusters' home directories usually are; where they do not, the run dirs read as absent.
+- `opener_for(record, facts)` (`live_opener`: asked at each open): how a command reaches the run's hosts.
+  While the job runs, its steps (the plan's transport "slurm"); once it is ending or has ended no step can
+  start, so the nodes' run dirs are read where the job was submitted (this machine or the login host),
+  which sees them when the nodes share its filesystem, as clusters' home directories usually are; where
+  they do not, the run dirs read as absent.
 """
 
 from __future__ import annotations
@@ -113,6 +114,17 @@ def opener_for(record: records.RunRecord, facts: JobFacts | None = None) -> Open
     if facts is None or facts.state == "RUNNING":
         return transport_for
     return submit_host_opener
+
+
+def live_opener(record: records.RunRecord) -> Opener:
+    """`opener_for`, asked anew at each open: a command that reconnects (`logs -f`) follows the job's end."""
+    if record.slurm is None:
+        return transport_for
+
+    def open_now(host: HostPlan) -> Transport:
+        return opener_for(record)(host)  # the job looked at again: running, or ended since the last open
+
+    return open_now
 
 
 def submit_host_opener(host: HostPlan) -> Transport:

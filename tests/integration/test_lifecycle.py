@@ -6,10 +6,8 @@ mechanics without TF's import time.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import sys
-import threading
 import time
 from contextlib import suppress
 from pathlib import Path
@@ -22,6 +20,7 @@ from orchestrator.plan.from_file import plan_file
 from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
+from tests.helpers.output import OutputLines
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
@@ -259,33 +258,13 @@ def test_logs_follow_streams_lines_reconnects_and_ends_on_ctrl_c(
         plain = cli(state_dir, "logs", "logs-test", "ps:0")
         assert "ps:0@m0 hello from ps:0" in plain.stdout.splitlines()
         with cli_process(state_dir, "logs", "logs-test", "worker:1", "-f") as proc:
-            lines: queue.Queue[str] = queue.Queue()
-
-            def read() -> None:
-                for line in proc.stdout or []:
-                    lines.put(line)
-
-            threading.Thread(target=read, daemon=True).start()
-
-            def next_lines(prefix: str, n: int, timeout: float = 30) -> list[str]:
-                got: list[str] = []
-                deadline = time.monotonic() + timeout
-                while len(got) < n and time.monotonic() < deadline:
-                    try:
-                        line = lines.get(timeout=0.5)
-                    except queue.Empty:
-                        continue
-                    if line.startswith(prefix):
-                        got.append(line)
-                assert len(got) == n, f"saw {got}"
-                return got
-
-            next_lines("worker:1@m2 tick worker:1", 5)
+            out = OutputLines(proc.stdout)
+            out.expect("worker:1@m2 tick worker:1", 5)
             # The SSH connection to m2 is lost (its sshd and sessions die); the task goes on (detached).
             machines.stop(2)
-            next_lines("-- worker:1@m2: host m2:", 1)
+            out.expect("-- worker:1@m2: host m2:")
             machines.start(2)
-            next_lines("worker:1@m2 tick worker:1", 3)  # streaming again, after a reconnect with backoff
+            out.expect("worker:1@m2 tick worker:1", 3)  # streaming again, after a reconnect with backoff
             os.kill(proc.pid, signal.SIGINT)
             assert proc.wait(timeout=10) == 0
     finally:

@@ -25,6 +25,7 @@ from orchestrator.run import records as records_api
 from orchestrator.transport.factory import transport_for
 from testkit.slurm import SlurmCluster
 from tests import requires
+from tests.helpers.output import OutputLines
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import cli, cli_process, kill_run, records, status_json
 from tests.integration.slurm_helpers import (
@@ -140,11 +141,26 @@ def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_
 
 
 def test_scancel_from_outside_stops_the_run(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+    """`scancel` from outside: `start --wait` exits 1 with Slurm's reason, the run is `stopped`, nothing is
+    left; `logs -f`, following the task through the job, follows its log on after the job ended (read where
+    the job was submitted, as `status` reads the run then), as it does for an SSH run."""
     with cli_process(state_dir, "start", "--wait", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
         job = job_of(state_dir)
         wait_for(lambda: running(state_dir), 60, "the run to start", interval=0.2)
-        assert slurm_cluster.run("scancel", job).returncode == 0
-        _out, err = start.communicate(timeout=60)
+        with cli_process(state_dir, "logs", "-f", run_id_of(state_dir)) as follow:
+            out = OutputLines(follow.stdout)
+            out.expect("worker:0@n2 step ", 3)
+            assert slurm_cluster.run("scancel", job).returncode == 0
+            _out, err = start.communicate(timeout=60)
+            log = Path(records_api.load(run_id_of(state_dir)).host("n2").run_dir, "logs", "worker-0.log")
+            wait_for(lambda: not slurm_cluster.job_processes(job), 30, f"every process of job {job} gone")
+
+            def appended_and_shown() -> bool:  # again until `logs -f` has reconnected (a reconnect tails from the end)
+                with log.open("a") as f:
+                    f.write("a line written after the job\n")
+                return bool(out.take("worker:0@n2 a line written after the job", timeout=1.0))
+
+            wait_for(appended_and_shown, 60, "a line written after the job shown by logs -f", interval=0.01)
     assert start.returncode == 1, err[-2000:]
     assert f"(Slurm job {job}: CANCELLED: cancelled outside tfcluster (scancel))" in err, err[-2000:]
     st = ended(state_dir, run_id_of(state_dir))

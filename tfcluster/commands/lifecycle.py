@@ -273,7 +273,7 @@ def logs(
     """Task logs, each line prefixed `job:task@host`."""
     from orchestrator.run import records
     from orchestrator.run.logs import logs as follow_logs
-    from orchestrator.run.slurm_end import opener_for
+    from orchestrator.run.slurm_end import live_opener, opener_for
 
     record = records.load(run)
 
@@ -282,4 +282,5 @@ def logs(
         sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` ends
-        follow_logs(record, tasks or [], emit, follow=follow, lines=lines, opener=opener_for(record))
+        follow_logs(record, tasks or [], emit, follow=follow, lines=lines,
+                    opener=live_opener(record) if follow else opener_for(record))
