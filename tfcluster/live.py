@@ -171,10 +171,13 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
     from orchestrator.monitor.collect import Collector, CollectorActions
     from orchestrator.monitor.slurm_watch import SlurmWatch
     from orchestrator.monitor.status import fold, read_hosts
+    from orchestrator.plan.slurm import before_allocation
     from orchestrator.run import records
-    from orchestrator.run.slurm_end import opener_for
+    from orchestrator.run.slurm_end import opener_for, placed
 
-    record = records.resolve(run)
+    record = placed(records.resolve(run), lambda said: print(said, file=sys.stderr, flush=True))
+    if before_allocation(record.plan):
+        raise UsageError(f"run {record.run_id}: its Slurm job never had nodes ({record.status}): nothing to watch")
     opener = opener_for(record)
     collector = Collector.for_record(record, interval, opener)
     now = time.time()

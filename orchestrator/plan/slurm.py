@@ -42,6 +42,11 @@ NODE_NAME = "<node-{}>"  # placeholders before the allocation: replaced by the K
 NODE_ADDR = "<node-{}-addr>"  # ... and its NodeAddr (orchestrator.plan.slurm_rank)
 
 
+def before_allocation(plan: ClusterPlan) -> bool:
+    """A [slurm] run's plan still in node indexes: its job has no nodes yet (or never got them)."""
+    return any(h.name.startswith(NODE_NAME.split("{", 1)[0]) for h in plan.hosts)
+
+
 @dataclass(frozen=True)
 class SlurmNode:
     name: str  # Slurm's node name (it need not resolve)

@@ -8,6 +8,8 @@ state, Slurm's reason). `status` (and through it `start --wait`'s follower and `
   `stop` ended it; CANCELLED -> stopped ("cancelled outside tfcluster" unless tfcluster did it); TIMEOUT
   -> failed "time limit"; NODE_FAIL -> failed, and the tasks Slurm ended are `lost` (`start --wait` exits
   3); PREEMPTED, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, FAILED -> failed with the reason.
+- `placed(record, say)`: a command that follows a run (`logs -f`, the dashboard) started while its job waits
+  for nodes waits for `start` to record them, saying so once.
 - `opener_for(record, facts)` (`live_opener`: asked at each open): how a command reaches the run's hosts.
   While the job runs, its steps (the plan's transport "slurm"); once it is ending or has ended no step can
   start, so the nodes' run dirs are read where the job was submitted (this machine or the login host),
@@ -17,10 +19,13 @@ state, Slurm's reason). `status` (and through it `start --wait`'s follower and `
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.errors import TfclusterError
 from orchestrator.plan.model import HostPlan
+from orchestrator.plan.slurm import before_allocation
 from orchestrator.run import records
 from orchestrator.run.slurm_job import ENDED, JobFacts, SlurmClient
 from orchestrator.transport.base import Transport
@@ -130,3 +135,18 @@ def live_opener(record: records.RunRecord) -> Opener:
 def submit_host_opener(host: HostPlan) -> Transport:
     """The shell of the machine the job was submitted from, in the node's name."""
     return slurm_shell(host.name, host.via, host.ssh, host.login_shell)
+
+
+def placed(record: records.RunRecord, say: Callable[[str], None], poll: float = 1.0) -> records.RunRecord:
+    """The run's record once its job has nodes (at once for a run that has them, or any other run). While
+    `start` still waits for them, say so once and read the record again every `poll` s; a start that ended
+    without nodes (Ctrl-C, a job Slurm would never run) returns the record as it left it."""
+    said = False
+    while before_allocation(record.plan) and record.status == "starting":
+        if not said:
+            assert record.slurm is not None
+            say(f"Slurm job {record.slurm.job_id} is pending: waiting for its nodes (Ctrl-C to leave)")
+            said = True
+        time.sleep(poll)
+        record = records.load(record.run_id)
+    return record

@@ -3,7 +3,8 @@ built-in model and real TensorFlow runs to `finished` through `start --wait`, it
 in `dash --once --json` while it trains, its job COMPLETED and nothing of it left, the job id in `ls`. `stop`
 ends the tasks, verifies, cancels the job and leaves no process and no job. A job Slurm ends
 (`scancel` from outside, its node set DOWN, its time limit) becomes the run's state with Slurm's reason in
-`status`, and `start --wait` exits accordingly (1 stopped or failed, 3 lost): those runs are a plain program
+`status`, and `start --wait` exits accordingly (1 stopped or failed, 3 lost). `logs -f` started while the
+job waits follows its tasks once it runs, and follows on after Slurm ended it. Those runs are a plain program
 (what is under test is the job's end), one task on a node pinned by sbatch_args, so that a node set DOWN
 takes only its own run. The time-limited run starts with the module's first test, so that its minute
 (Slurm's least) passes while the others run; the last test waits for its end.
@@ -138,6 +139,31 @@ def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_
     assert f"interrupted: start cancelled; Slurm job {job} cancelled and gone from squeue" in err, err[-2000:]
     assert records(state_dir)[0]["status"] == "interrupted" and records(state_dir)[0]["slurm"]["state"] == "CANCELLED"
     assert slurm_cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""
+
+
+def test_logs_f_started_while_the_job_waits_follows_its_tasks_once_it_runs(slurm_cluster: SlurmCluster,
+                                                                           tmp_path: Path, state_dir: Path) -> None:
+    """`logs` while the job waits says it is pending; `logs -f` says so once, waits for `start` to record the
+    job's nodes and then streams the task's lines."""
+    (tmp_path / "hold.sh").write_text("#!/bin/sh\nsleep 120\n")
+    holder = slurm_cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
+    try:
+        with cli_process(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
+            job = job_of(state_dir)
+            wait_for(lambda: slurm_cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
+            run_id = run_id_of(state_dir)
+            assert cli(state_dir, "logs", run_id).stdout == (
+                f"-- run {run_id}: its Slurm job is pending: no task has run, no log\n")
+            with cli_process(state_dir, "logs", "-f", run_id) as follow:
+                out = OutputLines(follow.stdout)
+                out.expect(f"-- Slurm job {job} is pending: waiting for its nodes (Ctrl-C to leave)")
+                assert slurm_cluster.run("scancel", holder).returncode == 0
+                out.expect("worker:0@n2 step ", 3, timeout=60)
+            assert start.wait(timeout=60) == 0, start.stderr.read() if start.stderr else ""
+    finally:
+        slurm_cluster.run("scancel", holder)
+    assert cli(state_dir, "stop", run_id).returncode == 0
+    assert_nothing_left(slurm_cluster, run_id, job)
 
 
 def test_scancel_from_outside_stops_the_run(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:

@@ -271,9 +271,10 @@ def logs(
     lines: Annotated[int | None, typer.Option("--lines", "-n", min=0, help="Only the last N lines.")] = None,
 ) -> None:
     """Task logs, each line prefixed `job:task@host`."""
+    from orchestrator.plan.slurm import before_allocation
     from orchestrator.run import records
     from orchestrator.run.logs import logs as follow_logs
-    from orchestrator.run.slurm_end import live_opener, opener_for
+    from orchestrator.run.slurm_end import live_opener, opener_for, placed
 
     record = records.load(run)
 
@@ -282,5 +283,11 @@ def logs(
         sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how `logs -f` ends
+        if follow:
+            record = placed(record, lambda said: emit(f"-- {said}"))
+        if before_allocation(record.plan):  # `logs` without -f while the job waits, or a job that never ran
+            why = "is pending" if record.status == "starting" else f"never had nodes (run {record.status})"
+            emit(f"-- run {run}: its Slurm job {why}: no task has run, no log")
+            return
         follow_logs(record, tasks or [], emit, follow=follow, lines=lines,
                     opener=live_opener(record) if follow else opener_for(record))
