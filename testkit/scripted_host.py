@@ -303,10 +303,13 @@ class ScriptedHost:
                 out.append("PURGED")
             return "\n".join([*out, ""])
 
-    def signal_pid(self, pid: int, sig: str) -> bool:
-        """`kill -s SIG pid`: a task killed by TERM or KILL is restarted by its supervisor (on-failure)."""
+    def signal_pid(self, run_dir: str, pid: int, sig: str) -> bool:
+        """`kill -s SIG pid` of a process of the run in `run_dir`: a task killed by TERM or KILL is restarted
+        by its supervisor (on-failure)."""
         with self.lock:
-            for run in self.runs.values():
+            for root, run in self.runs.items():
+                if root != run_dir:
+                    continue
                 for task in run.tasks.values():
                     if task.pid == pid and task.alive and run.supervisor_alive:
                         if sig in ("TERM", "KILL"):

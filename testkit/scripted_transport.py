@@ -29,6 +29,7 @@ from functools import partial
 
 from orchestrator.errors import HostError, Reason
 from orchestrator.plan.model import ClusterPlan, HostPlan
+from orchestrator.run.sh_procs import SIGNAL_MARK
 from orchestrator.transport.base import CommandResult, ShellTransport, shell_command
 from testkit.scripted_host import Fault, ScriptedHost, Step
 from testkit.scripted_session import ScriptedSession, is_start_command
@@ -94,7 +95,7 @@ def classify(command: str) -> Step | None:
         return "stop"
     if command.startswith("tail "):
         return "tail"
-    if command.startswith("kill "):
+    if SIGNAL_MARK in command:
         return "kill"
     return None
 
@@ -175,9 +176,9 @@ class ScriptedTransport(ShellTransport):
             out, err = h.tail(argv[argv.index("/dev/null") + 1:] if headers else argv[-1:], headers)
             return (1 if err else 0), out, err
         if step == "kill":
-            _, _, sig, pid = shlex.split(command)[:4]
-            ok = h.signal_pid(int(pid), sig)
-            return (0, "", "") if ok else (1, "", f"kill: ({pid}) - No such process")
+            mark, pid, sig = script_args(command)
+            ok = h.signal_pid(mark.partition("=")[2], int(pid), sig)
+            return (0, "", "") if ok else (1, "", f"pid {pid}: {SIGNAL_MARK}")
         return 127, "", f"unhandled step {step}"
 
     def open_session(self, command: str) -> ScriptedSession:

@@ -25,6 +25,7 @@ from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.model import HostPlan
 from orchestrator.plan.names import task_name
 from orchestrator.run.records import RunRecord
+from orchestrator.run.sh_procs import signal_script
 from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.ssh_channel import SSHLineStream
@@ -239,9 +240,14 @@ class Collector:
                 t = self._aux[host] = self.opener(self.hosts[host])
             return t
 
-    def _aux_run(self, host: str, argv: list[str], timeout: float = 10.0, cwd: str | None = None) -> CommandResult:
+    def _aux_run(self, host: str, command: list[str] | str, timeout: float = 10.0,
+                 cwd: str | None = None) -> CommandResult:
+        """An argv, or a shell script (a str), on the host's connection for logs and actions."""
         try:
-            return self._aux_transport(host).run(argv, timeout=timeout, cwd=cwd)
+            transport = self._aux_transport(host)
+            if isinstance(command, str):
+                return transport.run_shell(command, timeout=timeout)
+            return transport.run(command, timeout=timeout, cwd=cwd)
         except HostError:
             with self._aux_lock:
                 t = self._aux.pop(host, None)
@@ -266,7 +272,9 @@ class Collector:
             return f"{task_name(job, task)}: no such task"
         if tv.pid is None or tv.state in ("exited", "unreachable"):
             return f"{tv.name}: no running process to signal ({tv.state})"
-        res = self._aux_run(tv.host, ["kill", "-s", sig, str(tv.pid)])
+        if tv.host not in self.run_dirs:
+            return f"{tv.name}: no such host {tv.host}"
+        res = self._aux_run(tv.host, signal_script(self.run_dirs[tv.host], tv.pid, sig))
         if not res.ok:
             return f"{tv.name}: kill -{sig} {tv.pid} failed: {res.stderr.strip()[:200]}"
         return f"{tv.name} (pid {tv.pid} on {tv.host}): sent SIG{sig}"

@@ -7,10 +7,16 @@ belongs to the run when its environment holds the line `TFCLUSTER_RUN_DIR=<run d
 - `run_pids`: every pid of the run but the script's own, one a line (one `grep` over every process's
   environment: the one-process-a-time loop only where grep has no -z);
 - `describe PID`: `<pid> <pgid> <TFCLUSTER_TASK_ID or -> <command line>`, decoded by `parse_process`.
+
+`signal_script` signals one pid the way the dashboard's restart and kill keys do, only while it is still a
+process of the run (a pid read a tick ago may be another process's by now).
 """
 
 from __future__ import annotations
 
+import shlex
+
+from training.run.layout import RUN_DIR_ENV
 from training.telemetry.state_files import RunProcess
 
 PROC_FUNCTIONS = r"""
@@ -47,3 +53,15 @@ def parse_process(text: str) -> RunProcess | None:
     if not (pid.isdigit() and pgid.lstrip("-").isdigit()):
         return None
     return RunProcess(pid=int(pid), pgid=int(pgid), task="" if task == "-" else task, args=args[0].strip())
+
+
+SIGNAL_MARK = "not a process of this run (any more)"  # its refusal, and what the scripted hosts know it by
+
+
+def signal_script(run_dir: str, pid: int, sig: str) -> str:
+    """`kill -s SIG PID` in sh, refused (exit 1, one line) unless PID carries the run's marker."""
+    if not sig.isalnum():
+        raise ValueError(f"not a signal name: {sig!r}")
+    args = " ".join(shlex.quote(a) for a in (f"{RUN_DIR_ENV}={run_dir}", str(int(pid)), sig))
+    return (f"set -- {args}\nmark=$1\n{PROC_FUNCTIONS}\n"
+            f'has_mark "$2" || {{ echo "pid $2: {SIGNAL_MARK}" >&2; exit 1; }}\nkill -s "$3" "$2"\n')

@@ -24,12 +24,13 @@ from orchestrator.monitor.prometheus import render
 from orchestrator.plan.from_file import plan_config
 from orchestrator.plan.model import HostPlan
 from orchestrator.run import records as runs
+from orchestrator.run.sh_procs import SIGNAL_MARK
 from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import transport_for
 from tests.helpers.collecting import state_when
 from tests.helpers.terminal import Terminal
 from tests.helpers.waiting import async_wait_for
-from training.run.layout import HOST_PACKAGE
+from training.run.layout import HOST_PACKAGE, RUN_DIR_ENV
 from training.telemetry.schema import dumps, make_event
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -58,7 +59,7 @@ class FakeRun:
             "hosts": [{"name": h, "address": "127.0.0.1", "transport": "local", "roles": roles,
                        "workdir": str(tmp / h)} for h, roles in (("a", ["worker"]), ("b", ["chief", "worker"]))],
         }))
-        self.sleeper = subprocess.Popen(["sleep", "60"])
+        self.sleeper = subprocess.Popen(["sleep", "60"], env={**os.environ, RUN_DIR_ENV: str(self.dirs["a"])})
         (self.dirs["a"] / "logs" / "worker-0.log").write_text("".join(f"line {i}\n" for i in range(50)))
         self.stop = threading.Event()
         self.writer = threading.Thread(target=self._write, daemon=True)
@@ -122,6 +123,8 @@ def test_collector_builds_state_and_survives_a_dropped_stream(fake_run: FakeRun)
         assert "host-lost" in kinds and "host-back" in kinds
         # logs and actions reach the host
         assert collector.task_log("worker", 0, 5) == [f"line {i}" for i in range(45, 50)]
+        # worker:1's pid (4242) is no process of the run: a pid a tick old may be anyone's by now
+        assert collector.signal_task("worker", 1, "KILL").endswith(f"failed: pid 4242: {SIGNAL_MARK}")
         msg = collector.signal_task("worker", 0, "KILL")
         assert "sent SIGKILL" in msg
         assert fake_run.sleeper.wait(timeout=5) == -signal.SIGKILL
