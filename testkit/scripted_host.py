@@ -307,15 +307,15 @@ class ScriptedHost:
         """`kill -s SIG pid` of a process of the run in `run_dir`: a task killed by TERM or KILL is restarted
         by its supervisor (on-failure)."""
         with self.lock:
-            for root, run in self.runs.items():
-                if root != run_dir:
-                    continue
-                for task in run.tasks.values():
-                    if task.pid == pid and task.alive and run.supervisor_alive:
-                        if sig in ("TERM", "KILL"):
-                            task.restarts += 1
-                            self._spawn(task)
-                        return True
+            run = self.runs.get(run_dir)
+            if run is None:
+                return False
+            for task in run.tasks.values():
+                if task.pid == pid and task.alive and run.supervisor_alive:
+                    if sig in ("TERM", "KILL"):
+                        task.restarts += 1
+                        self._spawn(task)
+                    return True
             return False
 
     def log_lines(self, path: str) -> list[str] | None:

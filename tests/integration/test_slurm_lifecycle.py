@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -124,17 +125,26 @@ def test_a_job_slurm_can_never_run_is_cancelled_and_refused(slurm_cluster: Slurm
     assert slurm_cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""
 
 
-def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+@contextmanager
+def start_waiting_for_n2(cluster: SlurmCluster, tmp_path: Path, state_dir: Path
+                         ) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
+    """`start` (no --wait) of a run on n2 while another job holds n2 exclusively: (the start, its job, the
+    holder's job) once Slurm keeps the run's job pending for Resources. The holder is cancelled at the end."""
     (tmp_path / "hold.sh").write_text("#!/bin/sh\nsleep 120\n")
-    holder = slurm_cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
+    holder = cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
     try:
-        with cli_process(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
+        with cli_process(state_dir, "start", str(one_node_run(cluster, tmp_path, "n2"))) as start:
             job = job_of(state_dir)
-            wait_for(lambda: slurm_cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
-            os.kill(start.pid, signal.SIGINT)
-            _out, err = start.communicate(timeout=60)
+            wait_for(lambda: cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
+            yield start, job, holder
     finally:
-        slurm_cluster.run("scancel", holder)
+        cluster.run("scancel", holder)
+
+
+def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
+    with start_waiting_for_n2(slurm_cluster, tmp_path, state_dir) as (start, job, _holder):
+        os.kill(start.pid, signal.SIGINT)
+        _out, err = start.communicate(timeout=60)
     assert start.returncode == 130, err[-2000:]
     assert f"interrupted: start cancelled; Slurm job {job} cancelled and gone from squeue" in err, err[-2000:]
     assert records(state_dir)[0]["status"] == "interrupted" and records(state_dir)[0]["slurm"]["state"] == "CANCELLED"
@@ -145,23 +155,16 @@ def test_logs_f_started_while_the_job_waits_follows_its_tasks_once_it_runs(slurm
                                                                            tmp_path: Path, state_dir: Path) -> None:
     """`logs` while the job waits says it is pending; `logs -f` says so once, waits for `start` to record the
     job's nodes and then streams the task's lines."""
-    (tmp_path / "hold.sh").write_text("#!/bin/sh\nsleep 120\n")
-    holder = slurm_cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
-    try:
-        with cli_process(state_dir, "start", str(one_node_run(slurm_cluster, tmp_path, "n2"))) as start:
-            job = job_of(state_dir)
-            wait_for(lambda: slurm_cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
-            run_id = run_id_of(state_dir)
-            assert cli(state_dir, "logs", run_id).stdout == (
-                f"-- run {run_id}: its Slurm job is pending: no task has run, no log\n")
-            with cli_process(state_dir, "logs", "-f", run_id) as follow:
-                out = OutputLines(follow.stdout)
-                out.expect(f"-- Slurm job {job} is pending: waiting for its nodes (Ctrl-C to leave)")
-                assert slurm_cluster.run("scancel", holder).returncode == 0
-                out.expect("worker:0@n2 step ", 3, timeout=60)
-            assert start.wait(timeout=60) == 0, start.stderr.read() if start.stderr else ""
-    finally:
-        slurm_cluster.run("scancel", holder)
+    with start_waiting_for_n2(slurm_cluster, tmp_path, state_dir) as (start, job, holder):
+        run_id = run_id_of(state_dir)
+        assert cli(state_dir, "logs", run_id).stdout == (
+            f"-- run {run_id}: its Slurm job is pending: no task has run, no log\n")
+        with cli_process(state_dir, "logs", "-f", run_id) as follow:
+            out = OutputLines(follow.stdout)
+            out.expect(f"-- Slurm job {job} is pending: waiting for its nodes (Ctrl-C to leave)")
+            assert slurm_cluster.run("scancel", holder).returncode == 0
+            out.expect("worker:0@n2 step ", 3, timeout=60)
+        assert start.wait(timeout=60) == 0, start.stderr.read() if start.stderr else ""
     assert cli(state_dir, "stop", run_id).returncode == 0
     assert_nothing_left(slurm_cluster, run_id, job)
 
