@@ -29,7 +29,7 @@ from orchestrator.transport.base import Transport
 from orchestrator.transport.factory import transport_for
 from tests.helpers.collecting import state_when
 from tests.helpers.terminal import Terminal
-from tests.helpers.waiting import async_wait_for
+from tests.helpers.waiting import async_wait_for, wait_for
 from training.run.layout import HOST_PACKAGE, RUN_DIR_ENV
 from training.telemetry.schema import dumps, make_event
 
@@ -161,6 +161,10 @@ def test_dash_once_json_cli(fake_run: FakeRun, tmp_path: Path) -> None:
         runs.save(fake_run.record())
     finally:
         del os.environ[runs.STATE_DIR_ENV]
+    progress = fake_run.dirs["a"] / "events" / "worker-0.jsonl"
+    # a rate needs two samples: a warm CLI reads the host before the writer's second one otherwise
+    wait_for(lambda: progress.exists() and len(progress.read_text().splitlines()) >= 2, 10,
+             "two progress samples of worker:0")
     res = subprocess.run([sys.executable, "-m", "tfcluster", "dash", fake_run.run_id, "--once", "--json",
                           "--interval", str(INTERVAL)], check=False, cwd=ROOT, env=env, capture_output=True, text=True,
                          timeout=60)
