@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -85,6 +86,13 @@ def records(state_dir: Path) -> list[dict[str, Any]]:
         if isinstance(record, dict) and isinstance(record.get("run_id"), str):
             out.append(record)
     return sorted(out, key=lambda r: float(r["created"]) if isinstance(r.get("created"), (int, float)) else 0.0)
+
+
+def unique_run_id(name: str) -> str:
+    """A run id no other test uses: `run_processes` and `kill_run` find a run by its id on the whole
+    machine (every loopback host shares this kernel), so two tests giving one fixed id to runs that overlap
+    under pytest-xdist would see, and kill, each other's processes."""
+    return f"{name}-{uuid.uuid4().hex[:6]}"
 
 
 def run_processes(run_id: str) -> list[psutil.Process]:

@@ -28,7 +28,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import suppress
 from dataclasses import dataclass
@@ -42,7 +41,7 @@ from testkit.sshd import Machines
 from tests import requires
 from tests.faults import measure
 from tests.helpers.waiting import wait_for
-from tests.integration.lifecycle_helpers import REPO, kill_run, run_processes
+from tests.integration.lifecycle_helpers import REPO, kill_run, run_processes, unique_run_id
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()
@@ -102,11 +101,6 @@ def global_step(state: Path, run: str) -> int:
     return max((p.global_step for p in points(state, run)), default=0)
 
 
-def unique(name: str) -> str:
-    """Run names are run dirs on the shared loopback filesystem and process markers: never reused."""
-    return f"i14-{name}-{uuid.uuid4().hex[:6]}"
-
-
 def alive(pid: int) -> bool:
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
@@ -152,7 +146,7 @@ def test_second_start_on_the_same_hosts_leaves_the_first_run_alone(
     steps = 300
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"]],
                                 training={**TINY, "steps": steps, "max_restarts": 0, "slowdown": {"worker:0": 2.0}})
-    first, second = unique("first"), unique("second")
+    first, second = unique_run_id("i14-first"), unique_run_id("i14-second")
     res = start(state, hosts, first)
     assert res.returncode == 0, res.stdout + res.stderr
     st = status(state, first)[1]
@@ -198,7 +192,7 @@ def test_placeholders_inside_quotes_stay_literal(machines: Machines, tmp_path: P
     remote = f"[remote]\npython = {json.dumps(sys.executable)}\n"
     assert remote in text, text
     hosts.write_text(text.replace(remote, f"[remote]\npython = {json.dumps(str(python))}\n"))
-    run = unique("quotes")
+    run = unique_run_id("i14-quotes")
     res = start(state, hosts, run)
     assert res.returncode == 0, res.stdout + res.stderr
     st = wait_for(lambda: ended(state, run), 90, f"run {run} to end", interval=0.5)
@@ -236,7 +230,7 @@ def test_stray_run_records_and_markup_in_an_address_never_make_a_traceback(
     exits 0 without a traceback (before the fix: AttributeError/TypeError tracebacks). And `plan` of a
     hosts.toml with `address = "[/]"` prints no Rich MarkupError traceback."""
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps", "worker"]], training={"command": "true"})
-    run = unique("real")
+    run = unique_run_id("i14-real")
     res = start(state, hosts, run)
     assert res.returncode == 0, res.stdout + res.stderr
     wait_for(lambda: ended(state, run), 90, f"run {run} to end", interval=0.5)
@@ -290,7 +284,7 @@ def live(machines: Machines, tmp_path_factory: pytest.TempPathFactory) -> Iterat
                                 training={**TINY, "steps": 10**7, "checkpoint_dir": str(tmp / "ckpt"),
                                           "checkpoint_every_steps": CHECKPOINT_EVERY,
                                           "slowdown": {"worker:0": 3.0, "worker:1": 3.0}})
-    run = unique("live")
+    run = unique_run_id("i14-live")
     try:
         res = start(state, hosts, run)
         assert res.returncode == 0, res.stdout + res.stderr

@@ -18,7 +18,7 @@ import pytest
 
 from testkit.sshd import Machines
 from tests.helpers.waiting import wait_for
-from tests.integration.lifecycle_helpers import cli, cli_process, records, run_processes
+from tests.integration.lifecycle_helpers import cli, cli_process, records, run_processes, unique_run_id
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -100,12 +100,13 @@ def test_a_users_own_training_package_ships_and_imports_as_theirs(
         "print('training is', training.WHOSE, 'report from', tfcluster_report.__file__, flush=True)\n")
     hosts = machines.hosts_toml(project / "hosts.toml", roles=[["worker"]] * 2, mode="multi-worker-mirrored",
                                 training={"command": "{python} train.py", "sync": ["."]})
-    res = cli(state_dir, "start", str(hosts), "--run", "own-training", "--wait")
+    run_id = unique_run_id("own-training")
+    res = cli(state_dir, "start", str(hosts), "--run", run_id, "--wait")
     assert res.returncode == 0, res.stderr
-    logs = cli(state_dir, "logs", "own-training").stdout
+    logs = cli(state_dir, "logs", run_id).stdout
     assert logs.count("training is mine") == 2, logs
     assert "/lib/tfcluster_report.py" in logs
-    assert cli(state_dir, "stop", "own-training", "--purge").returncode == 0
+    assert cli(state_dir, "stop", run_id, "--purge").returncode == 0
 
 
 LAUNCHER_MARK = "The per-host start program"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.run.local_ports import free_port_block
-from tests.integration.lifecycle_helpers import cli, kill_run, run_processes, started_run_id
+from tests.integration.lifecycle_helpers import cli, kill_run, run_processes, started_run_id, unique_run_id
 
 # A task that lives until stopped: the run stays live for the whole test.
 TASK = "import time\nwhile True:\n    time.sleep(0.2)\n"  # a task that runs until stopped
@@ -36,7 +36,7 @@ def _hosts(tmp_path: Path) -> Path:
 @pytest.fixture
 def live_run(tmp_path: Path) -> Iterator[tuple[Path, str]]:
     state = tmp_path / "state"
-    started = cli(state, "start", str(_hosts(tmp_path)), "--run", "live-one", timeout=90)
+    started = cli(state, "start", str(_hosts(tmp_path)), "--run", unique_run_id("live-one"), timeout=90)
     assert started.returncode == 0, started.stdout + started.stderr
     run_id = started_run_id(started.stdout)
     try:

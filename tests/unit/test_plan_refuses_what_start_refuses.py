@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.run.local_ports import free_port_block
+from tests.integration.lifecycle_helpers import unique_run_id
 
 REPO = Path(__file__).resolve().parents[2]
 UNSET = "PARITY_TEST_NEVER_SET"  # TFCLUSTER_* names are tfcluster's own: refused for another reason
@@ -144,9 +145,10 @@ def test_a_users_own_training_package_is_taken_by_both(tmp_path: Path, state_dir
         "    logits = tf.keras.layers.Dense(10)(features)\n"
         "    return tf.compat.v1.losses.sparse_softmax_cross_entropy(labels, logits)\n")
     assert tfcluster("plan", str(hosts)).returncode == 0
-    started = tfcluster("start", str(hosts), "--run", "own-training")
+    run_id = unique_run_id("own-training")
+    started = tfcluster("start", str(hosts), "--run", run_id)
     assert started.returncode == 0, started.stderr
-    assert tfcluster("stop", "own-training").returncode == 0
+    assert tfcluster("stop", run_id).returncode == 0
 
 
 def test_only_the_hosts_can_tell_a_port_is_taken(tmp_path: Path, state_dir: Path) -> None:
