@@ -307,7 +307,8 @@ class Collector:
         for s in self.streams:
             threading.Thread(target=s.close_stream, daemon=True).start()
         for s in self.streams:
-            s.join(timeout=5)
+            if s.ident is not None:  # a Ctrl-C can land inside start(), before every thread began
+                s.join(timeout=5)
         with self._aux_lock:
             aux, self._aux = self._aux, {}
         for t in aux.values():

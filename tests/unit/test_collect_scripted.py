@@ -85,3 +85,15 @@ def test_logs_and_signals_use_their_own_connection(collector: Collector, cluster
     task = next(iter(cluster.host("m1").runs.values())).tasks["worker-0"]
     assert task.restarts == 1 and task.pid != pid  # the supervisor started it again
     assert cluster.host("m1").steps.count("agent") == 1  # the stream was not disturbed
+
+
+def test_close_is_safe_when_start_was_cut_short(record: runs.RunRecord, cluster: ScriptedCluster) -> None:
+    """A Ctrl-C can land in `start()` (bench's cell, the dashboard) before every stream thread began; the
+    caller's `close()` must still end what did start, not raise (CI: "cannot join thread before it is
+    started", which turned bench's Ctrl-C exit 130 into a traceback)."""
+    never_started = Collector.for_record(record, interval=INTERVAL, opener=cluster.opener)
+    never_started.close()
+    half = Collector.for_record(record, interval=INTERVAL, opener=cluster.opener)
+    half.streams[0].start()  # as if the interrupt came after the first thread
+    half.close()
+    assert not half.streams[0].is_alive()
