@@ -22,6 +22,7 @@ from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.task_state import RunState
 from orchestrator.monitor.views import run_state
 from orchestrator.plan.names import file_stem
+from orchestrator.plan.slurm import before_allocation
 from orchestrator.run import records, slurm_end
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.run.remote import RemoteRun, with_retry
@@ -110,7 +111,8 @@ def fold(st: ClusterState, name: str, seen: HostReading | HostError | None, now:
 
 def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener = transport_for) -> ClusterState:
     """The run as one read of every host shows it, judged now; a Slurm run's job asked first (its nodes are
-    reached through it; once Slurm ended it, that end is the run's: run.slurm_end). A run found finished
+    reached through it; once Slurm ended it, that end is the run's: run.slurm_end; while it waits for
+    nodes the run is `pending`). A run found finished
     or failed (or, by Slurm, stopped) is recorded so (what `ls` shows from then on)."""
     job = slurm_end.look(record)
     if job is not None:
@@ -126,6 +128,8 @@ def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener
     if end is not None:
         _ended_by_the_scheduler(st, end)
         slurm_watch.say(st, record, end)  # and its line in the event log, as the live dashboard shows it
+    elif job is not None and before_allocation(record.plan):
+        st.run_state = "pending"  # its tasks are not-started because the job has no nodes yet, not "partial"
     if job is not None:
         st.slurm = {"job_id": job.job_id, "state": job.state, "reason": end.reason if end else job.reason}
     ended_by_slurm = end is not None and st.run_state == "stopped"

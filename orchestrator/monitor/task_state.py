@@ -17,8 +17,9 @@ from typing import Any, Literal, get_args
 # no run dir: the run never got there.
 Liveness = Literal["running", "stalled", "starting", "restarting", "exited", "unreachable", "lost", "not-started"]
 LIVENESS_STATES: tuple[Liveness, ...] = get_args(Liveness)
-# A run as a whole, from its tasks' ends, its supervisors' outcome and its hosts' reachability.
-RunState = Literal["running", "finished", "failed", "stopped", "partial"]
+# A run as a whole, from its tasks' ends, its supervisors' outcome and its hosts' reachability; `pending`
+# only for a Slurm run whose job waits for its nodes (nothing of it has run).
+RunState = Literal["pending", "running", "finished", "failed", "stopped", "partial"]
 RUN_STATES: tuple[RunState, ...] = get_args(RunState)
 # Whether a task writes progress events: the built-in trainers do, servers never, a user's program maybe.
 Reports = Literal["yes", "no", "maybe"]

@@ -13,7 +13,7 @@ from tui.messages import StateUpdated
 
 SHOWN_STATES: tuple[Liveness, ...] = ("running", "stalled", "starting", "restarting", "exited", "unreachable", "lost",
                                      "not-started")
-RUN_STATE_STYLE = {"running": "green", "finished": "bold green", "failed": "bold red", "stopped": "yellow",
+RUN_STATE_STYLE = {"pending": "yellow", "running": "green", "finished": "bold green", "failed": "bold red", "stopped": "yellow",
                    "partial": "bold yellow"}
 ALWAYS_SHOWN: tuple[Liveness, ...] = ("running", "stalled", "exited", "unreachable")  # the others only when some task is in them
 
