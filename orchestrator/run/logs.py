@@ -3,7 +3,9 @@
 Read once, every chosen log of a host comes from ONE `tail` over all of them (its `==> <path> <==`
 headers say which lines are whose; `/dev/null` among the files makes it print them even for one
 file), every host at once; following keeps one `tail -F` stream per task and reconnects with backoff
-when a host goes away or the stream ends, until the caller's stop event is set or Ctrl-C. Each
+when a host goes away or the stream ends, until the caller's stop event is set or Ctrl-C. A reconnect
+resumes at the line after the last one shown (`tail -n +N`: a follow knows the number of every line it
+shows), so what was written while the host was away is shown too, and nothing twice. Each
 reconnect opens a new transport through `opener`, so an opener that asks how the host is reached now
 (a Slurm run's: through the job while it runs, its submit host after) follows the log across the job's end.
 """
@@ -24,6 +26,11 @@ from orchestrator.transport.base import LineStream, shell_command
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
 from training.run.layout import RunLayout
+
+# A follow that starts K lines back: its first line is the number of the first log line it shows, so that
+# reconnects can resume by number. $1 the log, $2 K. (wc counts complete lines: a partial last one is shown.)
+FOLLOW_FROM_LAST = ('n=$(wc -l 2>/dev/null <"$1") || n=0; s=$((n - $2 + 1)); [ "$s" -ge 1 ] || s=1; '
+                    'echo "$s"; exec tail -n "+$s" -F "$1"')
 
 
 def select_tasks(record: records.RunRecord, selectors: Iterable[str]) -> list[TaskPlan]:
@@ -122,20 +129,31 @@ def _follow(record: records.RunRecord, chosen: list[TaskPlan], emit: Callable[[s
     open_streams: list[LineStream] = []  # closed from here on exit: a blocked read then returns
 
     def follow_one(task: TaskPlan) -> None:
-        host = task.host
+        host, path = task.host, _log_path(record, task)
         remote = RemoteRun(record.plan.host(host), record.host(host).run_dir, opener)
-        first, delay = True, 0.2
+        # The number of the next line to show; None until a FOLLOW_FROM_LAST stream said where it starts.
+        # (A stream cut inside a line shows its first part, counted as a line: its rest is not shown.)
+        next_line: int | None = 1 if tail_from == "+1" else None
+        delay = 0.2
         while not stop_event.is_set():
             try:
-                argv = ["tail", "-n", tail_from if first else "0", "-F", _log_path(record, task)]
+                numbered = next_line is None
+                argv = (["sh", "-c", FOLLOW_FROM_LAST, "sh", path, tail_from] if next_line is None
+                        else ["tail", "-n", f"+{next_line}", "-F", path])
                 stream = remote.transport.stream(argv)
                 open_streams.append(stream)
-                first = False
                 try:
                     for line in stream.lines():
                         if stop_event.is_set():
                             break
+                        if numbered:
+                            numbered = False
+                            if line.strip().isdigit():
+                                next_line = int(line)
+                                continue
                         q.put(f"{_prefix(task)} {line.rstrip(chr(10))}")
+                        if next_line is not None:
+                            next_line += 1
                         delay = 0.2  # a stream that delivered: the next reconnect starts from a short wait
                 finally:
                     stream.close()

@@ -43,9 +43,10 @@ job, task, seconds, release = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.
 print(f"hello from {job}:{task}", flush=True)
 if "FAIL_WORKER1" in sys.argv and job == "worker" and task == "1":
     sys.exit(4)
-end = time.time() + seconds
+end, n = time.time() + seconds, 0
 while time.time() < end and not os.path.exists(release):
-    print(f"tick {job}:{task}", flush=True)
+    n += 1
+    print(f"tick {job}:{task} {n}", flush=True)
     sum(range(300_000))  # a little work, as training does: its CPU time moves
     time.sleep(0.2)  # polls for the file that ends it (or its time)
 """
@@ -259,14 +260,21 @@ def test_logs_follow_streams_lines_reconnects_and_ends_on_ctrl_c(
         assert "ps:0@m0 hello from ps:0" in plain.stdout.splitlines()
         with cli_process(state_dir, "logs", "logs-test", "worker:1", "-f") as proc:
             out = OutputLines(proc.stdout)
-            out.expect("worker:1@m2 tick worker:1", 5)
-            # The SSH connection to m2 is lost (its sshd and sessions die); the task goes on (detached).
+            shown = out.expect("worker:1@m2 tick worker:1 ", 5)
+            # The SSH connection to m2 is lost (its sshd and sessions die); the task goes on (detached)
+            # and writes two more ticks while nobody can read them.
             machines.stop(2)
             out.expect("-- worker:1@m2: host m2:")
+            log = Path(runs.load("logs-test").host("m2").run_dir, "logs", "worker-1.log")
+            last_shown = int(shown[-1].rsplit(" ", 1)[1])
+            wait_for(lambda: f"tick worker:1 {last_shown + 2}\n" in log.read_text(), 30, "ticks while m2 is away")
             machines.start(2)
-            out.expect("worker:1@m2 tick worker:1", 3)  # streaming again, after a reconnect with backoff
+            out.expect("worker:1@m2 tick worker:1 ", 3)  # streaming again, after a reconnect with backoff
             os.kill(proc.pid, signal.SIGINT)
             assert proc.wait(timeout=10) == 0
+        # The reconnect resumed after the last line shown: every tick once, none lost while m2 was away.
+        ticks = [int(line.rsplit(" ", 1)[1]) for line in out.seen if line.startswith("worker:1@m2 tick worker:1 ")]
+        assert ticks == list(range(1, len(ticks) + 1)), ticks
     finally:
         machines.start(2)
         assert cli(state_dir, "stop", "logs-test").returncode == 0

@@ -153,10 +153,12 @@ def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_
 
 def test_logs_f_started_while_the_job_waits_follows_its_tasks_once_it_runs(slurm_cluster: SlurmCluster,
                                                                            tmp_path: Path, state_dir: Path) -> None:
-    """`logs` while the job waits says it is pending; `logs -f` says so once, waits for `start` to record the
-    job's nodes and then streams the task's lines."""
+    """`status` and `logs` while the job waits say it is pending; `logs -f` says so once, waits for `start` to
+    record the job's nodes and then streams the task's lines."""
     with start_waiting_for_n2(slurm_cluster, tmp_path, state_dir) as (start, job, holder):
         run_id = run_id_of(state_dir)
+        code, st = status_json(state_dir, run_id)
+        assert (code, st["state"], st["slurm"]["state"]) == (0, "pending", "PENDING"), st
         assert cli(state_dir, "logs", run_id).stdout == (
             f"-- run {run_id}: its Slurm job is pending: no task has run, no log\n")
         with cli_process(state_dir, "logs", "-f", run_id) as follow:
@@ -183,13 +185,9 @@ def test_scancel_from_outside_stops_the_run(slurm_cluster: SlurmCluster, tmp_pat
             _out, err = start.communicate(timeout=60)
             log = Path(records_api.load(run_id_of(state_dir)).host("n2").run_dir, "logs", "worker-0.log")
             wait_for(lambda: not slurm_cluster.job_processes(job), 30, f"every process of job {job} gone")
-
-            def appended_and_shown() -> bool:  # again until `logs -f` has reconnected (a reconnect tails from the end)
-                with log.open("a") as f:
-                    f.write("a line written after the job\n")
-                return bool(out.take("worker:0@n2 a line written after the job", timeout=1.0))
-
-            wait_for(appended_and_shown, 60, "a line written after the job shown by logs -f", interval=0.01)
+            with log.open("a") as f:  # shown once `logs -f` has reconnected: it resumes after the last line shown
+                f.write("a line written after the job\n")
+            out.expect("worker:0@n2 a line written after the job", timeout=60)
     assert start.returncode == 1, err[-2000:]
     assert f"(Slurm job {job}: CANCELLED: cancelled outside tfcluster (scancel))" in err, err[-2000:]
     st = ended(state_dir, run_id_of(state_dir))
