@@ -240,26 +240,38 @@ def _measure_steps(spec: BenchSpec, live: _Live, trainers: list[str], start: flo
     live.window = Window(start, max(start, min(last)))
 
 
-def _stop(live: _Live, result: CellResult, phase: PhaseFn) -> bool:
-    """Collect the last samples, close the collector and stop the run, verified; a second Ctrl-C during
-    the stop does not skip it. True when such a Ctrl-C came."""
+def through_ctrl_c(action: Callable[[], None], attempts: int = 3) -> bool:
+    """Run `action` again when Ctrl-C cuts it, up to `attempts` times: True when a Ctrl-C came. (A stop that
+    a second Ctrl-C skipped would leave the cell's cluster running.)"""
     interrupted = False
-    phase("stop", 0, 1)
-    if live.collector is not None:
+    for _attempt in range(attempts):
         try:
-            time.sleep(1.5 * INTERVAL_S)  # the samples of the window's last second are still on their way
-            live.collector.poll()
+            action()
+            break
         except KeyboardInterrupt:
             interrupted = True
-        finally:
-            live.collector.close()
-    if live.record is not None:
-        for _attempt in range(3):
-            try:
-                outcome = stop_run(live.record, grace=STOP_GRACE_S)
-                result.stopped_clean = all(r.ok for r in outcome.values())
-                break
-            except KeyboardInterrupt:
-                interrupted = True
-    phase("stop", 1, 1)
     return interrupted
+
+
+def _stop(live: _Live, result: CellResult, phase: PhaseFn) -> bool:
+    """Collect the last samples, close the collector and stop the run, verified; a Ctrl-C anywhere in the
+    stop does not skip the rest of it. True when such a Ctrl-C came."""
+    interrupted = through_ctrl_c(lambda: phase("stop", 0, 1))
+    collector = live.collector
+    if collector is not None:
+
+        def last_samples() -> None:
+            time.sleep(1.5 * INTERVAL_S)  # the samples of the window's last second are still on their way
+            collector.poll()
+
+        interrupted = through_ctrl_c(last_samples, attempts=1) or interrupted  # cut short: the samples so far
+        interrupted = through_ctrl_c(collector.close) or interrupted
+    record = live.record
+    if record is not None:
+
+        def stop() -> None:
+            outcome = stop_run(record, grace=STOP_GRACE_S)
+            result.stopped_clean = all(r.ok for r in outcome.values())
+
+        interrupted = through_ctrl_c(stop) or interrupted
+    return through_ctrl_c(lambda: phase("stop", 1, 1)) or interrupted
