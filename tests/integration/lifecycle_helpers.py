@@ -97,8 +97,29 @@ def unique_run_id(name: str) -> str:
 
 def run_processes(run_id: str) -> list[psutil.Process]:
     """Every live process marked as part of run `run_id` (`<workdir>/runs/<id>/<host>`, on any loopback
-    machine: they all share this kernel)."""
-    return marked(lambda run_dir: f"/runs/{run_id}/" in run_dir)
+    machine: they all share this kernel). When the test's state dir records the run, only those under its
+    hosts' workdirs or run dirs: another test's run of the same id, elsewhere, is not this one."""
+    roots = _run_roots(run_id)
+    if roots is None:
+        return marked(lambda run_dir: f"/runs/{run_id}/" in run_dir)
+    return marked(lambda run_dir: any((run_dir + "/").startswith(root) for root in roots))
+
+
+def _run_roots(run_id: str) -> list[str] | None:
+    """`<workdir>/runs/<id>/` of each host of the run and each run dir its record holds (`/` ended), from the
+    record in the current TFCLUSTER_STATE_DIR; None without one."""
+    state = os.environ.get("TFCLUSTER_STATE_DIR")
+    try:
+        record = json.loads(Path(state or "", "runs", f"{run_id}.json").read_text()) if state else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict):
+        return None
+    plan_hosts = (record.get("plan") or {}).get("hosts") or []
+    roots = [f"{h['workdir'].rstrip('/')}/runs/{run_id}/" for h in plan_hosts
+             if isinstance(h.get("workdir"), str) and h["workdir"].startswith("/")]
+    roots += [f"{h['run_dir'].rstrip('/')}/" for h in record.get("hosts") or [] if isinstance(h.get("run_dir"), str)]
+    return roots or None
 
 
 def kill_run(run_id: str) -> None:
