@@ -12,7 +12,6 @@ Either way `ls` says `interrupted` (not `starting` forever), and no process of t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -29,6 +28,7 @@ from testkit.sshd import Machines
 from tests import requires
 from tests.faults import measure
 from tests.faults.cluster import BETWEEN_GRAPH, PACED
+from tests.helpers.procs import cmdline
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     REPO,
@@ -65,12 +65,7 @@ def shown_status(state_dir: Path, run_id: str) -> str:
 
 def supervisors(run_id: str) -> list[psutil.Process]:
     """The run's supervisors (launched on `go`); the launchers before them carry the run's marker too."""
-    found = []
-    for p in run_processes(run_id):
-        with contextlib.suppress(psutil.Error):
-            if host_module("supervisor") in p.cmdline():
-                found.append(p)
-    return found
+    return [p for p in run_processes(run_id) if host_module("supervisor") in cmdline(p)]
 
 
 @pytest.mark.parametrize("moment", ["prepare", "launch"])

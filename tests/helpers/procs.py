@@ -29,6 +29,14 @@ def marked(run_dir_matches: Callable[[str], bool]) -> list[psutil.Process]:
     return found
 
 
+def cmdline(p: psutil.Process) -> list[str]:
+    """Its command line, or [] once it is gone or a zombie (a process listed a moment ago may be either)."""
+    try:
+        return [str(word) for word in p.cmdline()]
+    except psutil.Error:
+        return []
+
+
 def read_pid(path: Path, timeout: float = 10.0) -> int:
     def written() -> int | None:
         text = path.read_text().strip() if path.exists() else ""

@@ -12,6 +12,7 @@ import pytest
 
 from orchestrator.run.slurm_job import ENDED
 from testkit.slurm import SlurmCluster
+from tests.helpers.procs import cmdline
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import records, run_processes, status_json
 
@@ -59,5 +60,5 @@ def settled(state_dir: Path, run_id: str) -> tuple[int, dict[str, Any]]:
 def assert_nothing_left(cluster: SlurmCluster, run_id: str, job: str) -> None:
     """No process of the run (by its marker) or of its job (slurmstepd included), and squeue has no job."""
     wait_for(lambda: not run_processes(run_id) and not cluster.job_processes(job), 30, "the job's processes to end",
-             explain=lambda: str([p.cmdline() for p in run_processes(run_id) + cluster.job_processes(job)]))
+             explain=lambda: str([cmdline(p) for p in run_processes(run_id) + cluster.job_processes(job)]))
     assert cluster.run("squeue", "-h", "-j", job).stdout.strip() == ""

@@ -21,6 +21,7 @@ from orchestrator.run import launch
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
 from tests.helpers.output import OutputLines
+from tests.helpers.procs import cmdline
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
@@ -358,12 +359,12 @@ def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
         def supervisors_only() -> list[Any] | None:
             """`-m <package>.supervisor` processes (not a launcher whose source merely names it); a launcher
             of the dropped connection may take a moment to notice and exit."""
-            found = [p for p in run_processes("lost-conn") if host_module("supervisor") in p.cmdline()]
+            found = [p for p in run_processes("lost-conn") if host_module("supervisor") in cmdline(p)]
             return found if len(found) == 3 else None
 
         supervisors = wait_for(supervisors_only, 15, "one supervisor per host")
         on_m1 = [p for p in supervisors if p.environ()["TFCLUSTER_RUN_DIR"].endswith("/m1")]
-        assert len(on_m1) == 1, [p.cmdline() for p in supervisors]
+        assert len(on_m1) == 1, [cmdline(p) for p in supervisors]
         assert on_m1[0].pid == result.outcomes["m1"].supervisor_pid
         _, st = status_json(state_dir, "lost-conn")
         assert all(t["state"] == "running" and t["restarts"] == 0 for t in st["tasks"]), st

@@ -16,6 +16,7 @@ import pytest
 
 from testkit.slurm import SlurmCluster
 from tests import requires
+from tests.helpers.procs import cmdline
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def run_to_the_end(cluster: SlurmCluster, hosts: Path, timeout: float) -> Path:
     output = (hosts.parent / f"slurm-{job}.out").read_text()
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", (fields, output)
     wait_for(lambda: not cluster.job_processes(job), 30, f"slurmstepd and every task process of job {job} gone",
-             explain=lambda: str([p.cmdline() for p in cluster.job_processes(job)]))
+             explain=lambda: str([cmdline(p) for p in cluster.job_processes(job)]))
     return hosts.parent / "work" / "runs" / f"slurmtest-slurm-{job}"
 
 

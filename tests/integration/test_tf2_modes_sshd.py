@@ -122,8 +122,16 @@ def test_parameter_server_strategy_trains_and_goes_on_without_a_dead_worker(
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]],
                                 mode="parameter-server-strategy", training={**TRAINING, "steps": 3000})
     run_id = _start(state_dir, hosts)
-    until_rates(state_dir, run_id, {"worker:0", "worker:1"})
-    at_kill = {t["name"]: t for t in status_json(state_dir, run_id)[1]["tasks"]}
+
+    def both_training() -> dict[str, Any] | None:
+        """One dashboard read in which both workers run with a step rate, so the kill lands mid-run (each seen
+        at a different read, as until_rates allows, worker:1 was once first seen as the run ended: killed after
+        its supervisor had heard of the end, it was never restarted)."""
+        tasks = {t["name"]: t for t in dash_json(state_dir, run_id)["tasks"]}
+        both = all(tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0 for n in ("worker:0", "worker:1"))
+        return tasks if both else None
+
+    at_kill = wait_for(both_training, 150, "both workers running with a step rate in one read", interval=1.0)
     os.kill(at_kill["worker:1"]["pid"], signal.SIGKILL)
     # The other one keeps training: its own steps go on past where they were (read whether it still runs or
     # the run has already reached its last step: a wait for it `running` raced the run's end)
@@ -137,7 +145,8 @@ def test_parameter_server_strategy_trains_and_goes_on_without_a_dead_worker(
     st = _ended(state_dir, run_id)
     assert st["state"] == "finished", st
     by_name = {t["name"]: t for t in st["tasks"]}
-    assert by_name["chief:0"]["exit_code"] == 0 and by_name["worker:1"]["restarts"] >= 1
+    killed_at = {n: t["global_step"] for n, t in at_kill.items()}
+    assert by_name["chief:0"]["exit_code"] == 0 and by_name["worker:1"]["restarts"] >= 1, (killed_at, st["tasks"])
     assert any(Path(records.load(run_id).host("m1").run_dir, "checkpoints").glob("*.index"))
 
 
