@@ -18,11 +18,13 @@ from training.telemetry.state_files import StopReport
 
 
 def marked(run_dir_matches: Callable[[str], bool]) -> list[psutil.Process]:
-    """Every live (not zombie) process whose TFCLUSTER_RUN_DIR marker `run_dir_matches`."""
+    """Every live (not zombie) process with a TFCLUSTER_RUN_DIR marker that `run_dir_matches` (a process
+    without one is never asked about: these lists are what tests kill)."""
     found = []
     for p in psutil.process_iter():
         try:
-            if run_dir_matches(p.environ().get(RUN_DIR_ENV, "")) and p.status() != psutil.STATUS_ZOMBIE:
+            run_dir = p.environ().get(RUN_DIR_ENV, "")
+            if run_dir and run_dir_matches(run_dir) and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except psutil.Error:
             continue

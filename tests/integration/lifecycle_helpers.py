@@ -118,7 +118,8 @@ def _run_roots(run_id: str) -> list[str] | None:
     plan_hosts = (record.get("plan") or {}).get("hosts") or []
     roots = [f"{h['workdir'].rstrip('/')}/runs/{run_id}/" for h in plan_hosts
              if isinstance(h.get("workdir"), str) and h["workdir"].startswith("/")]
-    roots += [f"{h['run_dir'].rstrip('/')}/" for h in record.get("hosts") or [] if isinstance(h.get("run_dir"), str)]
+    roots += [f"{h['run_dir'].rstrip('/')}/" for h in record.get("hosts") or []
+              if isinstance(h.get("run_dir"), str) and f"/runs/{run_id}/" in h["run_dir"] + "/"]
     return roots or None
 
 

@@ -1,7 +1,9 @@
 """The tests' process listing (tests/integration/lifecycle_helpers.py `run_processes`, which the state dir's
 cleanup kills by) sees only the test's own run when another test, at the same time under pytest-xdist, runs
-one of the same id elsewhere: the two once SIGKILLed each other's processes. Real processes, marked as a
-run's are (TFCLUSTER_RUN_DIR)."""
+one of the same id elsewhere: the two once SIGKILLed each other's processes; and never a process without
+the run marker, whatever the record holds (a first version read an unprepared host's empty run dir as
+"/" and its cleanup SIGKILLed every process of the machine). Real processes, marked as a run's are
+(TFCLUSTER_RUN_DIR)."""
 
 from __future__ import annotations
 
@@ -38,5 +40,5 @@ def test_a_recorded_run_is_found_only_where_it_lives(two_runs_of_one_id: tuple[s
     (state_dir / "runs").mkdir(exist_ok=True)
     (state_dir / "runs" / "same-id.json").write_text(json.dumps(
         {"run_id": "same-id", "plan": {"hosts": [{"name": "m0", "workdir": str(tmp_path / "mine")}]},
-         "hosts": [{"name": "m0", "run_dir": None}]}))
-    assert [p.pid for p in run_processes("same-id")] == [mine.pid]
+         "hosts": [{"name": "m0", "run_dir": None}, {"name": "m1", "run_dir": ""}]}))  # m1: not prepared
+    assert [p.pid for p in run_processes("same-id")] == [mine.pid]  # never an unmarked one: these get killed
