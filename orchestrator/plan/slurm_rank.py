@@ -229,6 +229,11 @@ def _ended(label: str, signum: int, code: int | None) -> int:
 
 def _follow(child: subprocess.Popen[bytes], plan: dict[str, Any], task: dict[str, Any], label: str,
             environ: dict[str, str]) -> int:
+    # Ended but not reaped: its pid, and so its group's id, stay reserved while `forward` may signal the group.
+    # Once reaped the number may be any new group's (another job's, the user's shell), so no signal goes there.
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    children.clear()
     code = child.wait()
     # The step's signal may reach the task before its rank: killed by it, or a shell's 128 + its number.
     by_signal = -code if code < 0 else code - 128

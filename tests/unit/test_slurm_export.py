@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -146,3 +147,19 @@ def test_node_addresses_and_the_hostfile_order() -> None:
     assert wrong.returncode == 2
     assert wrong.stderr == ("tfcluster rank 2: rank 2 runs on node n1, the plan puts it on n2: run the script with "
                             "sbatch as exported (its srun places every rank)\n")
+
+
+def test_a_rank_never_signals_the_group_of_a_task_it_has_reaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once the rank has reaped its task, the task's pid (its group's id) may be any new group's: a signal
+    the rank gets from then on (the step's, at the job's end) goes to nobody. A real child process; the
+    group signal is recorded, because pid reuse cannot be arranged on demand."""
+    sent: list[tuple[int, int]] = []
+    monkeypatch.setattr(slurm_rank.os, "killpg", lambda pgid, sig: sent.append((pgid, sig)))
+    monkeypatch.setattr(slurm_rank, "children", [])
+    monkeypatch.setattr(slurm_rank, "signalled", [])
+    child = subprocess.Popen(["true"], start_new_session=True)
+    slurm_rank.children.append(child)
+    plan = {"mode": "between-graph", "training": {}}
+    assert slurm_rank._follow(child, plan, {"job": "worker", "index": 1}, "worker:1", {}) == 0
+    slurm_rank.forward(signal.SIGTERM, None)
+    assert sent == [] and slurm_rank.signalled == [signal.SIGTERM]
