@@ -124,16 +124,9 @@ def test_parameter_server_strategy_trains_and_goes_on_without_a_dead_worker(
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]],
                                 mode="parameter-server-strategy", training={**TRAINING, "steps": 6000})
     run_id = _start(state_dir, hosts)
-
-    def both_training() -> dict[str, Any] | None:
-        """One dashboard read in which both workers run with a step rate, so the kill lands mid-run (each seen
-        at a different read, as until_rates allows, worker:1 was once first seen as the run ended: killed after
-        its supervisor had heard of the end, it was never restarted)."""
-        tasks = {t["name"]: t for t in dash_json(state_dir, run_id)["tasks"]}
-        both = all(tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0 for n in ("worker:0", "worker:1"))
-        return tasks if both else None
-
-    at_kill = wait_for(both_training, 150, "both workers running with a step rate in one read", interval=1.0)
+    # Both workers train in one read, so the kill lands mid-run (each seen at a different read, worker:1 was
+    # once first seen as the run ended: killed after its supervisor had heard of the end, never restarted).
+    at_kill = until_rates(state_dir, run_id, {"worker:0", "worker:1"}, in_one_read=True)
     os.kill(at_kill["worker:1"]["pid"], signal.SIGKILL)
     # The other one keeps training: its own steps go on past where they were (read whether it still runs or
     # the run has already reached its last step: a wait for it `running` raced the run's end)

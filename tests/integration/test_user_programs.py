@@ -89,13 +89,17 @@ def dash_json(state_dir: Path, run_id: str) -> dict[str, Any]:
     return json.loads(res.stdout)
 
 
-def until_rates(state_dir: Path, run_id: str, names: set[str], timeout: float = 150) -> dict[str, Any]:
+def until_rates(state_dir: Path, run_id: str, names: set[str], timeout: float = 150, *,
+                in_one_read: bool = False) -> dict[str, Any]:
     """The dashboard's JSON once every named task has been seen `running` with steps/s > 0 (each while it
-    trained: a fast worker may be done before a slow one starts); returns each task as it was seen so."""
+    trained: a fast worker may be done before a slow one starts); returns each task as it was seen so.
+    `in_one_read`: all of them in the same read (the run certainly still trains when it returns)."""
     shown: dict[str, Any] = {}
 
     def seen() -> dict[str, Any] | None:
         tasks = {t["name"]: t for t in dash_json(state_dir, run_id)["tasks"]}
+        if in_one_read:
+            shown.clear()
         for n in names:
             if tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0:
                 shown[n] = tasks[n]
