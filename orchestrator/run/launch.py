@@ -192,7 +192,7 @@ def start_hosts(record: records.RunRecord, files: FileSets, forward_env: dict[st
             records.save(record)
             raise StartInterrupted("interrupted: start cancelled; " + rollback) from None
     finally:
-        ctx.cancel.set()  # whatever ended the start (a second Ctrl-C mid-rollback too), no host thread waits on
+        ctx.cancel.set()  # whatever ended the start (a second Ctrl-C mid-rollback too): no host thread waits on to its deadline
         runner.close()
     outcomes = runner.outcomes
     failed = [n for n in names if outcomes[n].error is not None]
