@@ -109,8 +109,10 @@ def _run_roots(run_id: str) -> list[str] | None:
     """`<workdir>/runs/<id>/` of each host of the run and each run dir its record holds (`/` ended), from the
     record in the current TFCLUSTER_STATE_DIR; None without one."""
     state = os.environ.get("TFCLUSTER_STATE_DIR")
+    if not state:
+        return None
     try:
-        record = json.loads(Path(state or "", "runs", f"{run_id}.json").read_text()) if state else None
+        record = json.loads(Path(state, "runs", f"{run_id}.json").read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict):
