@@ -277,6 +277,18 @@ class SlurmCluster:
         records = [parse_fields(line) for line in res.stdout.splitlines() if line.strip()]
         return {r["NodeName"]: r["NodeAddr"] for r in records}
 
+    def explain(self, *job_ids: str) -> str:
+        """What Slurm says now, for a failed test's message: each job's fields, the queue with its steps, the
+        nodes' states, and the last lines of slurmctld's log."""
+        keys = ("JobState", "Reason", "SubmitTime", "StartTime", "EndTime", "NodeList")
+        parts = [f"job {j}: {({k: v for k, v in self.job(j).items() if k in keys})}" for j in job_ids]
+        parts.append("squeue -s: " + self.run("squeue", "-h", "-s", "-o", "%i %j %N").stdout.strip())
+        parts.append("sinfo: " + self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.strip())
+        log = self.root / "slurmctld.log"
+        parts.append("slurmctld.log: " + "\n".join(log.read_text(errors="replace").splitlines()[-25:])
+                     if log.exists() else "no slurmctld.log")
+        return "\n".join(parts)
+
     def cluster_processes(self) -> list[psutil.Process]:
         """Every live process (daemons, slurmstepd, job processes) whose environment names this cluster's
         SLURM_CONF (srun and sbatch pass it on to every job process)."""

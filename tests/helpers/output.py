@@ -7,6 +7,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import IO
 
 
@@ -35,8 +36,18 @@ class OutputLines:
                 got.append(line)
         return got
 
-    def expect(self, prefix: str, n: int = 1, timeout: float = 30.0) -> list[str]:
-        """The next `n` lines starting with `prefix`, or fail saying what came instead."""
+    def expect(self, prefix: str, n: int = 1, timeout: float = 30.0,
+               explain: Callable[[], str] | None = None) -> list[str]:
+        """The next `n` lines starting with `prefix`, or fail saying what came instead (and `explain()`)."""
         got = self.take(prefix, n, timeout)
-        assert len(got) == n, f"wanted {n} line(s) starting {prefix!r} within {timeout:g}s; saw {self.seen[-20:]}"
+        detail = f"\n{explain()}" if explain is not None and len(got) < n else ""
+        assert len(got) == n, f"wanted {n} line(s) starting {prefix!r} within {timeout:g}s; saw {self.seen[-20:]}{detail}"
         return got
+
+    def so_far(self) -> list[str]:
+        """Every line read until now, without waiting (for a failure's message)."""
+        while True:
+            try:
+                self.seen.append(self._lines.get_nowait())
+            except queue.Empty:
+                return self.seen

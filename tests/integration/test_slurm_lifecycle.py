@@ -129,16 +129,20 @@ def test_a_job_slurm_can_never_run_is_cancelled_and_refused(slurm_cluster: Slurm
 def start_waiting_for_n2(cluster: SlurmCluster, tmp_path: Path, state_dir: Path
                          ) -> Iterator[tuple[subprocess.Popen[str], str, str]]:
     """`start` (no --wait) of a run on n2 while another job holds n2 exclusively: (the start, its job, the
-    holder's job) once Slurm keeps the run's job pending for Resources. The holder is cancelled at the end."""
+    holder's job) once Slurm keeps the run's job pending for Resources. The holder is cancelled at the end,
+    and gone before the next test, which may want n2."""
     (tmp_path / "hold.sh").write_text("#!/bin/sh\nsleep 120\n")
     holder = cluster.submit(tmp_path / "hold.sh", "--nodelist=n2", "--exclusive", "--output=/dev/null")
     try:
+        wait_for(lambda: cluster.job(holder).get("JobState") == "RUNNING", 60, "the holder to hold n2",
+                 explain=lambda: cluster.explain(holder))
         with cli_process(state_dir, "start", str(one_node_run(cluster, tmp_path, "n2"))) as start:
             job = job_of(state_dir)
             wait_for(lambda: cluster.job(job).get("Reason") == "Resources", 30, "the job to wait for n2")
             yield start, job, holder
     finally:
         cluster.run("scancel", holder)
+        cluster.wait_job(holder, 60)
 
 
 def test_ctrl_c_while_the_job_waits_cancels_it(slurm_cluster: SlurmCluster, tmp_path: Path, state_dir: Path) -> None:
@@ -161,12 +165,20 @@ def test_logs_f_started_while_the_job_waits_follows_its_tasks_once_it_runs(slurm
         assert (code, st["state"], st["slurm"]["state"]) == (0, "pending", "PENDING"), st
         assert cli(state_dir, "logs", run_id).stdout == (
             f"-- run {run_id}: its Slurm job is pending: no task has run, no log\n")
+        start_err = OutputLines(start.stderr)
         with cli_process(state_dir, "logs", "-f", run_id) as follow:
-            out = OutputLines(follow.stdout)
+            out, follow_err = OutputLines(follow.stdout), OutputLines(follow.stderr)
             out.expect(f"-- Slurm job {job} is pending: waiting for its nodes (Ctrl-C to leave)")
             assert slurm_cluster.run("scancel", holder).returncode == 0
-            out.expect("worker:0@n2 step ", 3, timeout=60)
-        assert start.wait(timeout=60) == 0, start.stderr.read() if start.stderr else ""
+
+            def explain() -> str:  # where the time went, if the lines never come
+                record = records(state_dir)[0]
+                return (f"start (running: {start.poll() is None}) said {start_err.so_far()[-15:]}\n"
+                        f"logs -f said on stderr {follow_err.so_far()[-15:]}\n"
+                        f"record: {record['status']}, hosts {[h['name'] for h in record['plan']['hosts']]}\n"
+                        f"{slurm_cluster.explain(job, holder)}")
+            out.expect("worker:0@n2 step ", 3, timeout=60, explain=explain)
+        assert start.wait(timeout=60) == 0, start_err.so_far()
     assert cli(state_dir, "stop", run_id).returncode == 0
     assert_nothing_left(slurm_cluster, run_id, job)
 
