@@ -43,8 +43,9 @@ def main() -> None:
 
         console(stderr=True).print(f"[bold red]error:[/] {escape(exc.one_line())}", markup=True, soft_wrap=True)
         sys.exit(exc.exit_code)
-    except (KeyboardInterrupt, typer.Abort):
-        console(stderr=True).print("interrupted")
+    except (KeyboardInterrupt, typer.Abort) as exc:
+        signal_name = f" ({exc})" if isinstance(exc, KeyboardInterrupt) and str(exc) else ""  # SIGTERM, SIGHUP
+        console(stderr=True).print(f"interrupted{signal_name}")
         sys.exit(130)
     except Exception as exc:
         # Usage errors (Click's own exceptions, vendored by newer Typer): its message, its exit code (2).

@@ -46,7 +46,7 @@ def widen(console: Console, min_width: int) -> Console:
 
 
 def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+    raise KeyboardInterrupt(signal.Signals(signum).name)  # named, so that "interrupted (SIGTERM)" says who asked
 
 
 def interrupt_on_hangup() -> None:

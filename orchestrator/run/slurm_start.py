@@ -125,7 +125,8 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
                 _failed(record, "start interrupted by the user" if interrupted else str(exc),
                         status="interrupted" if interrupted else "failed-to-start")
             if interrupted:
-                raise StartInterrupted(f"{str(exc) or 'interrupted: start cancelled'}; {said}") from None
+                why = str(exc) if isinstance(exc, StartInterrupted) else "interrupted: start cancelled"
+                raise StartInterrupted(f"{why}; {said}") from None
             if isinstance(exc, HostError):
                 raise HostError(exc.host, exc.reason, f"{exc.detail}; {said}") from None
             raise
