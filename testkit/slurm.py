@@ -57,7 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import psutil
@@ -86,7 +86,8 @@ def slurm_available() -> str | None:
     return None
 
 
-def _tool(name: str) -> str:
+def tool(name: str) -> str:
+    """The path of one of Slurm's programs (srun, sbatch, ...) as the test cluster runs them."""
     return find_tool(name, SLURM_PATH_ENV) or name
 
 
@@ -161,14 +162,14 @@ class SlurmCluster:
         key.chmod(0o400)
         self._write_conf()
         munge = self.root / "munge"
-        self._spawn("munged", [_tool("munged"), "--foreground", "--force", f"--key-file={key}",
+        self._spawn("munged", [tool("munged"), "--foreground", "--force", f"--key-file={key}",
                                f"--socket={self.munge_socket}", f"--pid-file={munge / 'munged.pid'}",
                                f"--log-file={munge / 'munged.log'}", f"--seed-file={munge / 'munged.seed'}"])
         self._wait_for(self.munge_socket.exists, "munged's socket")
-        self._spawn("slurmctld", [_tool("slurmctld"), "-D", "-f", str(self.conf)])
+        self._spawn("slurmctld", [tool("slurmctld"), "-D", "-f", str(self.conf)])
         self._wait_for(lambda: "UP" in self.run("scontrol", "ping").stdout, "slurmctld to answer `scontrol ping`")
         for name in self.nodes:
-            self._spawn(f"slurmd-{name}", [_tool("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
+            self._spawn(f"slurmd-{name}", [tool("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
         self._wait_for(self._all_idle, "every node to be idle in `sinfo`")
 
     def _spawn(self, label: str, command: list[str]) -> None:
@@ -179,8 +180,8 @@ class SlurmCluster:
                 start_new_session=True,  # a Ctrl-C reaches pytest, whose teardown stops us
             )
 
-    def _wait_for(self, ready: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + START_TIMEOUT_S
+    def _wait_for(self, ready: Callable[[], bool], what: str, timeout: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             dead = [label for label, proc in self._procs.items() if proc.poll() is not None]
             if dead:
@@ -188,7 +189,7 @@ class SlurmCluster:
             if ready():
                 return
             time.sleep(0.1)  # this wait's polling interval
-        raise RuntimeError(f"Slurm test cluster: no {what} after {START_TIMEOUT_S:.0f} s (logs in {self.root})")
+        raise RuntimeError(f"Slurm test cluster: no {what} after {timeout:.0f} s (logs in {self.root})")
 
     def _tail(self, label: str) -> str:
         path = self.root / f"{label}.out"
@@ -221,11 +222,33 @@ class SlurmCluster:
                 proc.kill()
         psutil.wait_procs(left, timeout=10)
 
+    @contextlib.contextmanager
+    def not_responding(self, node: str, timeout: float = 90.0) -> Iterator[Callable[[], None]]:
+        """`node`'s slurmd stopped (SIGSTOP) until slurmctld flags the node not responding (`*` in sinfo: its
+        ping timed out), as a slurmd too loaded to answer in time is; at the end it runs again and the flag
+        is gone. Yields `resume()`, which lets the slurmd run again earlier (the flag stays until slurmctld
+        hears from it)."""
+        slurmd = self._procs[f"slurmd-{node}"]
+
+        def flagged() -> bool:
+            return "*" in self.run("sinfo", "-h", "-n", node, "-o", "%T").stdout
+
+        def resume() -> None:
+            os.kill(slurmd.pid, signal.SIGCONT)
+
+        os.kill(slurmd.pid, signal.SIGSTOP)
+        try:
+            self._wait_for(flagged, f"{node} flagged not responding", timeout)
+            yield resume
+        finally:
+            resume()
+        self._wait_for(lambda: not flagged(), f"{node} responding again", timeout)
+
     # --- clients and facts ---------------------------------------------------------------------------
     def run(self, *command: str, timeout: float = 60.0, env: Mapping[str, str] | None = None,
             cwd: str | os.PathLike[str] | None = None) -> subprocess.CompletedProcess[str]:
         """A Slurm client command against this cluster (exit code not checked: read .returncode)."""
-        return subprocess.run([_tool(command[0]), *command[1:]], env={**self.env, **(env or {})}, cwd=cwd,
+        return subprocess.run([tool(command[0]), *command[1:]], env={**self.env, **(env or {})}, cwd=cwd,
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def hosts_toml(self, path: str | os.PathLike[str], *, slurm: Mapping[str, object], mode: str = "between-graph",

@@ -1,7 +1,8 @@
 """A run's Slurm job as Slurm's client commands see it, run where they are: this machine, or the `[slurm]
 login` host over [ssh] (one shell transport, transport.factory.slurm_shell). Submit (`sbatch --parsable`,
 the script on stdin), look (`scontrol show job -o`: state, reason, nodes, batch node, exit code), the nodes'
-NodeAddr (`scontrol show node -o`), cancel (`scancel`) and wait until `squeue` no longer lists the job.
+NodeAddr (`scontrol show node -o`), the job's first step (`srun --immediate`: see slurm_start), cancel
+(`scancel`) and wait until `squeue` no longer lists the job.
 
 Every value that reaches these commands is a job id sbatch gave (digits, checked), a node list scontrol
 gave, or a variable name checked by the config schema, each quoted (shell_command).
@@ -26,6 +27,15 @@ COMMAND_TIMEOUT_S = 30.0
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE")
 SHELL_NAME = "slurm"  # how errors of the submit host's commands name it when it is this machine
+FIRST_STEP = "tfcluster-first-step"  # the step's name, as squeue -s lists it
+ASK_S = 2  # srun --immediate: how long one attempt at the first step waits for Slurm to allow it
+# srun's words for a step Slurm cannot start yet, which srun itself would ask for again (Slurm 22.05's
+# launch_common_step_retry_errno, and a PrologSlurmctld still running), and "Duplicate job id": what a
+# refused srun that slurmctld calls back says when it asks again (benchmarks/results/slurm_first_step.md);
+# a new srun asks afresh.
+STEP_NOT_YET = ("Requested nodes are busy", "presently disabled", "Switch resources currently not available",
+                "Required ports are in use", "Socket timed out", "Resource temporarily unavailable",
+                "PrologSlurmctld is still running", "Duplicate job id")
 
 
 def parse_fields(line: str) -> dict[str, str]:
@@ -105,6 +115,20 @@ class SlurmClient:
         out = self._run(["scontrol", "show", "node", "-o", node_list], f"scontrol show node {node_list}")
         found = [parse_fields(line) for line in out.splitlines() if line.strip()]
         return [SlurmNode(f["NodeName"], f.get("NodeAddr") or f["NodeName"]) for f in found if "NodeName" in f]
+
+    def first_step(self, job_id: str, nodes: int) -> str:
+        """One try at the job's first step, `true` on each of its `nodes`, asking Slurm for at most ASK_S s:
+        "" once it ran, else srun's reason when Slurm cannot start it yet (STEP_NOT_YET). Any other failure
+        is a HostError."""
+        argv = ["srun", f"--jobid={job_id}", "--overlap", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1",
+                f"--immediate={ASK_S}", "--quiet", "--chdir=/", f"--job-name={FIRST_STEP}", "true"]
+        result = self.shell.run(argv, timeout=COMMAND_TIMEOUT_S + ASK_S)
+        if result.ok:
+            return ""
+        said = (result.stderr.strip().splitlines() or [f"exit {result.exit_code}"])[-1]
+        if any(words in said for words in STEP_NOT_YET):
+            return said.removeprefix("srun: error: ")
+        raise HostError(self.shell.host, "command-failed", f"the first step of Slurm job {job_id}: {said}")
 
     def cancel(self, job_id: str) -> None:
         self._run(["scancel", job_id], f"scancel {job_id}")

@@ -8,7 +8,13 @@
    (`PENDING (Priority)`). A reason that never clears by itself (NEVER_CLEARS: the job asks for what the
    partition, account or QOS cannot give) cancels the job and fails the start: one line, exit 2.
 3. On RUNNING: its nodes and their NodeAddr (`scontrol show node`) give the real plan (`plan_slurm` with
-   the nodes), every host reached through the job (transport "slurm": orchestrator.transport.srun).
+   the nodes), every host reached through the job (transport "slurm": orchestrator.transport.srun). Before
+   the record names them (so before `logs -f` or the dashboard can reach in), the job's first step runs here,
+   `srun --immediate`, tried again every few seconds: Slurm refuses a job's first step while one of its
+   nodes is flagged not responding (a loaded slurmd that answered one RPC late), and a plain srun then
+   waits 60-69 s before asking again, silently, or fails ("Duplicate job id") once the node answers
+   (benchmarks/results/slurm_first_step.md: 61-65 s against 2.5 s this way). Later steps are not refused
+   that way.
 4. launch.start_hosts: one conversation per node, each a step of the job; at `go` each node's launcher
    hands over to the supervisor the job's own step starts (training/supervisor/handover.py), the batch
    node's first writing the `go` the batch script waits for, and readiness comes back as on SSH hosts.
@@ -43,7 +49,7 @@ from orchestrator.run.launch import (
 from orchestrator.run.ship import file_sets
 from orchestrator.run.slurm_batch import start_script
 from orchestrator.run.slurm_end import CANCELLED_BY_START, cancel
-from orchestrator.run.slurm_job import JobFacts, SlurmClient
+from orchestrator.run.slurm_job import SHELL_NAME, JobFacts, SlurmClient
 from orchestrator.run.start_host import ProgressFn
 from orchestrator.transport.factory import slurm_shell
 
@@ -107,7 +113,9 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
         records.save(record)
         try:
             facts = _wait_running(client, job_id, on_job or (lambda job_id, said: None), poll)
-            plan = through_job(planned(client.nodes(facts.node_list)).plan, job_id, login)
+            nodes = client.nodes(facts.node_list)
+            make_first_step(client, job_id, len(nodes), on_job or (lambda job_id, said: None), options.timeout, poll)
+            plan = through_job(planned(nodes).plan, job_id, login)
             record.replace_plan(plan)
             record.hosts = host_records(plan)
             record.slurm.state = "RUNNING"
@@ -148,6 +156,24 @@ def _wait_running(client: SlurmClient, job_id: str, on_job: JobProgressFn, poll:
         if facts.state == "PENDING" and facts.reason in NEVER_CLEARS:
             raise SlurmRefused(f"Slurm job {job_id} cannot run as written: pending with reason {facts.reason} "
                                "(the partition, account or QOS does not allow what [slurm] asks); it was cancelled")
+        time.sleep(poll)
+
+
+def make_first_step(client: SlurmClient, job_id: str, nodes: int, on_job: JobProgressFn, timeout: float,
+                poll: float) -> None:
+    """The job's first step, made here before any other (see the module docstring, 3): tried again every
+    ASK_S + `poll` s while Slurm cannot start it yet, each new reason reported; HostError after `timeout`."""
+    deadline = time.monotonic() + timeout
+    said = ""
+    while why := client.first_step(job_id, nodes):
+        if why != said:
+            said = why
+            on_job(job_id, f"RUNNING, no step can start yet ({why})")
+        if time.monotonic() > deadline:
+            raise HostError(SHELL_NAME, "unreachable",
+                            f"Slurm job {job_id} runs, but no step could start on its nodes in {timeout:g}s: {why}")
+        if client.job(job_id).ended:
+            raise SlurmRefused(f"Slurm job {job_id} ended before any step could start on its nodes: {why}")
         time.sleep(poll)
 
 
