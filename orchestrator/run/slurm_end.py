@@ -9,7 +9,8 @@ state, Slurm's reason). `status` (and through it `start --wait`'s follower and `
   -> failed "time limit"; NODE_FAIL -> failed, and the tasks Slurm ended are `lost` (`start --wait` exits
   3); PREEMPTED, OUT_OF_MEMORY, BOOT_FAIL, DEADLINE, FAILED -> failed with the reason.
 - `placed(record, say)`: a command that follows a run (`logs -f`, the dashboard) started while its job waits
-  for nodes waits for `start` to record them, saying so once.
+  for nodes, or while `start` prepares its hosts, waits for `start` to record them (nodes, run dirs),
+  saying so once.
 - `opener_for(record, facts)` (`live_opener`: asked at each open): how a command reaches the run's hosts.
   While the job runs, its steps (the plan's transport "slurm"); once it is ending or has ended no step can
   start, so the nodes' run dirs are read where the job was submitted (this machine or the login host),
@@ -138,15 +139,27 @@ def submit_host_opener(host: HostPlan) -> Transport:
 
 
 def placed(record: records.RunRecord, say: Callable[[str], None], poll: float = 1.0) -> records.RunRecord:
-    """The run's record once its job has nodes (at once for a run that has them, or any other run). While
-    `start` still waits for them, say so once and read the record again every `poll` s; a start that ended
-    without nodes (Ctrl-C, a job Slurm would never run) returns the record as it left it."""
-    said = False
-    while before_allocation(record.plan) and record.status == "starting":
-        if not said:
-            assert record.slurm is not None
-            say(f"Slurm job {record.slurm.job_id} is pending: waiting for its nodes (Ctrl-C to leave)")
-            said = True
+    """The run's record once its hosts can be read: its job has nodes (a Slurm run) and `start` has prepared
+    every host, so the record knows each run dir (a host's is resolved on the host; before that, a log's
+    path would be wrong). At once for a run that got that far. While `start` still works on it, say what it
+    waits for, once each, and read the record again every `poll` s; a start that ended first (Ctrl-C, a
+    failed host, a job Slurm would never run) returns the record as it left it."""
+    said: set[str] = set()
+
+    def waiting() -> str:
+        if record.status != "starting":
+            return ""
+        if before_allocation(record.plan):
+            job = record.slurm.job_id if record.slurm is not None else "?"
+            return f"Slurm job {job} is pending: waiting for its nodes (Ctrl-C to leave)"
+        if any(not host.run_dir for host in record.hosts):
+            return f"run {record.run_id} is starting: waiting for its hosts to be prepared (Ctrl-C to leave)"
+        return ""
+
+    while why := waiting():
+        if why not in said:
+            say(why)
+            said.add(why)
         time.sleep(poll)
         record = records.load(record.run_id)
     return record

@@ -1,12 +1,15 @@
 """The pure parts of a [slurm] run (the runs themselves are in tests/integration/test_slurm_*.py, on the
 real Slurm): the batch script `start` submits (a script sh reads, every value inert, nothing secret, the
 supervisors' step), Slurm's end states as run states, srun's words (recorded from Slurm 22.05 here) told
-apart from a command's, the record's job, the plan reached through the job, and the pending lines."""
+apart from a command's, the record's job, the plan reached through the job, the pending lines, and what a
+follower of a starting run waits for."""
 
 from __future__ import annotations
 
 import io
+import queue
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,8 +22,9 @@ from orchestrator.plan.from_file import any_plan_file, slurm_plan_file
 from orchestrator.plan.sbatch import export_script
 from orchestrator.plan.slurm import SlurmNode, plan_slurm
 from orchestrator.run import records
+from orchestrator.run.launch import host_records
 from orchestrator.run.slurm_batch import start_script
-from orchestrator.run.slurm_end import CANCELLED_BY_START, STOPPED, RunEnd, ended_run
+from orchestrator.run.slurm_end import CANCELLED_BY_START, STOPPED, RunEnd, ended_run, placed
 from orchestrator.run.slurm_job import JobFacts, parse_fields
 from orchestrator.run.slurm_start import through_job
 from orchestrator.transport.local import LocalTransport
@@ -153,3 +157,31 @@ def test_the_pending_job_is_one_line_per_change_without_a_terminal() -> None:
         progress.job("12", "PENDING (Priority)")
         progress.job("12", "RUNNING")
     assert out.getvalue().splitlines()[:2] == ["Slurm job 12: PENDING (Priority)", "Slurm job 12: RUNNING"]
+
+
+def test_a_follower_waits_until_start_has_both_the_nodes_and_their_run_dirs() -> None:
+    """`logs -f` or the dashboard started while the job waits must not read the hosts before `start` has
+    prepared them: until then a host's run dir is not known, and a log's path would be wrong for ever (a
+    fresh-clone run's `logs -f` tailed `logs/worker-0.log` under the home directory and showed nothing). Here
+    `start`'s three saves come from this thread, each once the follower has said what it waits for."""
+    waiting = record("starting")
+    waiting.run_id = "demo-20260101-000000-abcd"
+    records.save(waiting)
+    said: queue.Queue[str] = queue.Queue()
+    followed: list[records.RunRecord] = []
+    follower = threading.Thread(target=lambda: followed.append(placed(waiting, said.put, poll=0.01)), daemon=True)
+    follower.start()
+    assert said.get(timeout=30) == "Slurm job 12 is pending: waiting for its nodes (Ctrl-C to leave)"
+    running = records.load(waiting.run_id)
+    running.replace_plan(plan_slurm(validate(job()), [SlurmNode("n1", "10.0.0.1"), SlurmNode("n2", "10.0.0.2")]).plan)
+    running.hosts = host_records(running.plan)  # as start saves them on RUNNING: no run dir yet
+    records.save(running)
+    assert said.get(timeout=30) == (
+        f"run {waiting.run_id} is starting: waiting for its hosts to be prepared (Ctrl-C to leave)")
+    assert follower.is_alive()
+    for host in running.hosts:
+        host.run_dir = f"/home/u/work/runs/{waiting.run_id}/{host.name}"
+    records.save(running)
+    follower.join(timeout=30)
+    assert [h.run_dir for h in followed[0].hosts] == [h.run_dir for h in running.hosts]
+    assert said.empty()  # each wait said once
