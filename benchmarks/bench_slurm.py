@@ -157,8 +157,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"{[r['ready_s'] for r in result['seconds']['sbatch']]}. The first start shipped tfcluster's code into "
         f"the nodes' content cache (cold: {result['cold_start_ready_s']} s).",
         "",
-        "What `start` adds after the job runs: the nodes and their NodeAddr (scontrol), a plan on them, one step "
-        "per node that prepares its run dir (code from the content cache) and checks its ports, `go`, the "
+        "What `start` adds after the job runs: the nodes and their NodeAddr (scontrol), the job's first step "
+        "(`srun --immediate`, asked again while a node is not responding), a plan on them, one step per node that prepares its run dir (code from the content cache) and checks its ports, `go`, the "
         "supervisors' step, and every supervisor's readiness pushed back; the exported script only looks up "
         "the nodes and starts its step. Load average before each round (1/5/15 min): "
         f"{result['load_before_each_round']}.",
