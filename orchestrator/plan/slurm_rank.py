@@ -218,11 +218,17 @@ def forward(signum: int, frame: object) -> None:
             os.killpg(child.pid, signal.SIGTERM if signum == END_SIGNAL else signum)
 
 
-def _ended(label: str, signum: int, code: int | None) -> int:
-    """Ended by the run or by Slurm: exit 0, and ignore these signals from here on (Python puts their
-    default, deadly action back while it exits, and the step's signal may still be on its way)."""
+def _ignore_ending_signals() -> None:
+    """From here on this rank's end is decided: the step's signal, possibly still on its way (a worker that
+    finished as the chief did), must not kill it, and Python puts their default, deadly action back while it
+    exits. A rank killed by one fails the job (srun's --kill-on-bad-exit)."""
     for ending in ENDING_SIGNALS:
         signal.signal(ending, signal.SIG_IGN)
+
+
+def _ended(label: str, signum: int, code: int | None) -> int:
+    """Ended by the run or by Slurm: exit 0."""
+    _ignore_ending_signals()
     print(f"tfcluster: {label} ended by signal {signum}" + ("" if code is None else f" (exit {code})"), flush=True)
     return 0
 
@@ -234,6 +240,7 @@ def _follow(child: subprocess.Popen[bytes], plan: dict[str, Any], task: dict[str
     with contextlib.suppress(ChildProcessError):
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
     children.clear()
+    _ignore_ending_signals()  # the task has ended, by itself or by a signal this rank forwarded
     code = child.wait()
     # The step's signal may reach the task before its rank: killed by it, or a shell's 128 + its number.
     by_signal = -code if code < 0 else code - 128
@@ -242,8 +249,6 @@ def _follow(child: subprocess.Popen[bytes], plan: dict[str, Any], task: dict[str
     ends_the_run = task.get("is_chief") and (
         plan["training"].get("success", "chief") == "chief" or plan["mode"] in CLIENT_CHIEF_MODES)
     if code == 0 and ends_the_run:
-        for ending in ENDING_SIGNALS:
-            signal.signal(ending, signal.SIG_IGN)  # the step's signal reaches this rank too
         step = f"{environ.get('SLURM_JOB_ID')}.{environ.get('SLURM_STEP_ID')}"
         print(f"tfcluster: {label} finished: ending the other tasks (step {step})", flush=True)
         subprocess.run(["scancel", "--signal=USR1", step], check=False)  # END_SIGNAL

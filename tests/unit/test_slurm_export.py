@@ -163,3 +163,25 @@ def test_a_rank_never_signals_the_group_of_a_task_it_has_reaped(monkeypatch: pyt
     assert slurm_rank._follow(child, plan, {"job": "worker", "index": 1}, "worker:1", {}) == 0
     slurm_rank.forward(signal.SIGTERM, None)
     assert sent == [] and slurm_rank.signalled == [signal.SIGTERM]
+
+
+def test_a_rank_whose_task_finished_outlives_the_steps_end_signal() -> None:
+    """A worker that finishes by itself as the chief does: its rank returns 0, and the step's SIGUSR1 (the
+    chief's rank ends the run with it) must not kill the rank while it exits, or srun's --kill-on-bad-exit
+    fails the job (a fresh-clone run's export job ended FAILED so: "n3: task 2: User defined signal 1").
+    A real child and a real signal to this process; the handlers are put back after."""
+    saved = {sig: signal.getsignal(sig) for sig in slurm_rank.ENDING_SIGNALS}
+    try:
+        for sig in slurm_rank.ENDING_SIGNALS:
+            signal.signal(sig, slurm_rank.forward)  # as `run` installs them
+        child = subprocess.Popen(["true"], start_new_session=True)
+        slurm_rank.children[:] = [child]
+        slurm_rank.signalled.clear()
+        plan = {"mode": "between-graph", "training": {}}
+        assert slurm_rank._follow(child, plan, {"job": "worker", "index": 1}, "worker:1", {}) == 0
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in slurm_rank.ENDING_SIGNALS)
+        os.kill(os.getpid(), slurm_rank.END_SIGNAL)  # ignored: this process lives on
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        slurm_rank.signalled.clear()
