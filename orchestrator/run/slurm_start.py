@@ -112,9 +112,10 @@ def start_job(config: Config, config_path: str, text: str, options: StartOptions
         record.slurm = records.SlurmJob(job_id, submit_host=login, state="PENDING")
         records.save(record)
         try:
-            facts = _wait_running(client, job_id, on_job or (lambda job_id, said: None), poll)
+            report = on_job or (lambda job_id, said: None)
+            facts = _wait_running(client, job_id, report, poll)
             nodes = client.nodes(facts.node_list)
-            make_first_step(client, job_id, len(nodes), on_job or (lambda job_id, said: None), options.timeout, poll)
+            make_first_step(client, job_id, len(nodes), report, options.timeout, poll)
             plan = through_job(planned(nodes).plan, job_id, login)
             record.replace_plan(plan)
             record.hosts = host_records(plan)
@@ -160,7 +161,7 @@ def _wait_running(client: SlurmClient, job_id: str, on_job: JobProgressFn, poll:
 
 
 def make_first_step(client: SlurmClient, job_id: str, nodes: int, on_job: JobProgressFn, timeout: float,
-                poll: float) -> None:
+                    poll: float) -> None:
     """The job's first step, made here before any other (see the module docstring, 3): tried again every
     ASK_S + `poll` s while Slurm cannot start it yet, each new reason reported; HostError after `timeout`."""
     deadline = time.monotonic() + timeout
