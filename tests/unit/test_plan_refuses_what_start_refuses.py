@@ -169,7 +169,9 @@ def test_a_slurm_job_is_planned_then_start_asks_slurm(tmp_path: Path, state_dir:
     """A valid [slurm] file: `plan` shows it, `start` submits it, and only Slurm can refuse it then (here no
     Slurm is configured: sbatch says so, named); `check` refuses it in one line (it cannot probe nodes that
     do not exist yet). The Slurm runs themselves: tests/integration/test_slurm_lifecycle.py."""
-    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "no-slurm.conf"))
+    # An empty slurm.conf: Slurm refuses it at once (a missing one, sbatch retries for up to 60 s first).
+    (tmp_path / "slurm.conf").touch()
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
     hosts = write(tmp_path, SLURM)
     assert tfcluster("plan", str(hosts)).returncode == 0
     start = tfcluster("start", str(hosts))
