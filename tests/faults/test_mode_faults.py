@@ -1,29 +1,32 @@
 """What each replication mode loses on each fault (issue 21 point 6): one live run per mode (in-graph,
 multi-worker-mirrored, parameter-server-strategy; between-graph is tests/faults/test_between_graph_faults.py),
-real sshd on loopback machines, real TensorFlow, the built-in `mlp`, paced. In file order per mode: a
-worker SIGKILLed, the chief SIGTERMed (a restart asked for: the dashboard's `r`), the chief SIGKILLed, a
-ps SIGKILLed (not in multi-worker-mirrored: it has none); then `tfcluster stop` leaves nothing. Each fault
-waits first for every task running and training (tests/faults/cluster.py wait_healthy): a stage that
-failed leaves the next one a recovered run, not its own failure.
+real sshd on loopback machines, real TensorFlow, the built-in `mlp`, paced. In file order per mode: a worker
+SIGKILLed (multi-worker-mirrored: its whole group restarts, and resumes from its checkpoint), the chief
+SIGTERMed (a restart asked for: the dashboard's `r`), the chief SIGKILLed, a ps SIGKILLed (not in
+multi-worker-mirrored: it has none); then `tfcluster stop` leaves nothing. Each fault waits first for every
+task running and training (tests/faults/cluster.py wait_healthy): a stage that failed leaves the next one a
+recovered run, not its own failure.
 
-Each fault is measured from the trainers' own progress events (tests/faults/measure.py): steps lost =
-the highest global step before it minus the lowest after it, and seconds until the run is past the step
-it was at, once the victim runs again (its supervisor's events say when). Each is tagged with its mode and column: `make faults` writes the mode x fault table
-(testkit/fault_table.py) that the README's fault table states the rules of. What must hold (EXPECT):
-`none`: at most measure.JITTER steps lost; `checkpoint`: never below the last checkpoint written before
-the fault. Every fault: the run recovers by itself.
+Each fault is measured from the trainers' own progress events (tests/faults/measure.py): steps lost = the
+highest global step before it minus the lowest after it, and seconds until the run is past the step it was at,
+once the victim runs again (its supervisor's events say when). Each is tagged with its mode and column: `make
+faults` writes the mode x fault table (testkit/fault_table.py) that the README's fault table states the rules
+of. What must hold (EXPECT): `none`: at most measure.JITTER steps lost; `checkpoint`: never below the last
+checkpoint written before the fault. Every fault: the run recovers by itself.
 
-Chiefs: in-graph's client chief:0 (m1), multi-worker-mirrored's worker:0 (m0), parameter-server-
-strategy's coordinator chief:0 (m1). A new coordinator cannot join the variables its predecessor made on
-the live ps tasks (TF2's are that coordinator's own): it restores the last checkpoint, which it writes
-on SIGTERM before exiting (training/tf2/coordinator_loop.py).
+Chiefs: in-graph's client chief:0 (m1), multi-worker-mirrored's worker:0 (m0), parameter-server-strategy's
+coordinator chief:0 (m1). A new coordinator cannot join the variables its predecessor made on the live ps
+tasks (TF2's are that coordinator's own): it restores the last checkpoint, which it writes on SIGTERM before
+exiting (training/tf2/coordinator_loop.py).
 """
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,7 +104,15 @@ def _fault(run: FaultRun, column: str, victim: str, sig: signal.Signals) -> None
 
 
 def test_worker_sigkill(run: FaultRun) -> None:
+    before = run.restarts()
     _fault(run, measure.WORKER_KILL, "worker:1", signal.SIGKILL)
+    if run.mode == "multi-worker-mirrored":  # the whole group restarts, and resumes from its checkpoint
+        assert run.restarts()["worker:0"] > before["worker:0"], run.restarts()
+        events = [json.loads(line) for line in
+                  Path(run.run_dir("m0"), "events", "supervisor-m0.jsonl").read_text().splitlines()]
+        assert any(e["state"] == "restarting" and e.get("restart_reason") == "group" for e in events)
+        log = run.log_text("m0", "worker-0").lower()
+        assert "restored" in log or "restoring" in log or "resum" in log, log[-3000:]
 
 
 def test_chief_sigterm(run: FaultRun) -> None:

@@ -1,11 +1,11 @@
-"""`tfcluster tensorboard` and `tfcluster pull` over real sshd machines with real TensorFlow runs, through
-the CLI: during a between-graph run and a multi-worker-mirrored run, the TensorBoard it serves returns
-each training task's loss through TensorBoard's HTTP API (`/data/plugin/scalars/...`), equal to the loss
-`dash --once --json` showed at that step, and `dash --once --json` names its URL; after `stop` it still
-serves them; Ctrl-C (SIGINT) ends it with no TensorBoard, no file sender and nothing of the run left
-running; `pull` brings back a checkpoint that TensorFlow restores (a Saver for between-graph, a
-tf.train.Checkpoint of the trainer's own objects for multi-worker-mirrored), and a second pull copies
-nothing again.
+"""`tfcluster tensorboard` and `tfcluster pull` over real sshd machines with real TensorFlow runs, through the
+CLI: during a between-graph run and a multi-worker-mirrored run, the TensorBoard it serves returns each
+training task's loss through TensorBoard's HTTP API (`/data/plugin/scalars/...`), equal to the loss `dash
+--once --json` showed at that step, and `dash --once --json` names its URL (and, for multi-worker-mirrored,
+the live dashboard's agents measure each worker's all-reduce traffic); after `stop` it still serves them;
+Ctrl-C (SIGINT) ends it with no TensorBoard, no file sender and nothing of the run left running; `pull` brings
+back a checkpoint that TensorFlow restores (a Saver for between-graph, a tf.train.Checkpoint of the trainer's
+own objects for multi-worker-mirrored), and a second pull copies nothing again.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ from typing import Any
 
 import pytest
 
+from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.state_json import state_json
 from orchestrator.results.board_state import find_open
+from orchestrator.run import records
 from testkit.sshd import Machines
 from tests import requires
 from tests.helpers.procs import wait_gone
@@ -41,6 +44,9 @@ requires.tensorboard()
 
 TRAINING = {"model": "mlp", "batch_size": 32, "steps": 1_000_000, "progress_interval": 0.5,
             "summary_every_steps": 1, "checkpoint_every_steps": 50, "checkpoint_every_secs": 600.0}
+# Between-graph's trainers paced (each step then sleeps 3x its own time) while the test reads the run: they do not burn both
+# cores. Not multi-worker-mirrored: a slowed first step (tracing included) outlasts its collective timeout.
+PACED = {"between-graph": {"worker:0": 4.0, "worker:1": 4.0}}
 
 # The variables of the newest checkpoint, in the graph of the newest meta graph the Saver wrote (a stop
 # between its update of the `checkpoint` file and its meta graph leaves the newest without one: TF's order).
@@ -104,6 +110,21 @@ def tensorboard_matches_dashboard(state_dir: Path, run_id: str, url: str, tasks:
     return shown
 
 
+def allreduce_measured(run_id: str, trainers: set[str]) -> None:
+    """The live dashboard's agents measure each worker's all-reduce traffic (the kernel's counters need two
+    samples apart: not one read's)."""
+    collector = Collector.for_record(records.load(run_id), 0.5).start()
+    try:
+        def measured() -> bool:
+            rows = state_json(collector.poll())["allreduce"]
+            return {r["name"] for r in rows if (r["measured_in_Bps"] or 0) > 0 and (r["measured_out_Bps"] or 0) > 0} \
+                == trainers
+
+        wait_for(measured, 60, "each worker's all-reduce traffic measured", interval=0.5)
+    finally:
+        collector.close()
+
+
 def restored_step(script: str, checkpoints: Path) -> int:
     res = subprocess.run([sys.executable, "-c", script, str(checkpoints)], cwd=REPO, capture_output=True, text=True,
                          timeout=120, check=False)
@@ -125,11 +146,14 @@ def test_tensorboard_during_and_after_the_run_and_pull(
 
 def tensorboard_and_pull(machines: Machines, tmp_path: Path, state_dir: Path, mode: str, roles: list[list[str]],
                          trainers: set[str], restore: str) -> None:
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode, training=TRAINING)
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode, training={
+        **TRAINING, "slowdown": PACED.get(mode, {})})
     res = cli(state_dir, "start", str(hosts), "--timeout", "120")
     assert res.returncode == 0, res.stdout + res.stderr
     run_id = started_run_id(res.stdout)
     until_rates(state_dir, run_id, trainers)
+    if mode == "multi-worker-mirrored":
+        allreduce_measured(run_id, trainers)
 
     with cli_process(state_dir, "tensorboard", run_id, "--interval", "1") as board:
         url = read_line_matching(board, "TensorBoard for run", 120).split()[-1]
