@@ -371,3 +371,36 @@ def test_connection_lost_mid_start_is_retried_without_a_second_supervisor(
     finally:
         assert cli(state_dir, "stop", "lost-conn").returncode == 0
         assert not run_processes("lost-conn")
+
+
+@pytest.mark.parametrize(("mode", "victim"), [("between-graph", "worker:1"), ("in-graph", "chief:0")])
+def test_finisher_dead_for_good_still_lets_the_run_end(
+    machines: Machines, tmp_path: Path, state_dir: Path, mode: str, victim: str
+) -> None:
+    """A between-graph worker, or the in-graph client, SIGKILLed with `restart = "never"`: it never sends its
+    done token, but its supervisor tells its peers it failed for good, so every supervisor ends its tasks and
+    the run ends by itself, failed; `status` says so (exit code 1), naming the dead task. The supervisors'
+    policy, whatever the program: the tasks are TASK_PY, which would tick on for 120 s."""
+    roles = [["ps"], ["worker"], ["worker"]] if mode == "between-graph" else [["ps"], ["chief", "worker"], ["worker"]]
+    (tmp_path / "task.py").write_text(TASK_PY)
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode, training={
+        "command": f"{{python}} task.py {{job}} {{task}} 120 {tmp_path / 'release'}", "sync": ["task.py"],
+        "restart": "never"})
+    res = cli(state_dir, "start", str(hosts))
+    assert res.returncode == 0, res.stderr
+    run_id = started_run_id(res.stdout)
+    dead = next(t for t in status_json(state_dir, run_id)[1]["tasks"] if t["name"] == victim)
+    os.kill(dead["pid"], signal.SIGKILL)
+
+    def ended() -> dict[str, Any] | None:
+        _, st = status_json(state_dir, run_id)
+        return st if st["state"] in ("finished", "failed") and all(t["final"] for t in st["tasks"]) else None
+
+    st = wait_for(ended, 60, f"run {run_id} to end by itself", interval=0.5)
+    wait_for(lambda: not run_processes(run_id), 30, "every process of the run to exit")
+    by_name = {t["name"]: t for t in st["tasks"]}
+    assert by_name[victim]["signal"] == signal.SIGKILL and by_name[victim]["failed"], st
+    assert not any(t["failed"] for name, t in by_name.items() if name != victim), st
+    assert st["state"] == "failed"
+    assert status_json(state_dir, run_id)[0] == 1
+    assert by_name["ps:0"]["stopped_by"] == "run"  # ended by its supervisor, told by the victim's

@@ -1,14 +1,13 @@
-"""Real TensorFlow runs started by `tfcluster start` over real sshd on 3 loopback machines: the built-in
-task programs in both modes, a restarted worker, and the user's own classic between-graph script.
-Tiny models and few steps: TensorFlow's import time dominates on a small machine.
+"""A real TensorFlow in-graph run started by `tfcluster start --mode in-graph` over real sshd on 3 loopback
+machines (the flag overrides the file's mode) runs to `finished`, every task exiting 0 or ended by the run.
+Tiny model and few steps: TensorFlow's import time dominates on a small machine.
+
+A restarted between-graph worker that rejoins: tests/faults/test_between_graph_faults.py; a finisher dead
+for good (the supervisors' policy, whatever the program): tests/integration/test_lifecycle.py.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,6 @@ requires.tensorflow()
 
 FINISH_TIMEOUT = 180.0
 TINY = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
-
-
-
-
 
 
 def _start(state_dir: Path, hosts: Path, *args: str) -> str:
@@ -78,72 +73,3 @@ def test_in_graph_run_finishes(machines: Machines, tmp_path: Path, state_dir: Pa
     assert {t["name"] for t in st["tasks"]} == {"ps:0", "chief:0", "worker:0", "worker:1"}
     assert runs.load(run_id).mode == "in-graph"
     _finish(state_dir, run_id)
-
-
-def test_between_graph_worker_killed_is_restarted_and_the_run_finishes(
-    machines: Machines, tmp_path: Path, state_dir: Path
-) -> None:
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]],
-                                training={**TINY, "steps": 1500, "success": "all-workers",
-                                          # each step 5x slower (sleeping): training outlasts a few status calls
-                                          "slowdown": {"worker:0": 5.0, "worker:1": 5.0}})
-    run_id = _start(state_dir, hosts)
-    _all_running(state_dir, run_id, 3)
-
-    def kill_running_worker1() -> bool:
-        """SIGKILL worker:1 while it trains (its pid as status saw it, still alive)."""
-        w = next(t for t in status_json(state_dir, run_id)[1]["tasks"] if t["name"] == "worker:1")
-        if w["state"] != "running" or not w["pid"]:
-            return False
-        try:
-            os.kill(w["pid"], signal.SIGKILL)
-        except ProcessLookupError:  # it was between two attempts: look again
-            return False
-        return True
-
-    wait_for(kill_running_worker1, 60, "worker:1 running, to kill it", interval=0.5)
-    killed_at = time.time()
-    st = _finish(state_dir, run_id)
-    w1 = next(t for t in st["tasks"] if t["name"] == "worker:1")
-    assert w1["restarts"] == 1 and w1["exit_code"] == 0
-    # It rejoined: the restarted process connected and ran the training program to its end.
-    log = Path(runs.load(run_id).host("m2").run_dir, "logs", "worker-1.log").read_text()
-    assert "(attempt 2)" in log, log
-    events = Path(runs.load(run_id).host("m2").run_dir, "events", "supervisor-m2.jsonl").read_text()
-    restarted = [json.loads(line) for line in events.splitlines()]
-    assert any(e["state"] == "running" and e["restarts"] == 1 and e["t"] > killed_at for e in restarted)
-
-
-def _ended(state_dir: Path, run_id: str) -> dict[str, Any]:
-    """Wait until the run ended by itself (no `stop`): every task final, no process of the run left."""
-    def ended() -> dict[str, Any] | None:
-        _, st = status_json(state_dir, run_id)
-        return st if st["state"] in ("finished", "failed") and all(t["final"] for t in st["tasks"]) else None
-
-    st = wait_for(ended, FINISH_TIMEOUT, f"run {run_id} to end by itself", interval=1.0)
-    wait_for(lambda: not run_processes(run_id), 30, "every process of the run to exit")
-    return st
-
-
-@pytest.mark.parametrize(("mode", "victim"), [("between-graph", "worker:1"), ("in-graph", "chief:0")])
-def test_finisher_dead_for_good_still_lets_the_run_end(
-    machines: Machines, tmp_path: Path, state_dir: Path, mode: str, victim: str
-) -> None:
-    """A between-graph worker, or the in-graph client, SIGKILLed with `restart = "never"`: it never
-    sends its done token, but its supervisor tells its peers it failed for good, so every supervisor
-    ends its tasks and the run ends by itself, failed; `status` says so (exit code 1), naming the dead
-    task."""
-    roles = [["ps"], ["worker"], ["worker"]] if mode == "between-graph" else [["ps"], ["chief", "worker"], ["worker"]]
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode,
-                                training={**TINY, "steps": 150, "restart": "never"})
-    run_id = _start(state_dir, hosts)
-    st = status_json(state_dir, run_id)[1]
-    dead = next(t for t in st["tasks"] if t["name"] == victim)
-    os.kill(dead["pid"], signal.SIGKILL)  # right after start: still importing TensorFlow, far from done
-    st = _ended(state_dir, run_id)
-    by_name = {t["name"]: t for t in st["tasks"]}
-    assert by_name[victim]["signal"] == signal.SIGKILL and by_name[victim]["failed"], st
-    assert not any(t["failed"] for name, t in by_name.items() if name != victim), _logs(state_dir, run_id)
-    assert st["state"] == "failed"
-    assert status_json(state_dir, run_id)[0] == 1
-    assert by_name["ps:0"]["stopped_by"] == "run"  # ended by its supervisor, told by the victim's
