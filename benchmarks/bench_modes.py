@@ -312,7 +312,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         cmds = "; ".join(f"`tfcluster bench hosts.toml {cmd}`" for cmd in units.values())
         lines += ["", f"## {name}", "", f"{cmds} (each once per round), merged: "
                   f"[bench.json](modes/{name}/bench.json), figures: "
-                  + ", ".join(f"[{f}](modes/{name}/{f}.png)" for f in ("throughput", "workers", "loss", "ps", "scaling")),
+                  + ", ".join(f"[{f.stem}](modes/{name}/{f.name})" for f in sorted((OUT / name).glob("*.png"))),
                   "", "```text", res.get("table", "").rstrip(), "```"]
         if res.get("failed_cells"):
             lines += ["", "Failed cells: " + "; ".join(res["failed_cells"])]

@@ -12,7 +12,8 @@
                 "samples": CellSamples}]}
 
 `load(path)` raises ReportError (one line naming the file, exit 2) for anything else. A newer version
-than this code knows is refused rather than misread.
+than this code knows is refused rather than misread. Reports written before tasks had one name keyed the
+figures by file stem (`worker-0`); the decoder reads those keys as task names (`worker:0`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from orchestrator.bench.measures import CellFigures, PsFigures
 from orchestrator.bench.samples import CellSamples
 from orchestrator.config.modes import Mode
 from orchestrator.errors import UsageError
+from orchestrator.plan.names import name_of_stem
 
 SCHEMA = "tfcluster-bench"
 SCHEMA_VERSION = 1
@@ -139,16 +141,27 @@ def _figures(raw: dict[str, Any] | None) -> CellFigures | None:
     if raw is None:
         return None
     ps = {k: PsFigures(v["measured_in_Bps"], v["measured_out_Bps"], v["accounted_in_Bps"], v["accounted_out_Bps"])
-          for k, v in dict(raw["ps"]).items()}
+          for k, v in _named(raw["ps"]).items()}
+    kill = raw.get("kill")
     return CellFigures(
         window_s=float(raw["window_s"]), examples_per_s=raw["examples_per_s"], updates_per_s=raw["updates_per_s"],
-        steps_per_s={str(k): float(v) for k, v in raw["steps_per_s"].items()},
-        per_worker_steps_per_s={str(k): float(v) for k, v in raw["per_worker_steps_per_s"].items()},
-        cpu_pct={str(k): float(v) for k, v in raw["cpu_pct"].items()}, ps=ps,
+        steps_per_s={k: float(v) for k, v in _named(raw["steps_per_s"]).items()},
+        per_worker_steps_per_s={k: float(v) for k, v in _named(raw["per_worker_steps_per_s"]).items()},
+        cpu_pct={k: float(v) for k, v in _named(raw["cpu_pct"]).items()}, ps=ps,
         loss_curve=[(float(t), float(v)) for t, v in raw["loss_curve"]],
         time_to_target_loss_s=raw["time_to_target_loss_s"], client_cpu_pct=raw["client_cpu_pct"],
-        kill=raw.get("kill"),
+        kill=None if kill is None else {**kill, "task": name_of_stem(str(kill["task"]))},
     )
+
+
+def _named(by_task: dict[str, Any]) -> dict[str, Any]:
+    return {name_of_stem(str(k)): v for k, v in dict(by_task).items()}
+
+
+def _ceiling(raw: dict[str, Any] | None) -> dict[str, Any] | None:
+    if raw is None or "busiest_ps" not in raw:
+        return raw
+    return {**raw, "busiest_ps": name_of_stem(str(raw["busiest_ps"])), "bytes_on_ps": _named(raw["bytes_on_ps"])}
 
 
 def _cell_result(raw: dict[str, Any]) -> CellResult:
@@ -160,6 +173,6 @@ def _cell_result(raw: dict[str, Any]) -> CellResult:
         cell=_cell(raw["cell"]), status=cast(CellStatus, status), error=raw.get("error"), run_id=raw.get("run_id"),
         started=float(raw.get("started", 0.0)), wall_s=float(raw.get("wall_s", 0.0)),
         window=None if window is None else (float(window[0]), float(window[1])), cluster=dict(raw.get("cluster", {})),
-        figures=_figures(raw.get("figures")), ceiling=raw.get("ceiling"), stopped_clean=raw.get("stopped_clean"),
+        figures=_figures(raw.get("figures")), ceiling=_ceiling(raw.get("ceiling")), stopped_clean=raw.get("stopped_clean"),
         samples=CellSamples.from_json(raw.get("samples", {})),
     )

@@ -77,18 +77,20 @@ def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machine
     fast, slow = rate["between-graph/w2/straggler"]["worker:0"], rate["between-graph/w2/straggler"]["worker:1"]
     assert fast >= 0.6 * rate["between-graph/w2/baseline"]["worker:0"]
     assert fast >= 2.0 * slow
-    # the terminal: the table, a line per straggler effect, the chart
+    # the terminal: the table, a line per straggler effect, the scaling and straggler bar charts
     assert "tfcluster bench" in result.stdout and "in-graph" in result.stdout
     assert "straggler worker:1 ×4, in-graph (2 workers)" in result.stdout
-    assert "examples/s against workers" in result.stdout
+    assert "Does adding workers pay?" in result.stdout and "Does a slow worker hold the others back?" in result.stdout
     # the figures: PNG files, and their series in figures.json
-    for name in ("throughput", "workers", "loss", "ps", "scaling"):
+    for name in ("scaling", "straggler", "ps", "loss"):
         assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
     figures = json.loads((out / "figures.json").read_text())
-    labels = {line["label"] for line in figures["throughput"]["axes"][0]["lines"]}
-    assert {"between-graph", "in-graph", "between-graph ideal (linear)"} <= labels
-    bars = {b["label"]: b["heights"] for b in figures["workers"]["axes"][0]["bars"]}
-    assert len(bars["without straggler"]) == 4 and len(bars["with straggler worker:1 ×4"]) == 4
+    assert {line["label"] for line in figures["scaling"]["axes"][1]["lines"]} >= {"between-graph", "in-graph"}
+    straggler = figures["straggler"]["axes"][0]
+    assert "straggler worker:1 ×4" in figures["straggler"]["title"]
+    assert [t.split("\n")[0] for t in straggler["yticklabels"]] == ["between-graph", "in-graph"]
+    assert len(straggler["bars"][0]["values"]) == 2  # one bar per mode
+    assert {ax["title"] for ax in figures["ps"]["axes"]} == {"between-graph", "in-graph"}
     assert {line["label"] for line in figures["loss"]["axes"][0]["lines"]} >= {"between-graph (2 workers)",
                                                                                "in-graph (2 workers)"}
 

@@ -78,24 +78,30 @@ def test_summary_medians_and_straggler_ratios() -> None:
 
 def test_figures_have_their_axes_and_series() -> None:
     figures = build_figures(sample_report())
-    assert set(figures) == {"throughput", "workers", "loss", "ps", "scaling"}
-    throughput = describe(figures["throughput"])["axes"][0]
-    assert throughput["xlabel"] == "workers" and "examples/s" in throughput["ylabel"]
-    lines = {line["label"]: line for line in throughput["lines"]}
-    assert lines["between-graph"]["x"] == [1.0, 2.0]
-    assert lines["between-graph"]["y"] == pytest.approx([100 * 32, 180 * 32])
-    assert lines["between-graph ideal (linear)"]["y"] == pytest.approx([100 * 32, 200 * 32])
-    assert set(lines) >= {"in-graph", "in-graph ideal (linear)", "multi-worker-mirrored"}
-    workers = describe(figures["workers"])["axes"][0]
-    assert "straggler worker:1 ×4" in workers["title"]
-    bars = {b["label"]: b["heights"] for b in workers["bars"]}
-    assert bars["without straggler"][:2] == pytest.approx([90, 90])  # between-graph worker-0, worker-1
-    assert bars["with straggler worker:1 ×4"][:4] == pytest.approx([95, 22, 12, 12])
+    assert set(figures) == {"scaling", "straggler", "ps", "loss"}
+    scaling = describe(figures["scaling"])
+    assert scaling["title"] == "Does adding workers pay?" and scaling["where"].startswith("cluster test")
+    efficiency, absolute = scaling["axes"]
+    assert efficiency["xlabel"] == "workers" and efficiency["xticklabels"] == ["1", "2"]
+    lines = {line["label"]: line for line in efficiency["lines"]}
+    assert lines["between-graph"]["y"] == pytest.approx([1.0, 180 / 200])
+    assert lines["in-graph"]["y"] == pytest.approx([1.0, 50 / 120])
+    assert "multi-worker-mirrored" not in lines  # one worker count: no efficiency to show
+    examples = {line["label"]: line for line in absolute["lines"]}
+    assert examples["between-graph"]["y"] == pytest.approx([100 * 32, 180 * 32])
+    assert examples["multi-worker-mirrored"]["x"] == [1.0]  # its one count, in the 2-worker slot
+    straggler = describe(figures["straggler"])
+    assert "straggler worker:1 ×4" in straggler["title"]
+    assert [t.split("\n")[0] for t in straggler["axes"][0]["yticklabels"]] == ["between-graph", "in-graph"]
+    assert straggler["axes"][0]["bars"][0]["values"] == pytest.approx([100 * 95 / 90, 100 * 12 / 50])
     loss = describe(figures["loss"])["axes"][0]
     assert {line["label"] for line in loss["lines"]} >= {"between-graph (2 workers)", "target loss 0.6"}
-    ps = describe(figures["ps"])["axes"][0]
-    assert [b["label"] for b in ps["bars"]] == ["measured (kernel TCP counters)", "accounted (workers' ps_bytes)"]
-    assert any(line["label"].startswith("link limit") and line["y"][0] == pytest.approx(2500) for line in ps["lines"])
+    ps = describe(figures["ps"])
+    assert [ax["title"] for ax in ps["axes"]] == ["between-graph", "in-graph"]
+    assert [b["label"] for b in ps["axes"][0]["bars"]] == ["ps:0 measured (kernel TCP counters)",
+                                                           "ps:0 accounted (the workers' ps_bytes)"]
+    assert any(line["label"].startswith("link limit") and line["y"][0] == pytest.approx(2500)
+               for line in ps["axes"][0]["lines"])
 
 
 def test_report_redraws_and_compare_shows_ratios(tmp_path: Path) -> None:
@@ -103,14 +109,15 @@ def test_report_redraws_and_compare_shows_ratios(tmp_path: Path) -> None:
     b = bench_report.save(sample_report(scale=1.5), tmp_path / "b" / "bench.json")
     redraw = tfcluster("bench", "--report", str(a), "--out", str(tmp_path / "redrawn"), home=tmp_path)
     assert redraw.returncode == 0, redraw.stderr
-    for name in ("throughput", "workers", "loss", "ps", "scaling"):
+    for name in ("scaling", "straggler", "ps", "loss"):
         png = tmp_path / "redrawn" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     sidecar = json.loads((tmp_path / "redrawn" / "figures.json").read_text())
-    assert sidecar["throughput"]["axes"][0]["title"] == "Cluster examples/s against workers"
+    assert sidecar["scaling"]["title"] == "Does adding workers pay?"
     out = redraw.stdout
     assert "tfcluster bench: test" in out and "between-graph" in out and "5,760" in out  # 180 steps/s x 32
-    assert "examples/s against workers" in out  # the terminal chart
+    assert "Does adding workers pay?" in out and "0.90  5,760 examples/s" in out  # the terminal's bar charts
+    assert "Does a slow worker hold the others back?" in out and "106 %" in out  # between-graph's worker:0
     assert "failed parameter-server-strategy/w2/baseline#1: failed: host m1: lost" in out
     compare = tfcluster("bench", "--compare", str(a), str(b), home=tmp_path)
     assert compare.returncode == 0, compare.stderr

@@ -1,7 +1,7 @@
 """`tfcluster bench HOSTS`: which replication mode is fastest on these machines, with numbers and plots.
 
 Thin: the bench is orchestrator.bench (cells, runner, scaling model, report schema); the drawing is
-tfcluster.bench_report (Rich progress and tables, a terminal chart, matplotlib PNGs).
+tfcluster.bench_report (Rich progress, tables and bar charts, matplotlib PNGs).
 
     tfcluster bench hosts.toml [--modes all] [--workers 1,2,4] [--seconds 30 | --steps N]
                     [--straggler worker:1=4 [--pace 5]] [--kill worker:1@30s] [--repeat 3]
@@ -114,9 +114,10 @@ def _show(result: BenchReport, directory: Path, *, write_json: bool) -> None:
     from rich.markup import escape
 
     from orchestrator.bench import report as bench_report
+    from orchestrator.bench.answers import scaling, straggler_label, straggler_shares
     from orchestrator.bench.summary import rows
-    from tfcluster.bench_report.chart import throughput_chart
     from tfcluster.bench_report.tables import print_report
+    from tfcluster.bench_report.terminal_charts import scaling_chart, straggler_chart
 
     written = []
     if write_json:
@@ -126,7 +127,10 @@ def _show(result: BenchReport, directory: Path, *, write_json: bool) -> None:
     written += save_figures(build_figures(result), directory)
     wide = widen(console(), MIN_WIDTH)
     print_report(wide, result)
-    wide.print(throughput_chart([r for r in rows(result) if r.ok]))
+    wide.print(scaling_chart(scaling([r for r in rows(result) if r.ok])))
+    straggler, shares = straggler_label(result), straggler_shares(result)
+    if straggler is not None and shares:
+        wide.print(straggler_chart(shares, straggler))
     wide.print("wrote " + ", ".join(escape(str(p)) for p in written), soft_wrap=True)
 
 
