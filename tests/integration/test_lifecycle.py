@@ -1,6 +1,7 @@
 """start/status/stop/logs over real sshd on 3 loopback machines, with the user-command path and a
-trivial stdlib program as the task (the TensorFlow runs are in test_lifecycle_tf.py): the lifecycle
-mechanics without TF's import time.
+trivial stdlib program as the task: the lifecycle mechanics and the supervisors' policies (restart, a
+finisher dead for good, the run's end) without TF's import time. Each mode's TensorFlow behaviour is tested
+where TensorFlow is under test: tests/faults, test_tensorboard_sshd.py, test_slurm_lifecycle.py.
 """
 
 from __future__ import annotations
@@ -404,3 +405,26 @@ def test_finisher_dead_for_good_still_lets_the_run_end(
     assert st["state"] == "failed"
     assert status_json(state_dir, run_id)[0] == 1
     assert by_name["ps:0"]["stopped_by"] == "run"  # ended by its supervisor, told by the victim's
+
+
+def test_the_mode_flag_overrides_the_file_and_an_in_graph_run_finishes(
+    machines: Machines, tmp_path: Path, state_dir: Path
+) -> None:
+    """`start --mode in-graph` of a between-graph file: the run is in-graph (its record and its tasks: a
+    client chief:0 beside the workers), and once the tasks' program ends the run is `finished`, each task
+    exited 0 or ended by the run. (The built-in in-graph model to `finished`: tests/integration/
+    test_slurm_lifecycle.py.)"""
+    (tmp_path / "task.py").write_text(TASK_PY)
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]],
+                                mode="between-graph", training={
+        "command": f"{{python}} task.py {{job}} {{task}} 120 {tmp_path / 'release'}", "sync": ["task.py"]})
+    res = cli(state_dir, "start", str(hosts), "--mode", "in-graph")
+    assert res.returncode == 0, res.stderr
+    run_id = started_run_id(res.stdout)
+    assert runs.load(run_id).mode == "in-graph"
+    _, st = status_json(state_dir, run_id)
+    assert {t["name"] for t in st["tasks"]} == {"ps:0", "chief:0", "worker:0", "worker:1"}
+    (tmp_path / "release").touch()
+    st = wait_for(lambda: (s := status_json(state_dir, run_id)[1])["state"] == "finished" and s, 30, "finished")
+    assert all(t["exit_code"] == 0 or t["stopped_by"] == "run" for t in st["tasks"]), st
+    wait_for(lambda: not run_processes(run_id), 15, "every process of the run to exit")
