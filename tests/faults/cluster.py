@@ -12,6 +12,11 @@ training), so a stage that failed hands the next one a healthy run, if a late on
 The trainers are paced (`slowdown`: each sleeps a few times its own step time) so that a run lasts
 through its stages without burning both cores. When the run ends, each host's logs and events are
 copied next to the test's files (`kept/<host>/`): a machine's own directory goes when it is closed.
+
+Faults of tfcluster's own machinery (its supervisors, hosts, orchestrator) need no TensorFlow: `started_run`'s
+`program` runs a plain program through `[training] command` instead of the built-in model (e.g.
+tests/helpers/plain_trainer.py, which reports its global step through tfcluster_report: the same progress
+events, so `points()`, `wait_trains` and tests/faults/measure.py read it alike).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,12 +183,16 @@ class FaultRun:
 
 @contextmanager
 def started_run(machines: Machines, tmp: Path, *, label: str, steps: int, training: dict[str, Any] | None = None,
-                roles: list[list[str]] | None = None, mode: str = "between-graph") -> Iterator[FaultRun]:
+                roles: list[list[str]] | None = None, mode: str = "between-graph",
+                program: Mapping[str, Any] | None = None) -> Iterator[FaultRun]:
     """Start one run in its own state dir; at the end every run recorded there is stopped (while it has
-    processes) and anything of it still alive is killed."""
+    processes) and anything of it still alive is killed. `program`: the `[training]` table of a plain
+    program (its files already in `tmp`, beside the hosts.toml: e.g. plain_trainer.plain_training(tmp)) run
+    instead of the paced built-in model (`steps` is then not given to it); `training` adds to either."""
+    table = {**program} if program is not None else {**PACED, "steps": steps}
     with pytest.MonkeyPatch.context() as mp, isolated_state_dir(tmp / "state", mp) as state:
         hosts = machines.hosts_toml(tmp / "hosts.toml", roles=roles or BETWEEN_GRAPH, mode=mode,
-                                    training={**PACED, "steps": steps, **(training or {})})
+                                    training={**table, **(training or {})})
         res = cli(state, "start", str(hosts), "--timeout", "150")
         assert res.returncode == 0, res.stdout + res.stderr
         run = FaultRun(machines, state, started_run_id(res.stdout), hosts, steps, label, mode=mode)

@@ -1,7 +1,12 @@
 """Faults of whole hosts in one live between-graph run (ps:0 on m0, worker:0 = the chief on m1, worker:1
-on m2; real sshd on 3 loopback machines, real TensorFlow), in file order: m2's supervisor SIGKILLed
-(and then its orphaned worker), then machine m1 killed whole (its supervisor and its tasks at once);
-then `tfcluster stop` must leave nothing on any host.
+on m2; real sshd on 3 loopback machines), in file order: m2's supervisor SIGKILLed (and then its orphaned
+worker), then machine m1 killed whole (its supervisor and its tasks at once); then `tfcluster stop` must
+leave nothing on any host.
+
+These are faults of tfcluster's supervisors and hosts, not of TensorFlow: every task runs the plain trainer
+(tests/helpers/plain_trainer.py, through `[training] command`, as users' own programs run): ps:0 holds the
+global step, the workers step it and report their progress through tfcluster_report, which is what the
+stages read (tests/faults/measure.py).
 
 A host whose supervisor is gone has nobody to restart or report its tasks: `status` must say `lost` for
 a task whose supervisor and processes are gone and exit 3 (tfcluster/exit_codes.py), never `running`.
@@ -25,21 +30,21 @@ import psutil
 import pytest
 
 from testkit.sshd import Machines
-from tests import requires
 from tests.faults import measure
 from tests.faults.cluster import FaultRun, kill, started_run
+from tests.helpers.plain_trainer import plain_training
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-requires.tensorflow()
 
 RUN = "host faults"
 
 
 @pytest.fixture(scope="module")
 def run(machines: Machines, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultRun]:
-    with started_run(machines, tmp_path_factory.mktemp("faults-hosts"), label=RUN, steps=10**7) as fr:
+    tmp = tmp_path_factory.mktemp("faults-hosts")
+    with started_run(machines, tmp, label=RUN, steps=10**7, program=plain_training(tmp)) as fr:
         fr.wait_all_train()
         yield fr
 
@@ -52,19 +57,23 @@ def lost(run: FaultRun, task: str) -> dict[str, Any] | None:
 def test_supervisor_sigkill_then_its_task_is_lost(run: FaultRun) -> None:
     """SIGKILL of m2's supervisor alone: its worker is not in its way (it trains on, orphaned) and
     `status` says the supervisor is gone; once that worker dies too, nobody restarts it: `status` says
-    `lost` for it and exits 3. The chief trains on meanwhile."""
+    `lost` for it and exits 3. The chief trains on meanwhile. (The worker is its command's shell and the
+    program under it: both die.)"""
     run.wait_healthy()
     with run.measuring("SIGKILL supervisor of m2, then its orphaned worker:1") as m:
         st = run.status()[1]
         sup_pid = run.host("m2", st)["supervisor_pid"]
-        worker_pid = run.task("worker:1", st)["pid"]
+        worker_pids = run.task_pids("worker-1#")
+        assert run.task("worker:1", st)["pid"] in worker_pids, (st, worker_pids)
         at = kill(sup_pid, signal.SIGKILL)
         wait_for(lambda: not run.host("m2", run.status()[1])["supervisor_alive"], 60, "status to see m2's supervisor gone")
         m["supervisor_gone_seen_s"] = round(time.time() - at, 1)
-        m["tasks_outlive_supervisor"] = psutil.pid_exists(worker_pid)
+        m["tasks_outlive_supervisor"] = all(psutil.pid_exists(pid) for pid in worker_pids)
         if m["tasks_outlive_supervisor"]:
             run.wait_trains("worker:1", time.time())  # still training, orphaned
-            worker_at = kill(worker_pid, signal.SIGKILL)
+            worker_at = time.time()
+            for pid in worker_pids:
+                kill(pid, signal.SIGKILL)
         else:
             worker_at = at
         seen = wait_for(lambda: lost(run, "worker:1"), 60, "status to say worker:1 lost", interval=0.5)

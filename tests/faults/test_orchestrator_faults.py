@@ -1,12 +1,13 @@
-"""`tfcluster start` SIGKILLed half-way (real sshd on 3 loopback machines, between-graph, real TensorFlow
-tasks once launched), at two moments:
+"""`tfcluster start` SIGKILLed half-way (real sshd on 3 loopback machines, between-graph), at two moments:
 
 - during prepare (its run record just written, nothing launched): the hosts' launchers wait at the
   barrier with their stdin open; the orchestrator's death closes it and they exit: nothing runs;
 - during launch (the first supervisor of the run is alive): the hosts that got `go` run on; the run is
   one `status` and `stop` can handle, and `stop` leaves nothing.
 
-Either way `ls` says `interrupted` (not `starting` forever), and no process of the run is left.
+Either way `ls` says `interrupted` (not `starting` forever), and no process of the run is left. These are
+the orchestrator's faults, not TensorFlow's: the tasks, once launched, run the plain trainer
+(tests/helpers/plain_trainer.py, through `[training] command`, as users' own programs run).
 (The dashboard SIGKILLed is a stage of test_between_graph_faults.py: it needs a live run.)
 """
 
@@ -25,9 +26,9 @@ import psutil
 import pytest
 
 from testkit.sshd import Machines
-from tests import requires
 from tests.faults import measure
-from tests.faults.cluster import BETWEEN_GRAPH, PACED
+from tests.faults.cluster import BETWEEN_GRAPH
+from tests.helpers.plain_trainer import plain_training
 from tests.helpers.procs import cmdline
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
@@ -39,9 +40,6 @@ from tests.integration.lifecycle_helpers import (
 from training.run.layout import host_module
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
-requires.tensorflow()
-
-
 
 
 def record_of(state_dir: Path, run_id: str) -> dict[str, Any] | None:
@@ -75,7 +73,8 @@ def test_start_sigkilled_leaves_nothing_half_started(machines: Machines, tmp_pat
     stopped by `stop` with nothing left (killed in launch); `status` answers (JSON, no traceback)."""
     run_id = f"killed-in-{moment}"
     with measure.measuring(f"SIGKILL tfcluster start during {moment}", "start killed") as m:
-        hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=BETWEEN_GRAPH, training={**PACED, "steps": 10**6})
+        hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=BETWEEN_GRAPH,
+                                    training=plain_training(tmp_path))
         start = subprocess.Popen([sys.executable, "-m", "tfcluster", "start", str(hosts), "--run", run_id],
                                  env=cli_env(state_dir), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                  start_new_session=True)

@@ -1,9 +1,11 @@
 """`start --wait` never hangs (issue 21 point 1), over real sshd on 3 loopback machines.
 
-- Real TensorFlow, between-graph (ps:0 on m0, the chief worker:0 on m1, worker:1 on m2): m2 dies whole
-  (its sshd, its sessions, its supervisor and its worker killed) while `start --wait` follows. Under
-  `success = "chief"` the chief trains on alone and finishes the run: `start --wait` exits 0, says the
-  run finished with worker:1 lost on the way, at most two liveness windows after the chief's exit.
+- The plain trainer (tests/helpers/plain_trainer.py, a stdlib program reporting through tfcluster_report,
+  run through `[training] command`), between-graph (ps:0 on m0, the chief worker:0 on m1, worker:1 on m2):
+  m2 dies whole (its sshd, its sessions, its supervisor and its worker killed) while `start --wait`
+  follows; then the chief finishes by itself (its release file appears; the other tasks run until the run
+  ends them). Under `success = "chief"` that finishes the run: `start --wait` exits 0, says the run
+  finished with worker:1 lost on the way, at most two liveness windows after the chief's exit.
 - A stdlib task program (the user-command path): the ps's machine dies; the run cannot finish without
   it: `start --wait` exits 3 one liveness window after, naming ps:0 and its host.
 - A `tfcluster stop` from another process ends a `start --wait` (exit 1, "stopped by `tfcluster stop`").
@@ -24,7 +26,7 @@ import pytest
 from orchestrator.monitor.follow import EVERY_S, LIVENESS_WINDOW_S
 from orchestrator.run import records as runs
 from testkit.sshd import Machines
-from tests import requires
+from tests.helpers.plain_trainer import plain_training
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import (
     cli,
@@ -81,13 +83,13 @@ def ended(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str, float]
 
 def test_a_worker_machine_lost_does_not_keep_it_waiting_once_the_chief_finished(
         machines: Machines, tmp_path: Path, state_dir: Path) -> None:
-    requires.tensorflow()
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=ROLES, training={
-        "model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,
-        "steps": 1200, "slowdown": {"worker:0": 2.0, "worker:1": 2.0}})
+    release = tmp_path / "release"
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=ROLES,
+                                training=plain_training(tmp_path, release))
     with cli_process(state_dir, "start", str(hosts), "--wait", "--timeout", "150") as proc:
         run_id = started(state_dir)
         with machine_killed(machines, 2, runs.load(run_id).host("m2").run_dir):
+            release.touch()  # the chief finishes by itself (exit 0); m2 stays dead until `start --wait` ends
             code, stderr, exited_at = ended(proc, 400)
         assert code == 0, stderr
         last = stderr.strip().splitlines()[-1]
