@@ -44,9 +44,9 @@ requires.tensorboard()
 
 TRAINING = {"model": "mlp", "batch_size": 32, "steps": 1_000_000, "progress_interval": 0.5,
             "summary_every_steps": 1, "checkpoint_every_steps": 50, "checkpoint_every_secs": 600.0}
-# Between-graph's trainers paced (each step then sleeps 3x its own time) while the test reads the run: they do not burn both
-# cores. Not multi-worker-mirrored: a slowed first step (tracing included) outlasts its collective timeout.
-PACED = {"between-graph": {"worker:0": 4.0, "worker:1": 4.0}}
+# The trainers paced (each step then sleeps 3x its own time) while the test reads the run: they do not burn
+# both cores.
+PACED = {"worker:0": 4.0, "worker:1": 4.0}
 
 # The variables of the newest checkpoint, in the graph of the newest meta graph the Saver wrote (a stop
 # between its update of the `checkpoint` file and its meta graph leaves the newest without one: TF's order).
@@ -146,8 +146,7 @@ def test_tensorboard_during_and_after_the_run_and_pull(
 
 def tensorboard_and_pull(machines: Machines, tmp_path: Path, state_dir: Path, mode: str, roles: list[list[str]],
                          trainers: set[str], restore: str) -> None:
-    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode, training={
-        **TRAINING, "slowdown": PACED.get(mode, {})})
+    hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=roles, mode=mode, training={**TRAINING, "slowdown": PACED})
     res = cli(state_dir, "start", str(hosts), "--timeout", "120")
     assert res.returncode == 0, res.stdout + res.stderr
     run_id = started_run_id(res.stdout)

@@ -1,8 +1,10 @@
-"""The straggler switch's pure parts: which task is slowed, and how long the in-graph sleep lasts."""
+"""The straggler switch's pure parts: which task is slowed, and how long the in-graph and mirrored sleeps last."""
 
 from __future__ import annotations
 
-from training.cluster.straggler import DelayPacer, slowdown_factor
+import pytest
+
+from training.cluster.straggler import BaselinePacer, DelayPacer, slowdown_factor
 
 
 def test_slowdown_factor_reads_job_index_keys() -> None:
@@ -42,3 +44,23 @@ def test_two_slowed_towers_sleep_in_parallel_without_runaway() -> None:
         pacer.observe(base + max(delays), max(delays))
     assert abs(pacer.delay_s(2.0) - 0.010) < 1e-9
     assert abs(pacer.delay_s(8.0) - 0.070) < 1e-9
+
+
+def test_baseline_pacer_measures_once_then_sleeps_a_fixed_multiple() -> None:
+    pacer = BaselinePacer(4.0, calibration_steps=3)
+    assert pacer.delay_s(9.0) == 0.0  # the first step traces the graph: neither paced nor measured
+    assert [pacer.delay_s(s) for s in (0.02, 0.01, 0.03)] == [0.0, 0.0, pytest.approx(3 * 0.02)]
+    assert pacer.base_s == 0.02
+
+
+def test_two_paced_workers_of_one_synchronous_group_do_not_feed_each_others_delay() -> None:
+    """Each worker's step holds its peer's sleep (the all-reduce waits for it): paced on its own step time, the
+    two delays grew threefold a step; on a baseline measured unpaced, they stay put."""
+    a, b = BaselinePacer(4.0, calibration_steps=3), BaselinePacer(4.0, calibration_steps=3)
+    compute, sleep_a, sleep_b = 0.01, 0.0, 0.0
+    delays = []
+    for _ in range(30):
+        step = compute + max(sleep_a, sleep_b)  # the all-reduce waits for the peer still sleeping
+        sleep_a, sleep_b = a.delay_s(step), b.delay_s(step)
+        delays.append(sleep_a)
+    assert max(delays) == pytest.approx(3 * compute)

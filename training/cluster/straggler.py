@@ -66,3 +66,33 @@ class DelayPacer:
         if factor <= 1.0 or base is None:
             return 0.0
         return (factor - 1.0) * base
+
+
+class BaselinePacer:
+    """How long a straggler of a synchronous group (multi-worker-mirrored) sleeps after each step: (factor - 1)
+    x its own step time, measured once, before it sleeps at all: the median of `calibration_steps` unpaced
+    steps after the first (which traces the graph).
+
+    Not the step's own time, step after step as between-graph does: a synchronous step waits in its
+    all-reduce for the slowest peer, so with two slowed workers each one's step would hold the other's sleep,
+    and each sleep a multiple of it: the delays grew threefold a step (4x) until the collective timed out.
+    """
+
+    def __init__(self, factor: float, calibration_steps: int = 5) -> None:
+        self.factor = factor
+        self.calibration_steps = calibration_steps
+        self._steps: list[float] = []
+        self._seen = 0
+        self.base_s: float | None = None
+
+    def delay_s(self, step_s: float) -> float:
+        """The sleep after a step that took `step_s` (seconds, its own time, sleep excluded)."""
+        self._seen += 1
+        if self.factor <= 1.0 or self._seen == 1:
+            return 0.0
+        if self.base_s is None:
+            self._steps.append(step_s)
+            if len(self._steps) < self.calibration_steps:
+                return 0.0
+            self.base_s = sorted(self._steps)[len(self._steps) // 2]
+        return (self.factor - 1.0) * self.base_s

@@ -21,8 +21,9 @@ tf.distribute.MultiWorkerMirroredStrategy, a custom loop and no Keras.
   then restart the whole group, which resumes from the last checkpoint (training/supervisor.py policy).
 - Telemetry: progress events (training/telemetry/writer.py) per task: local steps, the global step,
   examples (local steps x batch_size), this replica's own loss; no `ps_bytes` (there is no PS).
-- Slowdown: a slowed task sleeps (factor - 1) x its own step time after each step; the collectives make
-  the whole group wait for it.
+- Slowdown: a slowed task sleeps (factor - 1) x its own step time after each step, that time measured once
+  over its first unpaced steps (training/cluster/straggler.py BaselinePacer); the collectives make the
+  whole group wait for it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from ..cluster.straggler import BaselinePacer
 from ..models.sizes import VariableShape
 from ..run.context import TaskContext, TaskSetupError
 from ..telemetry.task_summaries import TaskSummaries
@@ -177,8 +179,10 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
     clock = CheckpointClock(s.checkpoint_every_steps, s.checkpoint_every_secs)
     clock.saved(global_step)
     slowdown = s.slowdown_of(ctx.job, ctx.index)
+    pacer = BaselinePacer(slowdown)
     if slowdown > 1.0:
-        log.info("%s: straggler: each step takes %gx its own duration", ctx.name, slowdown)
+        log.info("%s: straggler: each step takes %gx its own duration (measured over its first %d steps)",
+                 ctx.name, slowdown, pacer.calibration_steps + 1)
     reporter = ProgressReporter(ctx.events_file, host=ctx.host, job=ctx.job, task=ctx.index,
                                 interval=s.progress_interval,
                                 summaries=TaskSummaries(ctx.summaries_dir, s.summary_every_steps)).start()
@@ -191,6 +195,7 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
             due = 1.0 if clock.due_by_time() else 0.0  # all-reduced: every task saves at the same step
             loss_t, due_t, step_t = trainer.train_step(tf.constant(due))
             loss, global_step = float(loss_t.numpy()), int(step_t.numpy())
+            took = time.perf_counter() - t0  # the step alone, not a checkpoint saved after it
             local_step += 1
             reporter.record(local_step, global_step, local_step * s.batch_size, loss)
             if writer is not None and global_step % s.summary_every_steps == 0:
@@ -198,8 +203,7 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
             if float(due_t.numpy()) > 0 or clock.due_by_steps(global_step):
                 _save(ctx, manager, global_step, write_dir)
                 clock.saved(global_step)
-            if slowdown > 1.0:
-                time.sleep((slowdown - 1.0) * (time.perf_counter() - t0))
+            time.sleep(pacer.delay_s(took))
         if clock.last_step != global_step:  # the same decision on every task: the step is the group's
             _save(ctx, manager, global_step, write_dir)
     finally:
