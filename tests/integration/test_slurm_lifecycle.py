@@ -224,14 +224,15 @@ def test_a_node_set_down_loses_its_tasks(slurm_cluster: SlurmCluster, tmp_path: 
     assert_nothing_left(slurm_cluster, run_id_of(state_dir), job)
 
 
-TRAINING = {"model": "mlp", "batch_size": 32, "progress_interval": 0.5, "checkpoint_every_secs": 3600.0}
-# (mode, [slurm] counts, steps): as few nodes, tasks and steps as show the mode working.
+# Every trainer paced (a step then sleeps 3x its own time): the run lasts as long at a quarter of the CPU.
+TRAINING = {"model": "mlp", "batch_size": 32, "progress_interval": 0.5, "checkpoint_every_secs": 3600.0,
+            "slowdown": {"worker:0": 4.0, "worker:1": 4.0}}
 # (mode, [slurm] counts, steps, the trainers whose live rate the dashboard shows): as few nodes and tasks as
-# show the mode working, and steps enough that the rates are seen while it trains (a slower task paces it).
+# show the mode working, and steps enough that the rates are seen while it trains.
 MODES = [
-    ("in-graph", {"nodes": 3, "workers": 2}, 500, {"chief:0"}),  # at its slowest tower's pace: fewer steps
-    ("multi-worker-mirrored", {"nodes": 2, "workers": 2}, 1500, {"worker:0", "worker:1"}),
-    ("parameter-server-strategy", {"nodes": 3, "workers": 2}, 1500, {"worker:0", "worker:1"}),
+    ("in-graph", {"nodes": 3, "workers": 2}, 250, {"chief:0"}),  # at its slowest tower's pace: fewer steps
+    ("multi-worker-mirrored", {"nodes": 2, "workers": 2}, 400, {"worker:0", "worker:1"}),
+    ("parameter-server-strategy", {"nodes": 3, "workers": 2}, 400, {"worker:0", "worker:1"}),
 ]
 
 
@@ -247,7 +248,7 @@ def finished(cluster: SlurmCluster, state_dir: Path, run_id: str) -> dict[str, A
 def test_between_graph_shows_every_workers_rate_and_finishes(slurm_cluster: SlurmCluster, tmp_path: Path,
                                                               state_dir: Path) -> None:
     hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm={"nodes": 3, "workers": 2},
-                                     training={**TRAINING, "steps": 3000})
+                                     training={**TRAINING, "steps": 800})
     with cli_process(state_dir, "start", "--wait", str(hosts)) as start:
         wait_for(lambda: running(state_dir), 120, "the run to start", interval=0.5)
         run_id = run_id_of(state_dir)
@@ -268,8 +269,7 @@ def test_each_mode_runs_to_finished_with_live_rates(slurm_cluster: SlurmCluster,
                                                     mode: str, counts: dict[str, int], steps: int,
                                                     trainers: set[str]) -> None:
     hosts = slurm_cluster.hosts_toml(tmp_path / "hosts.toml", slurm=counts, mode=mode,
-                                     training={**TRAINING, "steps": steps,
-                                               "slowdown": {"worker:0": 2.0}})
+                                     training={**TRAINING, "steps": steps})
     with cli_process(state_dir, "start", "--wait", str(hosts)) as start:
         wait_for(lambda: running(state_dir), 120, "the run to start", interval=0.5)
         until_rates(state_dir, run_id_of(state_dir), trainers)
