@@ -1,6 +1,10 @@
 """Between-graph replication on a real local TensorFlow cluster: every ps, worker and chief task is a real
 `python -m training.task` process started from a real plan's run.json (testkit/local_cluster.py).
 Nothing is faked; the only stand-in is that every "machine" is 127.0.0.1 and shares one run directory.
+
+Each TF process costs seconds of CPU to start, so each run serves several checks: one async run (a worker
+killed mid-run, then the whole cluster started again on its run dir), one sync run on a GPU plan, one run
+whose PS restarts mid-run (sharded checkpoints in a shared directory).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from orchestrator.plan.model import ClusterPlan
 from orchestrator.run.local_ports import free_port_block
 from testkit.local_cluster import LocalCluster, local_plan, running_cluster
 from tests import requires
+from tests.helpers.local_tf import cluster_holding_back
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -81,56 +86,108 @@ def checkpoint_files(root: Path) -> list[Path]:
     return [p for p in root.rglob("*") if p.name.endswith(".index") or ".data-" in p.name]
 
 
-def test_async_chief_and_worker_train_checkpoint_and_resume(tmp_path: Path) -> None:
-    steps = 300
+def test_async_run_survives_a_killed_worker_and_a_fresh_cluster_resumes_it(tmp_path: Path) -> None:
+    """One asynchronous run of a chief and two workers, in stages:
+    1. all three train; worker 1 is SIGKILLed mid-run, the chief and worker 0 carry on to the last step and
+       exit cleanly; the ps tasks keep serving (worker 1 never said it was done) until a SIGTERM ends them;
+    2. what the run left: valid progress from every task, a falling loss, the variables spread over both PS
+       tasks, the chief's whole (non-sharded) checkpoints and the summaries;
+    3. a fresh cluster on the same run dir resumes from the chief's checkpoint.
+    Stage 1's trainers are paced (each step then sleeps three times its own duration): the run outlasts the
+    kill by seconds without burning both cores."""
+    steps = 400
     training = {"model": "mlp", "batch_size": 32, "steps": steps, "learning_rate": 0.1,
-                "checkpoint_every_steps": 100, "summary_every_steps": 50, "progress_interval": 0.3}
-    plan = chief_plan(training)
-    run_dir = tmp_path / "run"
-    with running_cluster(plan, run_dir) as cluster:
-        finish(cluster)
+                "checkpoint_every_steps": 100, "summary_every_steps": 50, "progress_interval": 0.3,
+                "slowdown": {"chief:0": 4.0, "worker:0": 4.0, "worker:1": 4.0}}
+    plan = chief_plan(training, workers=2)
+    with cluster_holding_back(plan, tmp_path / "run", "chief-0") as cluster:
+        # The chief starts once both workers have built their graph and poll the ps tasks for its
+        # initialisation (every second): worker 1 then trains from the chief's first steps on, not after
+        # the others have run to the end while it was still starting.
+        wait_for(lambda: all("bytes per ps task" in cluster.log(f"worker-{w}") for w in (0, 1)), 90,
+                 "both workers to wait for the chief", explain=cluster.logs_tail)
+        cluster.start_task(plan.task("chief", 0))
+        kill_worker_1_mid_run(cluster, steps)
+        final_step = check_async_results(cluster, steps)
+    resume_on_a_fresh_cluster(plan, training, final_step, tmp_path / "run")
 
-        # every training task reported valid progress; together they reached the target global step
-        events = {task: check_progress(cluster, *task) for task in training_tasks(plan)}
-        assert max(e["global_step"] for evs in events.values() for e in evs) >= steps
-        assert all(cluster.events("ps", i) == [] for i in range(2))  # a ps task trains nothing
 
-        # the loss fell (mlp learns its teacher network)
-        chief = events[("chief", 0)]
-        losses = [e["loss"] for e in chief]
-        assert mean(losses[-2:]) < 0.75 * mean(losses[:2]), losses
+def kill_worker_1_mid_run(cluster: LocalCluster, steps: int) -> None:
+    # wait until every training task is really training (each has reported progress), then SIGKILL worker 1
+    wait_for(lambda: all(cluster.events(*t) for t in training_tasks(cluster.plan)), 90,
+             "every training task to train", explain=cluster.logs_tail)
+    cluster.kill("worker-1")
+    cluster.procs["worker-1"].wait(10)
+    survivors = [("chief", 0), ("worker", 0)]
+    at_kill = max(e["global_step"] for t in survivors for e in cluster.events(*t))
+    assert at_kill < steps, "the run ended before the kill: make it longer"
 
-        # variables spread over both PS tasks (as the runtime placed them), and traffic to both accounted
-        where = landed(cluster, "chief-0")
-        assert {"layer0/kernel", "layer1/kernel", "layer2/kernel", "global_step"} <= set(where), where
-        ps_used = {m.group(1) for d in where.values() if (m := re.search(r"/job:ps/replica:0/task:(\d)", d))}
-        assert ps_used == {"0", "1"}, where
-        assert where == landed(cluster, "worker-0")  # both clients agree on the placement
-        assert re.search(r"tower chief:0 landed on /job:chief/replica:0/task:0/device:CPU:0", cluster.log("chief-0"))
-        for evs in events.values():
-            moving = [e for e in evs if e["steps"] > 0]
-            assert moving and all(set(e["ps_bytes"]) == {"ps-0", "ps-1"} for e in moving)
-            assert all(v["pulled"] > 0 and v["pushed"] > 0 for e in moving for v in e["ps_bytes"].values())
+    # the chief and worker 0 carry on to the last step and exit cleanly
+    for name in ("chief-0", "worker-0"):
+        with contextlib.suppress(subprocess.TimeoutExpired):  # then poll() is None: the assert shows the logs
+            cluster.procs[name].wait(EXIT_TIMEOUT)
+        assert cluster.procs[name].poll() == 0, f"{name}\n{cluster.logs_tail()}"
+    for task in survivors:
+        assert check_progress(cluster, *task)[-1]["global_step"] > at_kill
+    assert max(e["global_step"] for t in survivors for e in cluster.events(*t)) >= steps
+    # the ps tasks keep serving: worker 1 never said it was done (the supervisor restarts it or stops
+    # them); SIGTERM, as the supervisor's stop sends it, ends a ps task cleanly
+    assert all(cluster.procs[f"ps-{i}"].poll() is None for i in range(2))
+    for i in range(2):
+        cluster.kill(f"ps-{i}", signal.SIGTERM)
+        assert cluster.procs[f"ps-{i}"].wait(15) == 0, cluster.log(f"ps-{i}")
+        assert "received SIGTERM, stopping" in cluster.log(f"ps-{i}")
 
-        # only the chief checkpointed: whole (non-sharded, one writer) checkpoints under its checkpoint_dir
-        files = checkpoint_files(run_dir)
-        assert files and all(p.parent == run_dir / "checkpoints" for p in files), files
-        assert all("-of-00001" in p.name for p in files if ".data-" in p.name), files
-        # TF's own summaries beside the chief's checkpoints; tfcluster's, one TensorBoard run per task
-        summaries = list(run_dir.rglob("events.out.tfevents.*"))
-        assert summaries and all(p.parent == run_dir / "checkpoints" or p.parent.parent == run_dir / "summaries"
-                                 for p in summaries), summaries
-        latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
-        assert latest is not None
-        final_step = int(tf.train.load_checkpoint(latest).get_tensor("global_step"))
-        assert final_step >= steps  # the final checkpoint, written at the end
-        saved = {name for name, _ in tf.train.list_variables(latest)}
-        assert {"layer0/kernel", "layer1/kernel", "layer2/kernel", "global_step"} <= saved
 
-    # A fresh cluster on the same run dir (every PS restarted, empty): the chief restores the whole
-    # checkpoint it wrote, and the worker joins at the restored global step instead of 0.
-    more = dict(training, steps=final_step + 200)
-    plan2 = plan_config(Config.model_validate(_config_dict(plan, more)))
+def check_async_results(cluster: LocalCluster, steps: int) -> int:
+    """Checks what the run left behind; returns the global step of its final checkpoint."""
+    run_dir = cluster.run_dir
+    # every training task reported valid progress (worker 1 until it was killed); a ps task trains nothing
+    events = {task: check_progress(cluster, *task) for task in training_tasks(cluster.plan)}
+    assert all(cluster.events("ps", i) == [] for i in range(2))
+
+    # the loss fell (mlp learns its teacher network)
+    losses = [e["loss"] for e in events[("chief", 0)]]
+    assert mean(losses[-2:]) < 0.75 * mean(losses[:2]), losses
+
+    # variables spread over both PS tasks (as the runtime placed them), and traffic to both accounted
+    where = landed(cluster, "chief-0")
+    assert {"layer0/kernel", "layer1/kernel", "layer2/kernel", "global_step"} <= set(where), where
+    ps_used = {m.group(1) for d in where.values() if (m := re.search(r"/job:ps/replica:0/task:(\d)", d))}
+    assert ps_used == {"0", "1"}, where
+    for w in (0, 1):
+        assert landed(cluster, f"worker-{w}") == where  # every client agrees on the placement
+    assert re.search(r"tower chief:0 landed on /job:chief/replica:0/task:0/device:CPU:0",
+                     cluster.log("chief-0"))
+    for evs in events.values():
+        moving = [e for e in evs if e["steps"] > 0]
+        assert moving and all(set(e["ps_bytes"]) == {"ps-0", "ps-1"} for e in moving)
+        assert all(v["pulled"] > 0 and v["pushed"] > 0 for e in moving for v in e["ps_bytes"].values())
+
+    # only the chief checkpointed: whole (non-sharded, one writer) checkpoints under its checkpoint_dir
+    files = checkpoint_files(run_dir)
+    assert files and all(p.parent == run_dir / "checkpoints" for p in files), files
+    assert all("-of-00001" in p.name for p in files if ".data-" in p.name), files
+    # TF's own summaries beside the chief's checkpoints; tfcluster's, one TensorBoard run per task
+    summaries = list(run_dir.rglob("events.out.tfevents.*"))
+    assert summaries and all(p.parent == run_dir / "checkpoints" or p.parent.parent == run_dir / "summaries"
+                             for p in summaries), summaries
+    latest = tf.train.latest_checkpoint(str(run_dir / "checkpoints"))
+    assert latest is not None
+    final_step = int(tf.train.load_checkpoint(latest).get_tensor("global_step"))
+    assert final_step >= steps  # the final checkpoint, written at the end
+    saved = {name for name, _ in tf.train.list_variables(latest)}
+    assert {"layer0/kernel", "layer1/kernel", "layer2/kernel", "global_step"} <= saved
+    return final_step
+
+
+def resume_on_a_fresh_cluster(plan: ClusterPlan, training: dict[str, Any], final_step: int,
+                              run_dir: Path) -> None:
+    """A fresh cluster on the same run dir (every PS restarted, empty; the chief and one worker): the chief
+    restores the whole checkpoint it wrote, and the worker joins at the restored global step instead of 0.
+    Unpaced: nothing here waits for anything but the end."""
+    more = {k: v for k, v in training.items() if k != "slowdown"} | {"steps": final_step + 200}
+    plan2 = plan_config(Config.model_validate(_config_dict(plan, more, workers=1)))
     (run_dir / "events").rename(run_dir / "events-first-run")
     with running_cluster(plan2, run_dir) as cluster2:
         finish(cluster2)
@@ -138,51 +195,23 @@ def test_async_chief_and_worker_train_checkpoint_and_resume(tmp_path: Path) -> N
             evs = check_progress(cluster2, *task)
             assert evs[0]["global_step"] > final_step, (task, evs[0])  # restored, not started from 0
             assert evs[-1]["local_step"] < 200 + 50
-        assert max(e["global_step"] for t in training_tasks(plan2) for e in cluster2.events(*t)) >= final_step + 200
+        reached = max(e["global_step"] for t in training_tasks(plan2) for e in cluster2.events(*t))
+        assert reached >= final_step + 200
 
 
-def _config_dict(plan: ClusterPlan, training: dict[str, Any]) -> dict[str, Any]:
-    """A Config equal to the one behind `plan` (same hosts and ports), with other training settings."""
+def _config_dict(plan: ClusterPlan, training: dict[str, Any], workers: int) -> dict[str, Any]:
+    """A Config of the hosts behind `plan` (same ports from the same base port), with `workers` workers on
+    its worker host and other training settings."""
     hosts: list[dict[str, Any]] = []
     for h in plan.hosts:
-        entry: dict[str, Any] = {"name": h.name, "address": h.address, "roles": list(h.roles), "transport": "local"}
+        entry: dict[str, Any] = {"name": h.name, "address": h.address, "roles": list(h.roles),
+                                 "transport": "local"}
         if "worker" in h.roles:
-            entry["workers"] = sum(1 for t in plan.tasks if t.host == h.name and t.job == "worker")
+            entry["workers"] = workers
         hosts.append(entry)
     base_port = min(t.port for t in plan.tasks)
     return {"cluster": {"name": plan.cluster_name, "mode": plan.mode, "base_port": base_port},
             "remote": {"python": sys.executable}, "hosts": hosts, "training": training}
-
-
-def test_killed_worker_does_not_stop_the_others(tmp_path: Path) -> None:
-    steps = 2000  # long enough that the kill lands mid-run even if worker 1 starts last
-    plan = local_plan("between-graph", ps=2, workers=3, training={
-        "model": "mlp", "batch_size": 16, "steps": steps, "progress_interval": 0.3, "checkpoint_every_secs": 600,
-    })
-    with running_cluster(plan, tmp_path / "run") as cluster:
-        # wait until every worker is really training (each has reported progress), then SIGKILL worker 1
-        wait_for(lambda: all(any(e["global_step"] >= 20 for e in cluster.events("worker", w)) for w in (0, 1, 2)),
-                 90, "every worker to train", explain=cluster.logs_tail)
-        cluster.kill("worker-1")
-        cluster.procs["worker-1"].wait(10)
-        at_kill = max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w))
-        assert at_kill < steps, "the run ended before the kill: make it longer"
-
-        # the chief (worker 0) and worker 2 carry on to the last step and exit cleanly
-        for name in ("worker-0", "worker-2"):
-            with contextlib.suppress(subprocess.TimeoutExpired):  # then poll() says None: the assert shows the logs
-                cluster.procs[name].wait(EXIT_TIMEOUT)
-            assert cluster.procs[name].poll() == 0, f"{name}\n{cluster.logs_tail()}"
-        for w in (0, 2):
-            last = check_progress(cluster, "worker", w)[-1]
-            assert last["global_step"] > at_kill
-        assert max(e["global_step"] for w in (0, 2) for e in cluster.events("worker", w)) >= steps
-        # the ps tasks keep serving: worker 1 never said it was done (the supervisor restarts it or stops
-        # them); SIGTERM, as the supervisor's stop sends it, ends a ps task cleanly
-        assert all(cluster.procs[f"ps-{i}"].poll() is None for i in range(2))
-        cluster.kill("ps-0", signal.SIGTERM)
-        assert cluster.procs["ps-0"].wait(15) == 0, cluster.log("ps-0")
-        assert "received SIGTERM, stopping" in cluster.log("ps-0")
 
 
 def gpu_worker_plan(training: dict[str, Any]) -> ClusterPlan:
@@ -190,7 +219,8 @@ def gpu_worker_plan(training: dict[str, Any]) -> ClusterPlan:
     hosts: list[dict[str, Any]] = [
         {"name": f"ps{i}", "address": "127.0.0.1", "roles": ["ps"], "transport": "local"} for i in range(2)
     ]
-    hosts.append({"name": "gpu", "address": "127.0.0.1", "roles": ["worker"], "gpus": [0, 1], "transport": "local"})
+    hosts.append({"name": "gpu", "address": "127.0.0.1", "roles": ["worker"], "gpus": [0, 1],
+                  "transport": "local"})
     return plan_config(Config.model_validate({
         "cluster": {"name": "gpu", "mode": "between-graph", "base_port": free_port_block(4)},
         "remote": {"python": sys.executable}, "hosts": hosts, "training": training,
@@ -200,9 +230,10 @@ def gpu_worker_plan(training: dict[str, Any]) -> ClusterPlan:
 def test_sync_replicas_end_cleanly_on_a_gpu_plan_without_gpus(tmp_path: Path) -> None:
     """The plan puts each worker's compute on a GPU; this machine has none (tensorflow-cpu), so soft
     placement runs each tower on its own worker's CPU. Sync training must still end cleanly."""
-    steps = 120
-    plan = gpu_worker_plan({"model": "wide", "model_args": {"params": 100_000}, "batch_size": 16, "steps": steps,
-                            "sync_replicas": True, "progress_interval": 0.3, "checkpoint_every_steps": 50})
+    steps = 60
+    plan = gpu_worker_plan({"model": "wide", "model_args": {"params": 100_000}, "batch_size": 16,
+                            "steps": steps, "sync_replicas": True, "progress_interval": 0.3,
+                            "checkpoint_every_steps": 50})
     assert plan.task("worker", 1).device == "/job:worker/task:1/device:GPU:0"
     with running_cluster(plan, tmp_path / "run") as cluster:
         finish(cluster)
@@ -212,7 +243,8 @@ def test_sync_replicas_end_cleanly_on_a_gpu_plan_without_gpus(tmp_path: Path) ->
             # lock step: one update per step, every replica took part in each of them
             assert events[-1]["local_step"] == steps
             log = cluster.log(f"worker-{w}")
-            assert f"tower worker:{w} (loss) placed on /job:worker/task:{w}/device:GPU:0 (no GPU visible" in log
+            placed = f"tower worker:{w} (loss) placed on /job:worker/task:{w}/device:GPU:0 (no GPU visible"
+            assert placed in log
             assert f"tower worker:{w} landed on /job:worker/replica:0/task:{w}/device:CPU:0" in log
         assert "2 of 2 replicas' gradients per update" in cluster.log("worker-0")
         latest = tf.train.latest_checkpoint(str(cluster.run_dir / "checkpoints"))
@@ -224,7 +256,8 @@ def test_sync_replicas_end_cleanly_on_a_gpu_plan_without_gpus(tmp_path: Path) ->
 
 def test_ps_restart_mid_run_restores_the_shared_sharded_checkpoint(tmp_path: Path) -> None:
     """shared_checkpoint_dir = true: every PS writes its own shard into one (absolute, shared) directory.
-    A PS killed mid-run and started again comes back empty; the chief restores the latest checkpoint."""
+    A PS killed mid-run and started again comes back empty; the chief restores the latest checkpoint.
+    Unpaced: a paced worker would also sleep (factor - 1) x the step that waited out the PS restart."""
     steps = 400
     shared = tmp_path / "shared-ckpt"
     plan = local_plan("between-graph", ps=2, workers=2, training={
@@ -237,14 +270,16 @@ def test_ps_restart_mid_run_restores_the_shared_sharded_checkpoint(tmp_path: Pat
                  explain=cluster.logs_tail)
         cluster.kill("ps-1")
         cluster.procs["ps-1"].wait(10)
-        saved_step = int(tf.train.load_checkpoint(tf.train.latest_checkpoint(str(shared))).get_tensor("global_step"))
+        latest = tf.train.latest_checkpoint(str(shared))
+        saved_step = int(tf.train.load_checkpoint(latest).get_tensor("global_step"))
         assert saved_step < steps, "the run ended before the kill: make it longer"
         cluster.start_task(plan.task("ps", 1))
         finish(cluster)
 
         # the chief's session failed over and resumed from a checkpoint, not from scratch
-        resumed = [int(n) for n in re.findall(r"session re-created .* at global step (\d+)", cluster.log("worker-0"))]
-        assert resumed and resumed[0] >= saved_step, cluster.log("worker-0")
+        log = cluster.log("worker-0")
+        resumed = [int(n) for n in re.findall(r"session re-created .* at global step (\d+)", log)]
+        assert resumed and resumed[0] >= saved_step, log
         for w in (0, 1):
             events = check_progress(cluster, "worker", w)
             assert events[-1]["global_step"] >= steps
