@@ -69,13 +69,14 @@ class DelayPacer:
 
 
 class BaselinePacer:
-    """How long a straggler of a synchronous group (multi-worker-mirrored) sleeps after each step: (factor - 1)
-    x its own step time, measured once, before it sleeps at all: the median of `calibration_steps` unpaced
-    steps after the first (which traces the graph).
+    """How long a straggler that paces itself (between-graph, multi-worker-mirrored) sleeps after each step:
+    (factor - 1) x its own step time, measured once, before it sleeps at all: the median of
+    `calibration_steps` unpaced steps after the first (which builds or traces the graph).
 
-    Not the step's own time, step after step as between-graph does: a synchronous step waits in its
-    all-reduce for the slowest peer, so with two slowed workers each one's step would hold the other's sleep,
-    and each sleep a multiple of it: the delays grew threefold a step (4x) until the collective timed out.
+    Not each step's own time: a synchronous step waits in its all-reduce for the slowest peer, so with two
+    slowed workers each one's step held the other's sleep, and each sleep a multiple of it: the delays grew
+    threefold a step (4x) until the collective timed out; and a between-graph step holds any session
+    recovery made inside it (a PS restarted), whose multiple stalled the worker long after the outage.
     """
 
     def __init__(self, factor: float, calibration_steps: int = 5) -> None:

@@ -22,7 +22,8 @@ SyncReplicasOptimizer.
   chief's aggregation thread, still waiting for gradients that will never come, is abandoned after a short
   grace period instead of the default two minutes.
 - At the end each task signals the PS done queues (training/cluster/ps.py) and returns 0.
-- Slowdown: `slowdown = {"worker:1" = 4.0}` sleeps (N-1) x the step's own duration after each step.
+- Slowdown: `slowdown = {"worker:1" = 4.0}` sleeps (N-1) x the step's own duration after each step, that
+  duration measured once over its first unpaced steps (training/cluster/straggler.py BaselinePacer).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from ..cluster.devices import (
 )
 from ..cluster.optimizers import make_optimizer
 from ..cluster.ps import serving_targets, signal_done
-from ..cluster.straggler import slowdown_factor
+from ..cluster.straggler import BaselinePacer, slowdown_factor
 from ..models import get_model
 from ..run.context import TaskContext, TaskSetupError
 from ..telemetry.accounting import ps_bytes_per_step
@@ -171,8 +172,10 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
         summaries=TaskSummaries(ctx.summaries_dir, int(tr.get("summary_every_steps", 100))),
     )
     slowdown = slowdown_factor(tr.get("slowdown") or {}, ctx.job, ctx.index)
+    pacer = BaselinePacer(slowdown)
     if slowdown > 1.0:
-        log.info("%s: straggler: each step takes %gx its own duration", ctx.name, slowdown)
+        log.info("%s: straggler: each step takes %gx its own duration (measured over its first %d steps)",
+                 ctx.name, slowdown, pacer.calibration_steps + 1)
     local_step = examples = 0
     last_global = 0
     fetches = [step_after, loss]
@@ -206,8 +209,9 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
                     reporter.record(local_step, int(last_global), examples, float(loss_value))
                 if local_step == WARMUP_STEPS:
                     warm_at = time.perf_counter()
-                if slowdown > 1.0:
-                    time.sleep((slowdown - 1.0) * took)
+                # A step's time includes any session recovery MonitoredSession made inside it (a PS
+                # restarted): a multiple of that would stall the worker for a multiple of the outage.
+                time.sleep(pacer.delay_s(took))
                 loop_end = time.perf_counter()
                 if step_times is not None:
                     step_times.append(time.time())
