@@ -18,11 +18,18 @@ IDLE = "import time\ntime.sleep(60)\n"  # a task that uses no CPU until killed
 
 
 def start(code: str, run_dir: Path, task_id: str, wrap: bool = False) -> subprocess.Popen[bytes]:
+    """A task process, returned once it has exec'd: until then it shows this test's environment, unmarked,
+    which a meter takes for another program's for as long as the pid lives. (A supervisor's task shows the
+    supervisor's environment until then, marked with the run but with no task id: never taken so.)"""
     env = {**os.environ, "TFCLUSTER_RUN_DIR": str(run_dir), "TFCLUSTER_TASK_ID": task_id}
     argv = [sys.executable, "-c", code]
     if wrap:  # the real program is a grandchild: `sh -c "python ... ; true"` keeps sh alive
         argv = ["sh", "-c", f"{sys.executable} -c '{code}'; true"]
-    return subprocess.Popen(argv, env=env)
+    proc = subprocess.Popen(argv, env=env)
+    marker = f"TFCLUSTER_TASK_ID={task_id}".encode()
+    wait_for(lambda: marker in Path(f"/proc/{proc.pid}/environ").read_bytes().split(b"\0"), 10,
+             f"{task_id} to exec")
+    return proc
 
 
 def cpu_of(procs: list[psutil.Process]) -> float:
