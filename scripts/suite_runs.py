@@ -80,6 +80,13 @@ def top_by_cpu(profile: list[dict[str, Any]], count: int = 10) -> list[dict[str,
             for t in ranked[:count]]
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine so far (/proc/stat's first line; idle and iowait are idle)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
 def one_run(workers: int) -> dict[str, Any]:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
@@ -88,12 +95,14 @@ def one_run(workers: int) -> dict[str, Any]:
     figures.mkdir()
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
     load_before = [round(x, 2) for x in os.getloadavg()]
+    busy_before, total_before = cpu_ticks()
     started = time.monotonic()
     junit = figures / "junit.xml"
     done = subprocess.run(make_test_command(workers, junit), cwd=clone, capture_output=True, text=True,
                           check=False, env={**os.environ, PROFILE_DIR_ENV: str(figures)})
     wall = time.monotonic() - started
     load_after = [round(x, 2) for x in os.getloadavg()]
+    busy_after, total_after = cpu_ticks()
     out = done.stdout + done.stderr
     own = re.search(r"make test: (\d+) s, exit (\d+)", out)
     summary = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?) in ([\d.]+)s", out, re.M)
@@ -108,6 +117,8 @@ def one_run(workers: int) -> dict[str, Any]:
             "wall_with_setup_s": round(wall, 1), "pytest": summary[-1][0] if summary else "?",
             "pytest_s": float(summary[-1][1]) if summary else None, "failed": failed,
             "load_before": load_before, "load_after": load_after,
+            "cpu_busy_pct": round(100 * (busy_after - busy_before) / max(total_after - total_before, 1), 1),
+            "tests_cpu_s": round(sum(float(t["cpu_s"]) for t in profile), 1) if profile else None,
             "slowest": [{"s": float(s), "test": t} for s, t in slowest], "workers": workers,
             "tiers": tiers, "top_cpu": top_by_cpu(profile),
             "tf_processes": sum(int(t["tf_processes"]) for t in profile) if profile else None,
@@ -143,6 +154,9 @@ def markdown(runs: list[dict[str, Any]]) -> str:
     for i, r in enumerate(runs, 1):
         if r.get("tiers"):
             lines += ["", f"Tier times of run {i}: {tier_line(r['tiers'])}."]
+        if r.get("cpu_busy_pct") is not None:
+            lines += ["", f"Run {i}: the machine's CPUs busy {r['cpu_busy_pct']} % of the run (set-up included); "
+                      f"the tests' CPU, sampled: {_or_dash(r.get('tests_cpu_s'), ' s')}."]
         lines += ["", f"Ten slowest tests of run {i}:", ""]
         lines += [f"- {x['s']:.2f} s {x['test']}" for x in r["slowest"]]
         if r.get("top_cpu"):
