@@ -23,6 +23,7 @@ only other hosts than the stage before: a failed first stage (m2) leaves m0 and 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -58,12 +59,6 @@ def run(machines: Machines, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 def lost(run: FaultRun, task: str) -> dict[str, Any] | None:
     code, st = run.status()
     return {"code": code, "st": st} if run.task(task, st)["state"] == "lost" else None
-
-
-def command_processes(pid: int) -> list[psutil.Process]:
-    """A task's processes: its command's shell (the pid `status` shows) and everything under it."""
-    shell = psutil.Process(pid)
-    return [shell, *shell.children(recursive=True)]
 
 
 def test_second_run_on_the_same_ports_does_not_touch_the_first(run: FaultRun) -> None:
@@ -107,12 +102,11 @@ def test_worker_sigstop_is_stalled_then_resumes(run: FaultRun) -> None:
     run.wait_healthy()
     with run.measuring("SIGSTOP worker:1, then SIGCONT") as m:
         run.assert_time_left(1000)
-        pid = run.task("worker:1")["pid"]
         before = run.restarts()
-        stopped = command_processes(pid)  # the command's shell and the program under it: the task
+        stopped = run.task_pids("worker-1#")  # the command's shell and the program under it: the task
         at = time.time()
-        for p in stopped:
-            p.send_signal(signal.SIGSTOP)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
         try:
             def stalled() -> dict[str, Any] | None:
                 code, st = dash_once(run)
@@ -129,8 +123,8 @@ def test_worker_sigstop_is_stalled_then_resumes(run: FaultRun) -> None:
             last_local = max(p.local_step for p in run.points() if p.task == "worker:1" and p.t <= at)
         finally:
             resumed_at = time.time()
-            for p in stopped:
-                p.send_signal(signal.SIGCONT)
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
         # Resumed: it goes on stepping (20 steps of its own), not just finishing the step it was in.
         back = run.wait_trains("worker:1", resumed_at, above_local=last_local + 20)
         m["recover_s"] = round(back.t - resumed_at, 1)
