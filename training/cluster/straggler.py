@@ -9,8 +9,14 @@ TF runtime without burning a core). Its duration is a tensor, so the client can 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+
+def _middle(values: Iterable[float]) -> float:
+    """The median of step times (the upper middle one of an even count): robust to their heavy tail."""
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
 
 
 def slowdown_factor(slowdown: Mapping[str, Any], job: str, index: int) -> float:
@@ -51,10 +57,7 @@ class DelayPacer:
 
     @property
     def base_s(self) -> float | None:
-        if not self._recent:
-            return None
-        ordered = sorted(self._recent)
-        return ordered[len(ordered) // 2]
+        return _middle(self._recent) if self._recent else None
 
     def observe(self, wall_s: float, injected_s: float) -> None:
         self._seen += 1
@@ -95,5 +98,5 @@ class BaselinePacer:
             self._steps.append(step_s)
             if len(self._steps) < self.calibration_steps:
                 return 0.0
-            self.base_s = sorted(self._steps)[len(self._steps) // 2]
+            self.base_s = _middle(self._steps)
         return (self.factor - 1.0) * self.base_s

@@ -211,7 +211,8 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
                     warm_at = time.perf_counter()
                 # A step's time includes any session recovery MonitoredSession made inside it (a PS
                 # restarted): a multiple of that would stall the worker for a multiple of the outage.
-                time.sleep(pacer.delay_s(took))
+                if delay := pacer.delay_s(took):
+                    time.sleep(delay)
                 loop_end = time.perf_counter()
                 if step_times is not None:
                     step_times.append(time.time())

@@ -203,7 +203,8 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
             if float(due_t.numpy()) > 0 or clock.due_by_steps(global_step):
                 _save(ctx, manager, global_step, write_dir)
                 clock.saved(global_step)
-            time.sleep(pacer.delay_s(took))
+            if delay := pacer.delay_s(took):
+                time.sleep(delay)
         if clock.last_step != global_step:  # the same decision on every task: the step is the group's
             _save(ctx, manager, global_step, write_dir)
     finally:
