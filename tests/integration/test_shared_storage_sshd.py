@@ -99,7 +99,9 @@ def test_a_users_own_training_package_ships_and_imports_as_theirs(
         "import training, tfcluster_report\n"
         "print('training is', training.WHOSE, 'report from', tfcluster_report.__file__, flush=True)\n")
     hosts = machines.hosts_toml(project / "hosts.toml", roles=[["worker"]] * 2, mode="multi-worker-mirrored",
-                                training={"command": "{python} train.py", "sync": ["."]})
+                                training={"command": "{python} train.py", "sync": ["."],
+                                          # both must print: the chief's exit alone would end the run
+                                          "success": "all-workers"})
     run_id = unique_run_id("own-training")
     res = cli(state_dir, "start", str(hosts), "--run", run_id, "--wait")
     assert res.returncode == 0, res.stderr
