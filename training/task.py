@@ -47,7 +47,19 @@ def _drop_saver_retracing_warning(record: logging.LogRecord) -> bool:
     return not ("triggered tf.function retracing" in message and "MultiDeviceSaver" in message)
 
 
+def skip_eager_keras(ctx: TaskContext) -> None:
+    """`import tensorflow` loads Keras 3 eagerly (and matplotlib through it): about 1.3 s of CPU per task
+    on a 2-core machine (benchmarks/results/task_import.md), for nothing: the built-in models never touch
+    tf.keras. TF skips that load when told to use legacy Keras, and tolerates tf_keras being absent. A
+    user's model module (`pkg.module:build`) may use tf.keras: TF then imports as it always does; and the
+    user's own value of TF_USE_LEGACY_KERAS wins. Call before TensorFlow is imported."""
+    model = str((ctx.plan.get("training") or {}).get("model", "mlp"))
+    if ":" not in model:
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
 def dispatch(ctx: TaskContext) -> int:
+    skip_eager_keras(ctx)
     import tensorflow as tf
 
     if ctx.mode in (MIRRORED, PS_STRATEGY):
