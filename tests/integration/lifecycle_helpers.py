@@ -22,6 +22,7 @@ import psutil
 import pytest
 
 from tests.helpers.procs import marked
+from tests.helpers.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CLI_TIMEOUT = 120.0
@@ -136,3 +137,35 @@ def status_json(state_dir: Path, run_id: str) -> tuple[int, dict[str, Any]]:
     res = cli(state_dir, "status", run_id, "--json", timeout=60)
     assert res.stdout.strip(), res.stderr
     return res.returncode, json.loads(res.stdout)
+
+
+def dash_json(state_dir: Path, run_id: str) -> dict[str, Any]:
+    res = cli(state_dir, "dash", run_id, "--once", "--json", "--interval", "0.5", "--timeout", "20")
+    return json.loads(res.stdout)
+
+
+def until_rates(state_dir: Path, run_id: str, names: set[str], timeout: float = 150, *,
+                in_one_read: bool = False) -> dict[str, Any]:
+    """The dashboard's JSON once every named task has been seen `running` with steps/s > 0 (each while it
+    trained: a fast worker may be done before a slow one starts); returns each task as it was seen so.
+    `in_one_read`: all of them in the same read (the run certainly still trains when it returns)."""
+    shown: dict[str, Any] = {}
+    last: dict[str, Any] = {}
+
+    def seen() -> dict[str, Any] | None:
+        tasks = {t["name"]: t for t in dash_json(state_dir, run_id)["tasks"]}
+        last.update(tasks)
+        if in_one_read:
+            shown.clear()
+        for n in names:
+            if tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0:
+                shown[n] = tasks[n]
+        return {**tasks, **shown} if names <= shown.keys() else None
+
+    def explain() -> str:  # what the dashboard last said, and the run's last log lines (what its tasks did)
+        said = "; ".join(f"{n} {t['state']} steps/s {t['steps_per_s']} step {t.get('global_step')}"
+                         for n, t in sorted(last.items()))
+        logs = cli(state_dir, "logs", run_id, "-n", "15").stdout
+        return f"last seen: {said}\nlogs:\n{logs[-6000:]}"
+
+    return wait_for(seen, timeout, f"{sorted(names)} running with a step rate", interval=1.0, explain=explain)

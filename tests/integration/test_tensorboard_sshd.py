@@ -33,10 +33,11 @@ from tests.integration.lifecycle_helpers import (
     REPO,
     cli,
     cli_process,
+    dash_json,
     run_processes,
     started_run_id,
+    until_rates,
 )
-from tests.integration.test_user_programs import dash_json, until_rates
 
 pytestmark = pytest.mark.integration
 requires.tensorflow()

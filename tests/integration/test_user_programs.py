@@ -7,7 +7,6 @@ JSON, and the first run ends by itself (success policy) with no process left any
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from tests.integration.lifecycle_helpers import (
     run_processes,
     started_run_id,
     status_json,
+    until_rates,
 )
 
 pytestmark = pytest.mark.integration
@@ -82,30 +82,6 @@ model.fit(x, y, batch_size=16, epochs=20, verbose=0, callbacks=[TfclusterCallbac
 
 
 
-
-
-def dash_json(state_dir: Path, run_id: str) -> dict[str, Any]:
-    res = cli(state_dir, "dash", run_id, "--once", "--json", "--interval", "0.5", "--timeout", "20")
-    return json.loads(res.stdout)
-
-
-def until_rates(state_dir: Path, run_id: str, names: set[str], timeout: float = 150, *,
-                in_one_read: bool = False) -> dict[str, Any]:
-    """The dashboard's JSON once every named task has been seen `running` with steps/s > 0 (each while it
-    trained: a fast worker may be done before a slow one starts); returns each task as it was seen so.
-    `in_one_read`: all of them in the same read (the run certainly still trains when it returns)."""
-    shown: dict[str, Any] = {}
-
-    def seen() -> dict[str, Any] | None:
-        tasks = {t["name"]: t for t in dash_json(state_dir, run_id)["tasks"]}
-        if in_one_read:
-            shown.clear()
-        for n in names:
-            if tasks[n]["state"] == "running" and (tasks[n]["steps_per_s"] or 0) > 0:
-                shown[n] = tasks[n]
-        return {**tasks, **shown} if names <= shown.keys() else None
-
-    return wait_for(seen, timeout, f"{sorted(names)} running with a step rate", interval=1.0)
 
 
 def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
