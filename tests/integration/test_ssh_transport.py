@@ -17,8 +17,8 @@ from orchestrator.errors import HostError
 from orchestrator.transport.ssh import SSHTransport
 from testkit.sshd import Machines
 from tests.helpers.procs import read_pid, wait_gone
+from tests.helpers.quoting import ECHO_ARGV, NASTY
 from tests.helpers.waiting import wait_for
-from tests.unit.test_transport_quoting import ECHO_ARGV, NASTY
 
 pytestmark = pytest.mark.integration
 

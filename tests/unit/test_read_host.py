@@ -21,7 +21,7 @@ from orchestrator.monitor.status import fold
 from orchestrator.plan.from_file import plan_config
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
-from tests.unit.test_state import feed, hb, progress, task_state
+from tests.helpers.state_events import feed, hb, progress, task_state
 from training.run.layout import RUN_DIR_ENV, RunLayout
 from training.telemetry.state_files import SupervisorStateFile, TaskStateFile
 

@@ -7,7 +7,7 @@ import pytest
 
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.state_json import state_json
-from tests.unit.test_state import T0, feed, hb, progress
+from tests.helpers.state_events import T0, feed, hb, progress
 from training.telemetry.schema import make_event
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests import requires
-from tests.unit.test_telemetry_writer import FakeClock
+from tests.helpers.clock import FakeClock
 from training.telemetry.task_summaries import TaskSummaries
 from training.telemetry.tfevents import EventFileWriter, crc32c
 from training.telemetry.writer import ProgressReporter

@@ -7,18 +7,9 @@ import threading
 import time
 from pathlib import Path
 
+from tests.helpers.clock import FakeClock
 from training.telemetry.accounting import PlacedVariable, ps_bytes_per_step, ps_task_of
 from training.telemetry.writer import ProgressReporter
-
-
-class FakeClock:
-    """A settable clock so interval_s is exact (the thread's own pacing still uses real time)."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def read_events(path: Path) -> list[dict]:

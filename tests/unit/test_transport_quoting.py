@@ -18,26 +18,7 @@ from orchestrator.transport.base import shell_command
 from orchestrator.transport.local import LocalTransport
 from orchestrator.transport.ssh_channel import sh_wrap, split_pid_marker
 from tests.helpers.procs import read_pid, wait_gone
-
-NASTY = [
-    "plain",
-    "with space",
-    "it's",
-    'say "hi"',
-    "$HOME",
-    "`id`",
-    "$(id)",
-    "a;b",
-    "x && y || z",
-    "line1\nline2",
-    "*",
-    "tab\there",
-    "back\\slash",
-    "",
-    "-n",
-    "ünïcödé",
-]
-ECHO_ARGV = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
+from tests.helpers.quoting import ECHO_ARGV, NASTY
 
 
 def test_local_transport_passes_values_verbatim() -> None:
