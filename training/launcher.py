@@ -9,7 +9,10 @@ run is private from its first byte). Its parts:
 1. prepare: create the run dir, write `run.json`. The host keeps a content cache in `<workdir>/cache/`:
    `<sha256>` per file ever shipped, `trees/<id>/` (the user's code trees) and `packages/<id>/`
    (tfcluster's own package, byte-compiled once), all hard links into the cache. When both the head's
-   tree and package are there and intact, they are linked into `code/` and `lib/`. Otherwise the host
+   tree and package are there and intact, the package is linked into `lib/` and the tree copied into
+   `code/` (a private copy, a reflink where the filesystem can: training/run/file_clone.py), with the
+   cache's lock held shared (training/run/cache_gc.py cleans it) and the ids named in the run dir's
+   `cache-uses.json` first. Otherwise the host
    says `@send`, takes the `manifest` frame ({"tree": [[path, sha256, mode], ...], "package": [...]}),
    says `@need <hashes>` (the files it lacks), receives exactly those as `blob` frames, streamed to disk
    (bounded memory whatever their size), and builds what was missing. Then `@prepared <run dir>`.
@@ -27,11 +30,12 @@ run is private from its first byte). Its parts:
    `--hand-over`) in `lib/` (the run marker is already in this process's environment). It forks the
    supervisor and relays the task states it pushes until every task runs (training/supervisor/detach.py).
 
-Every cached file has the same fixed mtime (CACHED_MTIME): a program that rewrites one of its synced
-files in place (they are hard links into the cache) changes that mtime, so the next start finds the tree
-damaged, drops the changed cache files and receives them again: a new run always gets exactly the bytes
-the user sent. Everything written in the shared cache goes to a unique temporary name first, then is
-renamed into place: hosts sharing one workdir (NFS) never see each other's partial files.
+Every cached file has the same fixed mtime (CACHED_MTIME): a program that rewrites a file of `lib/` in
+place (hard links into the cache) changes that mtime, so the next start finds the package damaged, drops
+the changed cache files and receives them again: a new run always gets exactly the bytes the user sent.
+A host's `code/` is its own copy: what its tasks write there, no other host's tasks read. Everything
+written in the shared cache goes to a unique temporary name first (owned by a lock this process holds),
+then is renamed into place: hosts sharing one workdir (NFS) never see each other's partial files.
 
 Frames on stdin are a line `<name> <length>` then that many bytes: `head` (JSON: host, tree, package,
 supervisor, python, and optionally ports), `run`, `manifest`; a `blob` frame is `blob <sha256> <mode>
@@ -51,15 +55,19 @@ from typing import TYPE_CHECKING
 
 from .probes.port_probe import free_ports, taken_ports  # inlined when sent
 from .run.content_cache import (  # inlined when sent
+    USES_FILE,
     Aborted,
     Refused,
     Scratch,
+    cache_lock,
+    hard_link,
     link_tree,
     missing,
     place,
     receive_blob,
     write_atomic,
 )
+from .run.file_clone import clone_file  # inlined when sent
 
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
@@ -68,6 +76,7 @@ RUN_DIR_ENV = "TFCLUSTER_RUN_DIR"  # training/run/layout.py's (this file cannot 
 CACHE_DIR = "cache"
 START_LOCK = ".start-lock"  # in the host's run dir: one start command at a time (a retry waits for the first)
 LOCK_WAIT_S = 30.0
+CACHE_LOCK_WAIT_S = 600.0  # a cleaner holds the cache for seconds at most: waiting is better than failing
 ABORTED = 3
 
 
@@ -132,36 +141,46 @@ def prepare(stdin: BinaryIO, run_dir: str, scratch_for: list[Scratch]) -> dict[s
     run_json = read_frame(stdin, "run")
     lock_run_dir(run_dir)
     cache = os.path.abspath(CACHE_DIR)
-    scratch = Scratch(cache, str(head["host"]))
+    os.makedirs(cache, exist_ok=True)
+    scratch = Scratch(cache)
     scratch_for.append(scratch)  # from here on, an abort removes the run dir
     for sub in ("events", "logs", "state"):
         os.makedirs(os.path.join(run_dir, sub), exist_ok=True)
-    os.makedirs(cache, exist_ok=True)
-    Scratch.remove_stale(cache, str(head["host"]))
     write_atomic(os.path.join(run_dir, "run.json"), run_json, scratch)
-    parts = {"tree": (os.path.join(cache, "trees", head["tree"]), "code", False),
-             "package": (os.path.join(cache, "packages", head["package"]), "lib", True)}
-    linked = {kind: link_tree(final, os.path.join(run_dir, sub)) for kind, (final, sub, _c) in parts.items()}
-    if not all(linked.values()):
-        say("@send")
-        manifest = json.loads(read_frame(stdin, "manifest"))
-        files = [f for kind in parts if not linked[kind] for f in manifest[kind]]
-        need = missing(cache, files)
-        say("@need " + " ".join(need))
-        for _ in need:
-            header = stdin.readline()
-            if not header:
-                raise Aborted()
-            receive_blob(stdin, header, cache, scratch)
-        for kind, (final, sub, compile_it) in parts.items():
-            if not linked[kind]:
-                place(cache, final, os.path.join(run_dir, sub), manifest[kind], scratch, compile_it)
-        scratch.remove_all()  # the damaged trees set aside
+    with cache_lock(cache, exclusive=False, wait=CACHE_LOCK_WAIT_S):  # no cleaner meanwhile
+        Scratch.remove_stale(cache)
+        uses = {"tree": head["tree"], "package": head["package"]}  # named before the cache is read
+        write_atomic(os.path.join(run_dir, USES_FILE), json.dumps(uses).encode(), scratch)
+        fill_cache(stdin, run_dir, cache, head, scratch)
     if "ports" in head:
         report = {"taken": taken_ports(head["ports"]),
                   "free": free_ports(int(head.get("free_from", 0)), int(head.get("free_count", 0)))}
         say("@ports " + json.dumps(report, separators=(",", ":")))
     return head  # type: ignore[no-any-return]
+
+
+def fill_cache(stdin: BinaryIO, run_dir: str, cache: str, head: dict[str, Any], scratch: Scratch) -> None:
+    """`lib/` hard-linked to the cached package, `code/` a private copy of the cached tree (clone_file:
+    what a host's tasks write there is never what another host's read), after receiving what is lacking."""
+    parts = {"tree": (os.path.join(cache, "trees", head["tree"]), "code", False, clone_file),
+             "package": (os.path.join(cache, "packages", head["package"]), "lib", True, hard_link)}
+    linked = {kind: link_tree(final, os.path.join(run_dir, sub), put) for kind, (final, sub, _c, put) in parts.items()}
+    if all(linked.values()):
+        return
+    say("@send")
+    manifest = json.loads(read_frame(stdin, "manifest"))
+    files = [f for kind in parts if not linked[kind] for f in manifest[kind]]
+    need = missing(cache, files)
+    say("@need " + " ".join(need))
+    for _ in need:
+        header = stdin.readline()
+        if not header:
+            raise Aborted()
+        receive_blob(stdin, header, cache, scratch)
+    for kind, (final, sub, compile_it, put) in parts.items():
+        if not linked[kind]:
+            place(cache, final, os.path.join(run_dir, sub), manifest[kind], scratch, compile_it, put)
+    scratch.remove_all()  # the damaged trees set aside
 
 
 def barrier(stdin: BinaryIO, run_dir: str, scratch: Scratch) -> str:
@@ -229,10 +248,11 @@ def main() -> int:
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                 signal.signal(sig, signal.SIG_IGN)  # the clean-up itself is not interrupted
             for s in scratch:
-                s.remove_all()
+                s.close()
             if scratch:  # it got as far as its lock: what is there is its own
                 remove_unlaunched(run_dir)
             raise
+        scratch[0].close()  # nothing of this start is left in the cache's temporary names
         launch(head, run_dir, seconds or "20")
     except Aborted:
         return ABORTED  # another host failed, or the user pressed Ctrl-C: nothing starts here

@@ -5,7 +5,8 @@ result (ok=False, error) and the record keeps saying where the run may live, so 
 it again. The work on each host is ONE command that starts no Python there (orchestrator/run/sh_stop.py:
 the supervisor's SIGTERM, grace, then SIGKILL of every process carrying the run's marker, then a fresh
 look at the host's processes, then the run dir removed if nothing is left): the verdict comes from what
-that last look sees running, never from what was signalled.
+that last look sees running, never from what was signalled. After a purge, the content cache of each
+purged host's workdir is cleaned of what no run left there uses (orchestrator/run/cache_clean.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from orchestrator.run import records, slurm_end
+from orchestrator.run.cache_clean import CacheClean, clean_caches
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
@@ -31,6 +33,8 @@ class HostStop:
     purged: bool = False
     error: str | None = None
     reason: str | None = None  # the HostError's reason word when the host's stop failed
+    unsure: str = ""  # why `remaining` may not be all: then nobody may say "none left" (sh_stop.py)
+    cache: CacheClean | None = None  # after a purge: what cleaning the workdir's content cache freed
 
 
 def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float = 10.0, timeout: float = 30.0,
@@ -50,7 +54,7 @@ def stop_hosts(record: records.RunRecord, names: Iterable[str], *, grace: float 
             return HostStop(name, ok=True, absent=True, purged=verdict.purged)
         remaining = list(verdict.report.remaining)
         return HostStop(name, ok=not remaining, killed=list(verdict.report.killed), remaining=remaining,
-                        purged=verdict.purged)
+                        purged=verdict.purged, unsure=verdict.report.unsure)
 
     return {name: res if isinstance(res, HostStop) else HostStop(name, ok=False, error=res.one_line(), reason=res.reason)
             for name, res in fan_out(targets, one, shardable=True).items()}
@@ -73,4 +77,8 @@ def stop(record: records.RunRecord, *, grace: float = 10.0, timeout: float = 30.
     records.save(record)
     if purge and all(r.ok for r in result.values()):
         records.remove(record.run_id)
+    if purge and job is None:  # a Slurm run's nodes are not reachable once its job is cancelled
+        purged = [h for h in record.plan.hosts if h.name in result and result[h.name].ok]
+        for name, cleaned in clean_caches(purged, timeout=timeout, opener=opener).items():
+            result[name].cache = cleaned
     return result

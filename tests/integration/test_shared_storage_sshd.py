@@ -42,7 +42,8 @@ def test_a_start_interrupted_while_it_ships_exits_130_and_leaves_nothing(
     cache = Path(machines.workdir(0)) / "cache"
     run = f"interrupted-{sig.name.lower()}"
     with cli_process(state_dir, "start", str(hosts), "--run", run) as proc:
-        wait_for(lambda: cache.is_dir() and any(p.name.startswith(".tmp-") for p in cache.iterdir()), 60,
+        wait_for(lambda: cache.is_dir() and any(p.name.startswith(".tmp-") and p.suffix != ".lock"
+                                                for p in cache.iterdir()), 60,
                  "a file half shipped", interval=0.02)
         os.kill(proc.pid, sig)
         _, err = proc.communicate(timeout=30)

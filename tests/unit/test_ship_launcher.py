@@ -40,11 +40,13 @@ def test_ship_uploads_only_what_changed(tmp_path: Path) -> None:
         assert first.outcome.uploaded == 2 and first.outcome.run_dir == str(host_dir)
         assert (host_dir / "code/copy.txt").read_text() == "same\n"
         assert (host_dir / "run.json").read_text() == '{"run": 1}'
-        assert set(os.listdir(host_dir)) == {"code", "lib", "events", "logs", "state", "run.json", ".start-lock"}
+        assert set(os.listdir(host_dir)) == {"code", "lib", "events", "logs", "state", "run.json", ".start-lock",
+                                                "cache-uses.json"}
         with prepared(workdir, file_sets(src, names), "r2") as warm:
             assert warm.outcome.uploaded == 0  # warm: not even a manifest was sent
             same = workdir / "runs/r2/local/code/same.txt"
-            assert same.stat().st_ino == (host_dir / "code/same.txt").stat().st_ino  # links, not copies
+            assert same.read_text() == "same\n"
+            assert same.stat().st_ino != (host_dir / "code/same.txt").stat().st_ino  # each run's code/ is its own
         (src / "train.py").write_text("v2\n")
         with prepared(workdir, file_sets(src, names), "r3") as changed:
             assert changed.outcome.uploaded == 1
@@ -89,9 +91,9 @@ def test_a_users_own_training_package_and_report_module_ship_as_theirs(tmp_path:
         subprocess.run([sys.executable, "-c", probe], cwd=code, env={**os.environ, "PYTHONPATH": str(lib)}, check=True)
 
 
-def test_a_file_changed_in_place_by_a_run_is_shipped_again_to_the_next(tmp_path: Path) -> None:
-    """Synced files are hard links into the host's cache: a program that rewrites one in place changes the
-    cached bytes. The next start sees it (the cached file's mtime moved), drops it and gets it again."""
+def test_a_file_changed_in_place_by_a_run_changes_only_that_runs_copy(tmp_path: Path) -> None:
+    """A run's code/ is its own copy of the cached tree: a program that rewrites a synced file in place
+    changes neither the cache nor the next run, which gets the shipped bytes with nothing sent again."""
     src = _src(tmp_path, **{"config.yaml": "lr: 0.1\n", "train.py": "x\n"})
     workdir = tmp_path / "work"
     names = ["config.yaml", "train.py"]
@@ -99,7 +101,7 @@ def test_a_file_changed_in_place_by_a_run_is_shipped_again_to_the_next(tmp_path:
         with open(workdir / "runs/r1/local/code/config.yaml", "r+") as f:  # the program updates its config
             f.write("lr: 9.9\n")
         with prepared(workdir, file_sets(src, names), "r2") as second:
-            assert second.outcome.uploaded == 1
+            assert second.outcome.uploaded == 0
             assert (workdir / "runs/r2/local/code/config.yaml").read_text() == "lr: 0.1\n"
             assert (workdir / "runs/r1/local/code/config.yaml").read_text() == "lr: 9.9\n"  # its own copy
 
@@ -148,14 +150,15 @@ def test_a_start_that_ends_in_the_middle_of_a_file_leaves_nothing(tmp_path: Path
     session.close_input()  # type: ignore[attr-defined]
     assert session.read_line(30) is None  # type: ignore[attr-defined]
     assert session.exit_code == 3  # type: ignore[attr-defined]
-    assert os.listdir(workdir / "runs") == [] and os.listdir(workdir / "cache") == []
+    assert os.listdir(workdir / "runs") == [] and os.listdir(workdir / "cache") == [".lock"]  # the cache's lock
     killed, _need = _session(workdir, [sha])
     killed.send(f"blob {sha} 644 1000\n".encode() + b"x" * 400)  # type: ignore[attr-defined]
-    wait_for(lambda: any(n.startswith(".tmp-local-") for n in os.listdir(workdir / "cache")), 30, "a half-written file")
+    wait_for(lambda: any(n.startswith(".tmp-") and not n.endswith(".lock") for n in os.listdir(workdir / "cache")), 30, "a half-written file")
     killed.close()  # type: ignore[attr-defined]  # SIGKILL: no time to clean up
     src = _src(tmp_path, **{"train.py": "v1\n"})
     with prepared(workdir, file_sets(src, ["train.py"]), "r2"):
-        assert not [n for n in os.listdir(workdir / "cache") if n.startswith(".tmp-")]
+        temps = [n for n in os.listdir(workdir / "cache") if n.startswith(".tmp-")]
+        assert len(temps) == 1 and temps[0].endswith(".lock")  # only r2's own, held until it launches
 
 
 def test_a_file_that_changed_while_it_was_sent_is_not_kept(tmp_path: Path) -> None:
@@ -165,7 +168,7 @@ def test_a_file_that_changed_while_it_was_sent_is_not_kept(tmp_path: Path) -> No
     session.send(f"blob {sha} 644 10\n".encode() + b"z" * 10 + b"changed\n")  # type: ignore[attr-defined]
     assert "changed while it was shipped" in (session.read_line(30) or "")  # type: ignore[attr-defined]
     assert session.read_line(30) is None  # type: ignore[attr-defined]
-    assert os.listdir(workdir / "runs") == [] and os.listdir(workdir / "cache") == []
+    assert os.listdir(workdir / "runs") == [] and os.listdir(workdir / "cache") == [".lock"]  # the cache's lock
 
 
 def test_prepare_again_into_the_same_run_dir_is_harmless(tmp_path: Path) -> None:

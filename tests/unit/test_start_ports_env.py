@@ -150,7 +150,7 @@ def test_the_launcher_barrier_takes_a_new_run_file_and_forwarded_variables(
     monkeypatch.setattr(os, "environ", dict(os.environ))  # the barrier writes into the environment
     env = json.dumps({"UNIT_FORWARDED_SECRET": "s3cret"}).encode()
     stdin = io.BytesIO(b'run 8\n{"a": 1}' + f"env {len(env)}\n".encode() + env + b"go 12.5\n")
-    scratch = launcher.Scratch(str(tmp_path), "h")
+    scratch = launcher.Scratch(str(tmp_path))
     assert launcher.barrier(stdin, str(tmp_path), scratch) == "go 12.5"
     assert (tmp_path / "run.json").read_text() == '{"a": 1}'
     assert os.environ["UNIT_FORWARDED_SECRET"] == "s3cret"
