@@ -135,6 +135,9 @@ class TrainingSection(Strict):
     max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
     # A task that ran healthily this long gets its restart budget back (Kubernetes' back-off reset).
     restart_window: Annotated[float, Field(gt=0, le=7 * 86400)] = 600.0
+    # Each task's log is rotated past this size (one older part kept, `<job>-<task>.log.1`): a task printing
+    # 20 MB/s once filled a disk. Generous (fractions allowed): a log is where a failure is explained.
+    max_log_mb: Annotated[float, Field(ge=0.01, le=1024 * 1024)] = 1024.0  # 10 KB at least: a note fits
     # When the run has succeeded (Kubeflow TFJob's success policy): "chief" = the chief (worker 0 without
     # a chief) exited 0; "all-workers" = every worker (and the chief) exited 0.
     success: Literal["chief", "all-workers"] = "chief"

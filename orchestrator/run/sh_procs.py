@@ -6,6 +6,8 @@ belongs to the run when its environment holds the line `TFCLUSTER_RUN_DIR=<run d
 - `has_mark PID`: whether the process is one of the run's (one `grep -z`; `tr | grep` where grep has no -z);
 - `run_pids`: every pid of the run but the script's own, one a line (one `grep` over every process's
   environment: the one-process-a-time loop only where grep has no -z);
+- `tree PID...`: every live descendant of those processes, at any depth, one a line (from the ppids in
+  /proc/<pid>/stat: what a subreaper supervisor owns, markers or not);
 - `describe PID`: `<pid> <pgid> <TFCLUSTER_TASK_ID or -> <command line>`, decoded by `parse_process`.
 
 `signal_script` signals one pid the way the dashboard's restart and kill keys do, only while it is still a
@@ -36,6 +38,23 @@ run_pids() {
       tr '\000' '\n' 2>/dev/null < "$e" | grep -qxF -- "$mark" && echo "$p"
     done
   fi
+}
+tree() {
+  set -- " $* " ""; all=
+  for st in /proc/[0-9]*/stat; do
+    IFS= read -r l 2>/dev/null < "$st" || continue
+    l=${l##*) }; s=${l%% *}; l=${l#* }; pp=${l%% *}; p=${st#/proc/}
+    [ "$s" = Z ] || all="$all ${p%/stat}:$pp"
+  done
+  while :; do
+    more=
+    for e in $all; do
+      case $1 in *" ${e#*:} "*) case $1 in *" ${e%:*} "*) ;; *) more="$more ${e%:*}" ;; esac ;; esac
+    done
+    [ -z "$more" ] && break
+    set -- "$1$more " "$2$more"
+  done
+  for p in $2; do echo "$p"; done
 }
 describe() {
   IFS= read -r s 2>/dev/null < "/proc/$1/stat" || return 0

@@ -9,8 +9,13 @@ dir>`, sh_procs.py), and the same grace. Then SIGKILL, to each process and its p
 none is left (a few rounds: a fork may race with the scan); a fresh scan is the verdict, and with
 `purge` the host's run dir is removed only when that scan found nothing (and the run's directory
 above it once it is empty: hosts sharing a workdir each remove only their own part).
-Output, one item a line: `TERMINATED <pid>`, `KILLED <pid>`, `LEFT <describe>`, `PURGED`, `ABSENT` (no
-run dir and no process).
+A task's daemon may leave the run's session and clear its environment (`env -i setsid ...`): no marker
+finds it, but the supervisor, a child subreaper (training/supervisor/subreaper.py), owns it and ends it
+with its tasks. A supervisor that outlives the grace gets its tree (`tree`: ppids in /proc) SIGKILLed
+before itself, while it still holds every orphan. Only then is "nothing left" known: when a supervisor
+was not a subreaper, or died before the stop without ending its processes, the stop says so (`UNSURE`).
+Output, one item a line: `TERMINATED <pid>`, `KILLED <pid>`, `LEFT <describe>`, `UNSURE <why>`, `PURGED`,
+`ABSENT` (no run dir and no process).
 """
 
 from __future__ import annotations
@@ -45,6 +50,15 @@ if [ -n "$sup" ]; then
     up=; for p in $sup; do has_mark "$p" && up=1; done
     [ -z "$up" ] && break; nap; i=$((i + 1))
   done
+  # A supervisor that outlived its grace: its tree first, while it still holds every orphan (a subreaper)
+  r=0
+  while [ "$r" -lt @ROUNDS@ ]; do
+    up=; for p in $sup; do has_mark "$p" && up="$up $p"; done
+    t=; [ -n "$up" ] && t=$(tree $up)
+    [ -z "$t" ] && break
+    for p in $t; do kill -s KILL "$p" 2>/dev/null; echo "KILLED $p"; done
+    nap; r=$((r + 1))
+  done
 else
   pids=$(run_pids)
   if [ -n "$pids" ]; then
@@ -65,6 +79,18 @@ while [ "$r" -lt @ROUNDS@ ]; do
 done
 left=$(run_pids)
 for p in $left; do echo "LEFT $(describe "$p")"; done
+# What no marker finds (a process that left the run's session and environment) is found only in a
+# supervisor's tree: only a subreaper supervisor alive at the stop, or one that ended by itself, vouches.
+for f in "$rd"/state/supervisor-*.json; do
+  [ -f "$f" ] || continue
+  IFS= read -r s < "$f"; p=${s#*\"pid\":}; p=${p# }; p=${p%%[!0-9]*}
+  case $s in
+    *'"subreaper":true'*) ;;
+    *) echo "UNSURE its supervisor could not own every process its tasks started (no child subreaper)"; continue ;;
+  esac
+  case " $sup " in *" $p "*) continue ;; esac
+  case $s in *'"ended_at":null'*) echo "UNSURE its supervisor died before it ended its processes" ;; esac
+done
 if [ "$purge" = 1 ] && [ -z "$left" ]; then
   rm -rf -- "$rd" && [ ! -e "$rd" ] && echo PURGED
   rmdir -- "${rd%/*}" 2>/dev/null  # the run's directory, once no other host has a part in it
@@ -91,4 +117,6 @@ def parse_sh_stop(host: str, result: CommandResult) -> tuple[StopReport, bool]:
         return tuple(sorted({int(line.split()[1]) for line in lines if line.startswith(word + " ")}))
 
     left = tuple(p for line in lines if line.startswith("LEFT ") and (p := parse_process(line[5:])) is not None)
-    return StopReport(terminated=pids("TERMINATED"), killed=pids("KILLED"), remaining=left), "PURGED" in lines
+    unsure = next((line[len("UNSURE "):] for line in lines if line.startswith("UNSURE ")), "")
+    return (StopReport(terminated=pids("TERMINATED"), killed=pids("KILLED"), remaining=left, unsure=unsure),
+            "PURGED" in lines)

@@ -175,7 +175,7 @@ def test_a_builtin_worker_stopped_for_good_lets_between_graph_training_finish(
     w1 = _task(st, "worker:1")
     assert w1["held"] and not w1["failed"] and w1["restarts"] == 0, st
     assert _task(st, "worker:0")["exit_code"] == 0 and _task(st, "ps:0")["exit_code"] == 0, logs
-    assert "worker-1 was stopped for good by the user" in cli(state_dir, "logs", run_id, "worker:1").stdout
+    assert "worker:1 was stopped for good by the user" in cli(state_dir, "logs", run_id, "worker:1").stdout
     wait_for(lambda: not run_processes(run_id), 30, "every process of the run to exit")
 
 

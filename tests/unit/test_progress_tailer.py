@@ -149,7 +149,7 @@ def test_tailer_resets_on_a_new_attempt_and_drops_the_old_pending_sample(tmp_pat
     log, ev = tmp_path / "worker-1.log", tmp_path / "worker-1.jsonl"
     clock = Clock()
     tailer = LogProgressTailer(str(log), str(ev), host="h", job="worker", task=1, clock=clock)
-    append(log, b"--- tfcluster: starting worker-1 (attempt 1) at now\nINFO:tensorflow:loss = 2.0, step = 0\n")
+    append(log, b"--- tfcluster: starting worker:1 (attempt 1) at now\nINFO:tensorflow:loss = 2.0, step = 0\n")
     tailer.poll()
     append(log, b"INFO:tensorflow:loss = 1.0, step = 50\n")
     clock.now += 1.0
@@ -178,7 +178,7 @@ def test_tailer_stands_down_for_a_task_that_reports_itself(tmp_path: Path) -> No
     tailers = log_progress_tailers(layout, "h", plan, clock=clock)
     assert [t.name for t in tailers] == ["worker-0"]
     log, ev = Path(layout.log_file("worker", 0)), Path(layout.events_file("worker", 0))
-    append(log, b"--- tfcluster: starting worker-0 (attempt 3) at now\nINFO:tensorflow:global_step/sec: 10\n"
+    append(log, b"--- tfcluster: starting worker:0 (attempt 3) at now\nINFO:tensorflow:global_step/sec: 10\n"
                 b"INFO:tensorflow:loss = 1.0, step = 10\n")
     poll_tailers(tailers)
     Path(layout.self_progress_file("worker", 0)).write_text("worker-0#1\n")  # an older attempt's marker

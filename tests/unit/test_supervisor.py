@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,93 +19,47 @@ import pytest
 
 from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
-from tests.helpers.procs import marked, stop_run_dir, wait_gone
+from tests.helpers.procs import stop_run_dir, wait_gone
+from tests.helpers.supervisor_runs import (
+    REPO,
+    UNTIL_STOPPED,
+    make_run,
+    read_task_state,
+    run_pids,
+    start_supervisor,
+    supervisor_events,
+    task_spec,
+)
 from tests.helpers.waiting import wait_for
 from training.run.layout import RUN_DIR_ENV, RunLayout
 from training.supervisor.core import DEFAULTS
 
-REPO = Path(__file__).resolve().parents[2]
-# The tasks are tiny Python programs; a `time.sleep(60)` in one is a task that runs until the test stops it.
-UNTIL_STOPPED = "import time; time.sleep(60)"
-
-
-def _task(job: str, index: int, code: str, host: str = "h1") -> dict[str, Any]:
-    return {"job": job, "index": index, "host": host, "command": [sys.executable, "-c", code],
-            "env": {"TFCLUSTER_JOB": job, "TFCLUSTER_TASK": str(index)}}
-
-
-def _make_run(tmp_path: Path, tasks: list[dict[str, Any]], restart: str = "on-failure",
-              max_restarts: int = 3, backoff: float = 0.2, grace: float = 2.0) -> RunLayout:
-    layout = RunLayout(str(tmp_path / "runs" / "r1"))
-    for d in layout.dirs():
-        os.makedirs(d, exist_ok=True)
-    run = {"run_id": "r1", "created": time.time(),
-           "plan": {"tasks": tasks, "training": {"restart": restart, "max_restarts": max_restarts}},
-           "supervisor": {"backoff_initial": backoff, "backoff_max": 5.0, "grace": grace, "poll": 0.02}}
-    Path(layout.run_file).write_text(json.dumps(run))
-    return layout
-
-
-def _start(layout: RunLayout, host: str = "h1") -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "training.supervisor", "--run-dir", layout.root,
-                             "--host", host], env=env, start_new_session=True)
-
-
-def _state(layout: RunLayout, job: str, index: int) -> dict[str, Any]:
-    try:
-        return json.loads(Path(layout.task_state_file(job, index)).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def _events(layout: RunLayout, host: str = "h1") -> list[dict[str, Any]]:
-    path = Path(layout.supervisor_events_file(host))
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
-def _marked(run_dir: str) -> list[int]:
-    return [p.pid for p in marked(lambda marker: marker == run_dir)]
-
-
-@pytest.fixture
-def cleanup() -> Any:
-    procs: list[subprocess.Popen[bytes]] = []
-    dirs: list[str] = []
-    yield procs, dirs
-    for d in dirs:
-        stop_run_dir(d)
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
-
 
 def test_tasks_that_exit_zero_finish_the_supervisor(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("ps", 0, "print('ps ok')"), _task("worker", 0, "print('w ok')"),
-                                  _task("worker", 1, "print('other host')", host="h2")])
-    sup = _start(layout)
+    layout = make_run(tmp_path, [task_spec("ps", 0, "print('ps ok')"), task_spec("worker", 0, "print('w ok')"),
+                                  task_spec("worker", 1, "print('other host')", host="h2")])
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
     assert sup.wait(timeout=20) == 0
     for job in ("ps", "worker"):
-        st = _state(layout, job, 0)
+        st = read_task_state(layout, job, 0)
         assert st["state"] == "exited" and st["exit_code"] == 0 and st["restarts"] == 0 and st["final"]
     assert not Path(layout.task_state_file("worker", 1)).exists()  # h2's task is not ours
     assert "ps ok" in Path(layout.log_file("ps", 0)).read_text()
     sup_state = json.loads(Path(layout.supervisor_state_file("h1")).read_text())
     assert sup_state["state"] == "finished" and sup_state["pgid"] == sup_state["pid"] == sup.pid
-    states = [(e["job"], e["state"]) for e in _events(layout) if e["kind"] == "task_state"]
+    states = [(e["job"], e["state"]) for e in supervisor_events(layout) if e["kind"] == "task_state"]
     assert ("ps", "running") in states and ("ps", "exited") in states
 
 
 def test_failing_task_restarts_with_backoff_until_max_restarts(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(3)")], max_restarts=3, backoff=0.2)
-    sup = _start(layout)
+    layout = make_run(tmp_path, [task_spec("worker", 0, "import sys; sys.exit(3)")], max_restarts=3, backoff=0.2)
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
     assert sup.wait(timeout=20) == 1
-    st = _state(layout, "worker", 0)
+    st = read_task_state(layout, "worker", 0)
     assert st["state"] == "exited" and st["exit_code"] == 3 and st["restarts"] == 3 and st["final"]
-    starts = [e["t"] for e in _events(layout) if e["state"] == "running"]
+    starts = [e["t"] for e in supervisor_events(layout) if e["state"] == "running"]
     assert len(starts) == 4
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     # Backoff doubles: 0.2, 0.4, 0.8 s (lower bounds only; a busy machine may be slower).
@@ -115,11 +68,11 @@ def test_failing_task_restarts_with_backoff_until_max_restarts(tmp_path: Path, c
 
 
 def test_restart_never_policy(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(5)")], restart="never")
-    sup = _start(layout)
+    layout = make_run(tmp_path, [task_spec("worker", 0, "import sys; sys.exit(5)")], restart="never")
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
     assert sup.wait(timeout=20) == 1
-    st = _state(layout, "worker", 0)
+    st = read_task_state(layout, "worker", 0)
     assert st["restarts"] == 0 and st["exit_code"] == 5
 
 
@@ -127,13 +80,13 @@ def test_killed_task_is_restarted_then_finishes(tmp_path: Path, cleanup: Any) ->
     # First attempt sleeps (to be killed), the restarted one exits 0.
     code = ("import os, sys, time\n"
             "if os.environ['TFCLUSTER_TASK_ID'].endswith('#0'): time.sleep(60)\n")
-    layout = _make_run(tmp_path, [_task("worker", 0, code)])
-    sup = _start(layout)
+    layout = make_run(tmp_path, [task_spec("worker", 0, code)])
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
-    wait_for(lambda: _state(layout, "worker", 0).get("state") == "running", 10, "worker-0 running")
-    os.kill(_state(layout, "worker", 0)["pid"], signal.SIGKILL)
+    wait_for(lambda: read_task_state(layout, "worker", 0).get("state") == "running", 10, "worker-0 running")
+    os.kill(read_task_state(layout, "worker", 0)["pid"], signal.SIGKILL)
     assert sup.wait(timeout=20) == 0
-    st = _state(layout, "worker", 0)
+    st = read_task_state(layout, "worker", 0)
     assert st["restarts"] == 1 and st["exit_code"] == 0
     assert st["history"][0]["signal"] == signal.SIGKILL
 
@@ -143,17 +96,17 @@ def test_sigterm_stops_children_including_sh_grandchildren(tmp_path: Path, clean
                     "time.sleep(60)")
     sh_task = {"job": "worker", "index": 1, "host": "h1", "env": {},
                "command": ["/bin/sh", "-c", f"{sys.executable} -c 'import time; time.sleep(60)'; echo after"]}
-    layout = _make_run(tmp_path, [_task("ps", 0, ignores_term), sh_task], grace=0.5)
+    layout = make_run(tmp_path, [task_spec("ps", 0, ignores_term), sh_task], grace=0.5)
     cleanup[1].append(layout.root)
-    sup = _start(layout)
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
-    wait_for(lambda: len(_marked(layout.root)) >= 4, 10, "the supervisor, ps-0, sh and its python")
+    wait_for(lambda: len(run_pids(layout.root)) >= 4, 10, "the supervisor, ps-0, sh and its python")
     wait_for(lambda: "ready" in Path(layout.log_file("ps", 0)).read_text(), 10, "ps-0 to say ready")
     os.kill(sup.pid, signal.SIGTERM)
     assert sup.wait(timeout=10) == 0
-    wait_for(lambda: not _marked(layout.root), 3, "every process of the run gone")
+    wait_for(lambda: not run_pids(layout.root), 3, "every process of the run gone")
     assert json.loads(Path(layout.supervisor_state_file("h1")).read_text())["state"] == "stopped"
-    assert _state(layout, "ps", 0)["signal"] == signal.SIGKILL  # it ignored TERM, so the grace ran out
+    assert read_task_state(layout, "ps", 0)["signal"] == signal.SIGKILL  # it ignored TERM, so the grace ran out
 
 
 def _read(layout: RunLayout) -> HostReading:
@@ -164,20 +117,20 @@ def _read(layout: RunLayout) -> HostReading:
 
 
 def test_stop_kills_everything_even_after_supervisor_was_killed(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("worker", 0, UNTIL_STOPPED),
-                                  _task("worker", 1, UNTIL_STOPPED)])
-    sup = _start(layout)
+    layout = make_run(tmp_path, [task_spec("worker", 0, UNTIL_STOPPED),
+                                  task_spec("worker", 1, UNTIL_STOPPED)])
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
-    wait_for(lambda: len(_marked(layout.root)) >= 3, 10, "the supervisor and both tasks")
+    wait_for(lambda: len(run_pids(layout.root)) >= 3, 10, "the supervisor and both tasks")
     os.kill(sup.pid, signal.SIGKILL)  # its tasks are orphaned but still marked
     sup.wait()
-    assert len(_marked(layout.root)) == 2
+    assert len(run_pids(layout.root)) == 2
     seen = _read(layout)
     assert seen.supervisor_alive is False and seen.processes is not None and len(seen.processes) == 2
     assert {p.task.split("#")[0] for p in seen.processes} == {"worker-0", "worker-1"}
     result = stop_run_dir(layout.root)
     assert result.remaining == () and len(result.terminated) == 2 and result.killed == ()  # SIGTERM was enough
-    assert _marked(layout.root) == []
+    assert run_pids(layout.root) == []
     assert stop_run_dir(layout.root).remaining == ()  # idempotent
 
 
@@ -203,8 +156,8 @@ def _report(out: str) -> tuple[int, dict[str, dict[str, Any]], bool]:
 
 
 def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("ps", 0, UNTIL_STOPPED),
-                                  _task("worker", 0, UNTIL_STOPPED)])
+    layout = make_run(tmp_path, [task_spec("ps", 0, UNTIL_STOPPED),
+                                  task_spec("worker", 0, UNTIL_STOPPED)])
     cleanup[1].append(layout.root)
     result = _detach(layout)
     assert result.returncode == 0, result.stderr
@@ -223,12 +176,12 @@ def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, 
 
 def test_detach_twice_reports_the_running_supervisor_instead_of_a_second(tmp_path: Path, cleanup: Any) -> None:
     """A launch retried after a lost connection must not start a second supervisor (the lock)."""
-    layout = _make_run(tmp_path, [_task("worker", 0, UNTIL_STOPPED)])
+    layout = make_run(tmp_path, [task_spec("worker", 0, UNTIL_STOPPED)])
     cleanup[1].append(layout.root)
     first = _report(_detach(layout).stdout)
     second = _report(_detach(layout).stdout)
     assert first[0] == second[0] and second[2]
-    supervisors = [p for p in _marked(layout.root) if "training.supervisor" in " ".join(psutil.Process(p).cmdline())]
+    supervisors = [p for p in run_pids(layout.root) if "training.supervisor" in " ".join(psutil.Process(p).cmdline())]
     assert supervisors == [first[0]]
     assert stop_run_dir(layout.root).remaining == ()
     # The lock died with the supervisor: a new launch starts a new one.
@@ -237,24 +190,24 @@ def test_detach_twice_reports_the_running_supervisor_instead_of_a_second(tmp_pat
 
 
 def test_detach_when_the_supervisor_fails_at_once(tmp_path: Path, cleanup: Any) -> None:
-    layout = _make_run(tmp_path, [_task("worker", 0, "import sys; sys.exit(4)")], restart="never")
+    layout = make_run(tmp_path, [task_spec("worker", 0, "import sys; sys.exit(4)")], restart="never")
     cleanup[1].append(layout.root)
     result = _detach(layout)
     pid, _states, _ = _report(result.stdout)
-    wait_for(lambda: _state(layout, "worker", 0).get("final") is True, 10, "worker-0 final")
-    assert _state(layout, "worker", 0)["exit_code"] == 4
+    wait_for(lambda: read_task_state(layout, "worker", 0).get("final") is True, 10, "worker-0 final")
+    assert read_task_state(layout, "worker", 0)["exit_code"] == 4
     wait_gone(pid)
 
 
 def test_missing_program_is_exit_127_with_the_reason_in_its_log(tmp_path: Path, cleanup: Any) -> None:
     task = {"job": "worker", "index": 0, "host": "h1", "env": {}, "command": ["/nonexistent/program", "--x"]}
-    layout = _make_run(tmp_path, [task], restart="never")
-    sup = _start(layout)
+    layout = make_run(tmp_path, [task], restart="never")
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
     assert sup.wait(timeout=20) == 1
-    st = _state(layout, "worker", 0)
+    st = read_task_state(layout, "worker", 0)
     assert st["exit_code"] == 127 and st["final"]
-    assert "cannot start worker-0" in Path(layout.log_file("worker", 0)).read_text()
+    assert "cannot start worker:0" in Path(layout.log_file("worker", 0)).read_text()
 
 
 def test_tasks_get_default_signal_dispositions_and_the_home_python(tmp_path: Path, cleanup: Any,
@@ -268,9 +221,9 @@ def test_tasks_get_default_signal_dispositions_and_the_home_python(tmp_path: Pat
     grep = {"job": "worker", "index": 0, "host": "h1", "env": {}, "command": ["grep", "SigIgn", "/proc/self/status"]}
     home_py = {"job": "worker", "index": 1, "host": "h1", "env": {},
                "command": ["~/bin/py", "-S", "-c", "print('home python ran')"]}
-    layout = _make_run(tmp_path, [grep, home_py])
+    layout = make_run(tmp_path, [grep, home_py])
     monkeypatch.setenv("HOME", str(home))
-    sup = _start(layout)
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
     assert sup.wait(timeout=20) == 0
     ignored = int(Path(layout.log_file("worker", 0)).read_text().split("SigIgn:")[1].split()[0], 16)
@@ -287,14 +240,14 @@ def test_tasks_run_niced_and_their_threads_and_children_too(tmp_path: Path, clea
             "t = threading.Thread(target=time.sleep, args=(60,), daemon=True); t.start()\n"
             "print('ready', child.pid, threading.get_native_id(), t.native_id, flush=True)\n"
             "time.sleep(60)\n")
-    layout = _make_run(tmp_path, [_task("worker", 0, code)])
+    layout = make_run(tmp_path, [task_spec("worker", 0, code)])
     cleanup[1].append(layout.root)
-    sup = _start(layout)
+    sup = start_supervisor(layout)
     cleanup[0].append(sup)
     log = Path(layout.log_file("worker", 0))
     wait_for(lambda: log.exists() and "ready" in log.read_text(), 10, "the task to say ready")
     child, _, thread = (int(x) for x in log.read_text().split("ready", 1)[1].split()[:3])
-    task = _state(layout, "worker", 0)["pid"]
+    task = read_task_state(layout, "worker", 0)["pid"]
     mine = os.getpriority(os.PRIO_PROCESS, sup.pid)
     assert mine == os.getpriority(os.PRIO_PROCESS, 0)  # the supervisor keeps ours
     for pid in (task, child, thread):  # (a thread's niceness is its own: setpriority takes its id)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from orchestrator.run.local_ports import free_port_block
+from tests.helpers.supervisor_runs import until_released
 from tests.helpers.waiting import wait_for
 from training.run.layout import RunLayout
 from training.supervisor.peers import PeerChannel, encode
@@ -29,15 +30,10 @@ REPO = Path(__file__).resolve().parents[2]
 FOREVER = "import time\nwhile True: time.sleep(0.2)"  # a task that runs until the run ends it
 
 
-def _task(job: str, index: int, host: str, code: str, *, chief: bool = False, port: int | None = None) -> dict[str, Any]:
+def task_spec(job: str, index: int, host: str, code: str, *, chief: bool = False, port: int | None = None) -> dict[str, Any]:
     return {"job": job, "index": index, "host": host, "command": [sys.executable, "-c", code], "is_chief": chief,
             "port": port, "in_cluster": port is not None,
             "env": {"TFCLUSTER_JOB": job, "TFCLUSTER_TASK": str(index)}}
-
-
-def until_released(release: Path) -> str:
-    """A task that runs until the file `release` exists (it polls for it), then exits 0."""
-    return f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.02)\n"
 
 
 class Run:
@@ -112,8 +108,8 @@ def runs(tmp_path: Path) -> Any:
 
 def test_the_chief_finishing_ends_the_run_on_every_host(runs: Any, tmp_path: Path) -> None:
     release = tmp_path / "release"  # the chief finishes once every task runs (on both hosts)
-    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", until_released(release), chief=True),
-                _task("worker", 1, "h1", FOREVER)])
+    run = runs([task_spec("ps", 0, "h0", FOREVER), task_spec("worker", 0, "h1", until_released(release), chief=True),
+                task_spec("worker", 1, "h1", FOREVER)])
     run.start()
     tasks = (("ps", 0), ("worker", 0), ("worker", 1))
     wait_for(lambda: all(run.state(j, i).get("state") == "running" for j, i in tasks), 15, "every task running")
@@ -130,8 +126,8 @@ def test_all_workers_waits_for_every_worker(runs: Any, tmp_path: Path) -> None:
     """The chief finishing first ends nothing: worker 1 (running until released, after the chief ended)
     exits 0 by itself, and the ps is ended by the run only after it."""
     release = tmp_path / "release"
-    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", "pass", chief=True),
-                _task("worker", 1, "h1", until_released(release))], success="all-workers")
+    run = runs([task_spec("ps", 0, "h0", FOREVER), task_spec("worker", 0, "h1", "pass", chief=True),
+                task_spec("worker", 1, "h1", until_released(release))], success="all-workers")
     run.start()
     wait_for(lambda: run.state("worker", 0).get("final"), 15, "worker 0 done")
     assert not run.state("ps", 0).get("final")  # still serving: worker 1 has not finished
@@ -143,8 +139,8 @@ def test_all_workers_waits_for_every_worker(runs: Any, tmp_path: Path) -> None:
 
 
 def test_a_task_failing_for_good_fails_the_run_everywhere(runs: Any) -> None:
-    run = runs([_task("ps", 0, "h0", FOREVER), _task("worker", 0, "h1", FOREVER, chief=True),
-                _task("worker", 1, "h1", "raise SystemExit(3)")], restart="never")
+    run = runs([task_spec("ps", 0, "h0", FOREVER), task_spec("worker", 0, "h1", FOREVER, chief=True),
+                task_spec("worker", 1, "h1", "raise SystemExit(3)")], restart="never")
     run.start()
     assert run.wait_exit() == {"h0": 1, "h1": 1}
     assert run.state("worker", 1)["exit_code"] == 3 and run.state("worker", 1)["stopped_by"] is None
@@ -153,7 +149,7 @@ def test_a_task_failing_for_good_fails_the_run_everywhere(runs: Any) -> None:
 
 
 def test_multi_worker_mirrored_restarts_the_whole_group(runs: Any) -> None:
-    run = runs([_task("worker", 0, "h0", FOREVER, chief=True), _task("worker", 1, "h1", FOREVER)],
+    run = runs([task_spec("worker", 0, "h0", FOREVER, chief=True), task_spec("worker", 1, "h1", FOREVER)],
                mode="multi-worker-mirrored")
     run.start()
     wait_for(lambda: run.state("worker", 0).get("state") == "running" and run.state("worker", 1).get("state") == "running",
@@ -173,11 +169,11 @@ def test_multi_worker_mirrored_restarts_the_whole_group(runs: Any) -> None:
 def test_a_healthy_stretch_gives_the_restart_budget_back(runs: Any) -> None:
     # Time is what is under test: each attempt runs 0.7 s, longer than the 0.5 s window that gives the budget back.
     crash_late = "import time; time.sleep(0.7); raise SystemExit(1)"
-    run = runs([_task("worker", 0, "h0", crash_late, chief=True)], max_restarts=1, restart_window=0.5)
+    run = runs([task_spec("worker", 0, "h0", crash_late, chief=True)], max_restarts=1, restart_window=0.5)
     run.start("h0")
     wait_for(lambda: run.state("worker", 0).get("restarts", 0) >= 3, 20, "three restarts")
     assert not run.state("worker", 0)["final"]  # 3 restarts with max_restarts = 1: each ran 0.7 s > window
-    quick = runs([_task("worker", 0, "h0", "raise SystemExit(1)", chief=True)], max_restarts=1, restart_window=60)
+    quick = runs([task_spec("worker", 0, "h0", "raise SystemExit(1)", chief=True)], max_restarts=1, restart_window=60)
     quick.start("h0")
     assert quick.wait_exit()["h0"] == 1
     assert quick.state("worker", 0)["restarts"] == 1 and quick.state("worker", 0)["final"]
@@ -188,7 +184,7 @@ def test_a_taken_port_fails_the_task_clearly(runs: Any) -> None:
         squatter.bind(("0.0.0.0", 0))
         squatter.listen(1)
         port = squatter.getsockname()[1]
-        run = runs([_task("worker", 0, "h0", FOREVER, chief=True, port=port)])
+        run = runs([task_spec("worker", 0, "h0", FOREVER, chief=True, port=port)])
         run.start("h0")
         assert run.wait_exit(timeout=30)["h0"] == 1
     st = run.state("worker", 0)
@@ -230,7 +226,7 @@ def test_a_replayed_message_does_nothing_to_a_restarted_supervisor(runs: Any) ->
     """Issue 21 point 8: h1's signed group restart, captured and sent again to h0's supervisor once it
     has been started again for the run, must not restart h0's group a second time; h1's next message
     (a higher number) still does."""
-    run = runs([_task("worker", 0, "h0", FOREVER, chief=True), _task("worker", 1, "h1", FOREVER)],
+    run = runs([task_spec("worker", 0, "h0", FOREVER, chief=True), task_spec("worker", 1, "h1", FOREVER)],
                mode="multi-worker-mirrored")
     data = json.loads(Path(run.layouts["h0"].run_file).read_text())
     key, port = bytes.fromhex(data["channel_key"]), data["plan"]["hosts"][0]["control_port"]
@@ -284,7 +280,7 @@ def test_a_restarted_sender_goes_on_numbering_so_its_news_is_not_dropped(tmp_pat
 
 def test_a_run_file_without_a_key_opens_no_channel_and_says_so(runs: Any) -> None:
     """No fallback to an empty key: the host's tasks fail at once, with the reason, and nothing listens."""
-    run = runs([_task("worker", 0, "h0", FOREVER, chief=True)])
+    run = runs([task_spec("worker", 0, "h0", FOREVER, chief=True)])
     path = Path(run.layouts["h0"].run_file)
     data = json.loads(path.read_text())
     del data["channel_key"]

@@ -100,7 +100,8 @@ class LogProgressTailer:
 
     def _note(self, segment: str) -> None:
         m = ATTEMPT_NOTE.match(segment)
-        if m is None or m.group("name") != self.name:
+        # `worker:1` (the supervisor's notes name tasks as users do); `worker-1` in logs of older runs
+        if m is None or m.group("name") not in (self.name, f"{self.job}:{self.task}"):
             return
         self.attempt_id = f"{self.name}#{int(m.group('attempt')) - 1}"  # the supervisor's TFCLUSTER_TASK_ID
         self.standing_down = False

@@ -124,7 +124,13 @@ class Task:
 
     @property
     def name(self) -> str:
+        """`job-index`: file names, state keys, the task marker and the peers' messages."""
         return f"{self.job}-{self.index}"
+
+    @property
+    def label(self) -> str:
+        """`job:index`, as users read it (notes in its log); `name` is the storage form."""
+        return f"{self.job}:{self.index}"
 
     @property
     def pid(self) -> int | None:

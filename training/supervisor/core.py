@@ -23,14 +23,18 @@ from typing import TYPE_CHECKING
 from ..run.layout import RUN_DIR_ENV, RunLayout
 from ..telemetry.host_facts import FactsWriter
 from ..telemetry.schema import KIND_TASK_STATE, dumps, make_event
+from . import notes
 from .children import Child, Task, spawn
+from .ending import end_processes, kill_leftovers
 from .exit_reason import exit_reason
 from .files import write_json_atomic
 from .hold import is_held
+from .log_cap import LogCap
 from .policy import RestartBudget, restarts_as_group
 from .ports import port_taken
-from .procfs import TASK_ID_ENV, run_processes, signal_pids
+from .procfs import TASK_ID_ENV, signal_pids
 from .run_view import RunView
+from .subreaper import become_subreaper, reap_orphans
 
 if TYPE_CHECKING:
     from typing import Any
@@ -82,6 +86,9 @@ class Supervisor:
         self.started_at = time.time()
         self.ended_at: float | None = None
         self.stop_requested = False
+        self.subreaper = False  # every descendant is ours (subreaper.py); `stop` trusts its verdict only then
+        self.log_cap = LogCap([self.layout.log_file(t.job, t.index) for t in self.tasks],
+                              float(training.get("max_log_mb", 1024.0)))
         for d in (*self.layout.dirs(), self.layout.checkpoints(str(training.get("checkpoint_dir", "checkpoints")))):
             os.makedirs(d, exist_ok=True)
         for private in (self.layout.root, self.layout.run_file):
@@ -96,7 +103,7 @@ class Supervisor:
             "kind": "supervisor", "host": self.host, "run_id": self.run.get("run_id"), "pid": os.getpid(),
             "pgid": os.getpgid(0), "state": self.state, "outcome": self.view.outcome, "epoch": self.epoch,
             "started_at": self.started_at, "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks],
-            "updated_at": time.time(),
+            "subreaper": self.subreaper, "updated_at": time.time(),
         }
         write_json_atomic(self.layout.supervisor_state_file(self.host), data)
         self._push(data)
@@ -144,17 +151,17 @@ class Supervisor:
         """Append a `--- tfcluster:` line to the task's log; returns the log's path."""
         log_path = self.layout.log_file(task.job, task.index)
         with open(log_path, "ab") as log:
-            log.write(f"--- tfcluster: {text}\n".encode())
+            log.write(notes.line(text))
         return log_path
 
     def _spawn(self, task: Task) -> None:
         self._record(task, "starting")
-        log_path = self._note(task, f"starting {task.name} (attempt {task.restarts + 1}) at {time.ctime()}")
+        log_path = self._note(task, notes.starting(task.label, task.restarts + 1, time.ctime()))
         if task.port is not None and port_taken(task.port):
             # Another run (or program) holds the port: its TF server would fail to bind, or worse, this
             # run's tasks would reach that one. Fail clearly, for good: a restart cannot help.
             task.error = f"port {task.port} is in use by another process on {self.host}"
-            self._note(task, f"cannot start {task.name}: {task.error}")
+            self._note(task, notes.cannot_start(task.label, task.error))
             task.stopped_by = None
             self._final(task, 98, None)
             return
@@ -163,7 +170,7 @@ class Supervisor:
             # supervisor runs in the code dir, so that is the task's working directory too.
             task.proc = Child(spawn(task.command, self._env(task, str(task.restarts)), log_path, self.nice))
         except OSError as exc:
-            self._note(task, f"cannot start {task.name}: {exc}")
+            self._note(task, notes.cannot_start(task.label, exc))
             task.proc = None
             self._exited(task, 127, None)
             return
@@ -177,7 +184,7 @@ class Supervisor:
         task.exit_code, task.exit_signal = code, sig
         task.exited_at = time.time()
         task.history.append({"pid": task.pid, "exit_code": code, "signal": sig, "at": task.exited_at})
-        self._kill_leftovers(task)
+        kill_leftovers(self.layout.root, f"{task.name}#{task.restarts}")
         if task.started_at is not None:
             task.budget.ran_for(task.exited_at - task.started_at)
         if task.stopped_by is None and is_held(self.layout, task.job, task.index):
@@ -198,8 +205,8 @@ class Supervisor:
             self._final(task, code, sig)
             return
         if restarts_as_group(self.mode, task.job):
-            self._group_restart(self.epoch + 1, f"{task.name} exited ({_how(code, sig)})", failed=task)
-            self.view.peers_group_restart(self.epoch, f"{task.name} on {self.host} exited ({_how(code, sig)})")
+            self._group_restart(self.epoch + 1, notes.exited(task.label, notes.how(code, sig)), failed=task)
+            self.view.peers_group_restart(self.epoch, f"{task.label} on {self.host} exited ({notes.how(code, sig)})")
         self._restart(task, "failure" if not restarts_as_group(self.mode, task.job) else "group", charge=False)
 
     def _restart(self, task: Task, reason: str, *, charge: bool) -> None:
@@ -216,7 +223,7 @@ class Supervisor:
         task.exit_code, task.exit_signal = code, sig
         task.final = True
         if task.stopped_by == "user":  # in its own log, where the user looks for why it ended
-            self._note(task, f"{task.name} was stopped for good by the user (not restarted; not a failure)")
+            self._note(task, notes.held(task.label))
         self._record(task, "exited")
         self.view.task_final(task.name, code, task.stopped_by)
 
@@ -228,7 +235,7 @@ class Supervisor:
         self.epoch = epoch
         members = [t for t in self.tasks if restarts_as_group(self.mode, t.job) and not t.final and t is not failed]
         for task in members:
-            self._note(task, f"group restart {epoch}: {cause}")
+            self._note(task, notes.group_restart(epoch, cause))
         running = [t for t in members if t.state == "running" and t.proc is not None]
         signal_pids([t.pid for t in running if t.pid is not None], signal.SIGTERM)
         deadline = time.monotonic() + GROUP_KILL_GRACE_S
@@ -236,12 +243,6 @@ class Supervisor:
             time.sleep(0.05)
         signal_pids([t.pid for t in running if t.proc and t.proc.poll() is None and t.pid], signal.SIGKILL)
         self._write_self()
-
-    def _kill_leftovers(self, task: Task) -> None:
-        """A task run through `sh -c` may leave its real program behind (holding the TF port)."""
-        marker = f"{task.name}#{task.restarts}"
-        left = [p["pid"] for p in run_processes(self.layout.root) if p["task"] == marker]
-        signal_pids(left, signal.SIGKILL)
 
     def _reap(self) -> None:
         for task in self.tasks:
@@ -258,15 +259,9 @@ class Supervisor:
             if not task.final and task.stopped_by is None:
                 task.stopped_by = stopped_by
         running = [t for t in self.tasks if t.state == "running" and t.proc is not None]
-        group = [p["pid"] for p in run_processes(self.layout.root) if p["pgid"] == os.getpgid(0)]
-        signal_pids(sorted({t.pid for t in running if t.pid} | set(group)), signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
-            time.sleep(0.05)
-        # What outlived the grace: the tasks' processes (they carry a task marker) and our group, never
-        # the launcher still relaying our states to `start` (it carries the run marker only).
-        signal_pids([p["pid"] for p in run_processes(self.layout.root)
-                     if p["task"] or p["pgid"] == os.getpgid(0)], signal.SIGKILL)
+        left = end_processes(self.layout.root, [t.pid for t in running if t.pid], grace)
+        if left:
+            print(f"after SIGKILL, still alive: {left}", flush=True)
         for task in running:
             assert task.proc is not None
             rc = task.proc.wait()
@@ -310,13 +305,14 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._handle_term)
         signal.signal(signal.SIGINT, self._handle_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)  # the SSH session that started us may go away
+        self.subreaper = become_subreaper()
         self._write_self()
         self.view.open_channel(lambda text: print(f"peers: {text}", flush=True),
                                self.layout.peer_marks_file(self.host))
         for task in self.tasks:
             if self.view.channel_error:  # our control port taken, or no key: fail this one here, clearly
                 task.error = self.view.channel_error
-                self._note(task, f"cannot start {task.name}: {task.error}")
+                self._note(task, notes.cannot_start(task.label, task.error))
                 self._final(task, 98, None)
             else:
                 self._spawn(task)
@@ -332,6 +328,7 @@ class Supervisor:
         while not self.stop_requested:
             if time.monotonic() >= next_facts:
                 facts.update()
+                reap_orphans({t.pid for t in self.tasks if t.pid})
                 next_facts = time.monotonic() + FACTS_EVERY_S
             running = self._step()
             self._signal_ready()
@@ -341,6 +338,7 @@ class Supervisor:
                 from ..progress.tailer import poll_tailers
 
                 poll_tailers(tailers)
+            self.log_cap.check()  # after the tailers read what the logs hold
             time.sleep(self.poll)
         if self.stop_requested:
             self._end_tasks("stop", self.grace)
@@ -387,7 +385,3 @@ class Supervisor:
         from ..progress.tailer import log_progress_tailers
 
         return log_progress_tailers(self.layout, self.host, self.run["plan"])
-
-
-def _how(code: int | None, sig: int | None) -> str:
-    return f"code {code}" if code is not None else f"signal {sig}"

@@ -166,3 +166,4 @@ class StopReport:
     terminated: tuple[int, ...] = ()
     killed: tuple[int, ...] = ()
     remaining: tuple[RunProcess, ...] = ()
+    unsure: str = ""  # why `remaining` may miss processes (orchestrator/run/sh_stop.py); "" when it is known
