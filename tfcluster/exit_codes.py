@@ -8,6 +8,9 @@
 3  a host could not be reached, or a task was lost (its supervisor and its processes are gone):
    the truth about the run cannot be told there
 130 interrupted (Ctrl-C, SIGTERM, SIGHUP)
+
+`start` and `stop` say 3 only when every host that failed could not be reached; a host that was reached and
+failed (a task, a step there, something left running) makes it 1, since that failure is known.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ FAILED = 1
 USAGE = 2
 UNREACHABLE = 3
 INTERRUPTED = 130
+# HostError reasons (orchestrator/errors.py) that mean the host was not reached, or its connection broke
+CONNECT_REASONS = ("refused", "timeout", "unreachable", "lost")
 
 
 def for_run(run_state: str, task_states: Iterable[str]) -> int:
@@ -28,3 +33,13 @@ def for_run(run_state: str, task_states: Iterable[str]) -> int:
     if any(s in ("unreachable", "lost") for s in task_states):
         return UNREACHABLE
     return OK
+
+
+def for_hosts(failures: Iterable[str | None]) -> int:
+    """The exit code of `start` and `stop` from each failed host's reason (None: it was reached, and what
+    was asked does not hold there): 1 when any host failed for a reason of its own, else 3 when any could
+    not be reached, else 0."""
+    reasons = list(failures)
+    if any(r not in CONNECT_REASONS for r in reasons):
+        return FAILED
+    return UNREACHABLE if reasons else OK

@@ -19,6 +19,9 @@ runs a `$(...)` in it): only `{task}`, a number, may appear there, and only its 
 placeholder where no reference holds is a one-line error naming the context: inside `${...}`, `$'...'`,
 a quoted here-document (nothing is expanded there) or its delimiter, bash's `[[ ... ]]` (its -eq
 evaluates values as arithmetic), another placeholder than `{task}` in arithmetic, after a backslash.
+So is a placeholder in a string that a program reads again as shell code, where the value would no longer
+be inert (`sh -c '... {job}'`, `eval`, `su -c`, `ssh host ...`, `sh <<EOF`: orchestrator/config/reparse.py):
+the inner shell can read `"$TFCLUSTER_ARG_JOB"` itself, or get the value as an argument (`"$1"`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import difflib
 import string
 
 from orchestrator.config.shell_scan import ShellScanner
+from orchestrator.config.shell_words import CommandScanner
 from orchestrator.errors import ConfigError
 
 COMMAND_PLACEHOLDERS = ("job", "task", "ps_hosts", "worker_hosts", "chief_host", "python", "host")
@@ -69,16 +73,30 @@ def _reference(scan: ShellScanner, name: str, source: str) -> str:
                                    "(e.g. in double quotes)")
 
 
+def _not_reparsed(scan: CommandScanner, name: str, source: str) -> None:
+    """A one-line ConfigError when a program would read the placeholder's value again as shell code."""
+    why = scan.reparsed_here()
+    if why is None:
+        return
+    var = arg_env_name(name)
+    hint = (f"pass the value another way (ssh does not carry {var})" if "ssh" in why else
+            f"write '\"${var}\"' in single quotes there (the task's environment holds it)"
+            + (f", or pass {_braced(name)} as an argument after the script (\"$1\")" if "its script again" in why else ""))
+    raise ConfigError(source, KEY, f"placeholder {_braced(name)} inside a nested shell's string: {why}, so its "
+                                   f"value would run as code; {hint}")
+
+
 def fill_command(template: str, source: str = "hosts.toml") -> str:
     """The shell text of `template` with every placeholder replaced by a quoted variable reference.
     Raises ConfigError for an unknown placeholder, a conversion, unbalanced braces or an unquotable spot."""
     check_command_template(template, source)
-    scanner = ShellScanner()
+    scanner = CommandScanner()
     out: list[str] = []
     for literal, name, _spec, _conversion in string.Formatter().parse(template):
         out.append(literal)
         scanner.feed(literal)
         if name is not None:
+            _not_reparsed(scanner, name, source)
             out.append(_reference(scanner, name, source))
             scanner.placeholder()
     return "".join(out)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.validate import check_forward_env
-from orchestrator.errors import HostError, TfclusterError, UsageError
+from orchestrator.errors import HostError, Reason, TfclusterError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.run import records
 from orchestrator.run.port_check import PortsTaken, offer_count, plan_base, ports_to_try, refusal, replan
@@ -37,13 +37,24 @@ from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.shards import shard_count
 
 PHASES = ("connect", "prepare", "ship", "launch", "wait", "running", "failed", "cancelled")
-__all__ = ["PHASES", "HostOutcome", "ProgressFn", "StartInterrupted", "StartOptions", "StartResult", "start"]
+__all__ = ["PHASES", "HostOutcome", "ProgressFn", "StartFailed", "StartInterrupted", "StartOptions", "StartResult",
+           "start"]
 
 
 class StartInterrupted(TfclusterError):
     """Ctrl-C during start: what was started has been stopped again."""
 
     exit_code = 130
+
+
+class StartFailed(HostError):
+    """The start failed (nothing of it is left running, or the line says where it could not verify that):
+    the first host's error, naming every other one; `reasons` has every failed host's own reason (not
+    `cancelled`), from which the CLI tells an unreachable host from a failure (tfcluster/exit_codes.py)."""
+
+    def __init__(self, error: HostError, detail: str, reasons: tuple[Reason, ...]) -> None:
+        super().__init__(error.host, error.reason, detail)
+        self.reasons = reasons or (error.reason,)
 
 
 @dataclass
@@ -122,6 +133,7 @@ def start(
 def new_record(plan: ClusterPlan, config_path: str, options: StartOptions) -> records.RunRecord:
     """The run's record, saved (status `starting`) before anything runs anywhere."""
     run_id = records.new_run_id(plan.cluster_name, options.run_name)
+    records.writable_state_dir()  # a run that could not be recorded never starts: checked before any host
     if records.exists(run_id):
         raise UsageError(f"run {run_id!r} already exists (stop/purge it or pick another --run name)")
     record = records.RunRecord(
@@ -215,7 +227,8 @@ def _fail(record: records.RunRecord, outcomes: dict[str, HostOutcome], failed: l
     record.notes.append(error.one_line())
     records.save(record)
     also = _other_errors(outcomes, failed, error)
-    raise HostError(error.host, error.reason, f"{error.detail or 'failed'}{also} ({rollback})")
+    reasons = tuple(e.reason for n in failed if (e := outcomes[n].error) is not None and e.reason != "cancelled")
+    raise StartFailed(error, f"{error.detail or 'failed'}{also} ({rollback})", reasons)
 
 
 def _ports_free_or_replanned(record: records.RunRecord, runner: StartShard | ShardedStart, run_data: dict[str, Any],

@@ -16,11 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import secrets
 import shutil
 import socket
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -28,10 +25,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast, get_args
 
 from orchestrator.errors import UsageError
+from orchestrator.run import run_names
+from orchestrator.run.run_names import RUN_NAME
 
 if TYPE_CHECKING:
     from orchestrator.plan.model import ClusterPlan
 
+
+
+new_run_id = run_names.new_run_id  # a run's name, where callers always found it
 
 
 class _Listed(Protocol):
@@ -45,7 +47,6 @@ class _Listed(Protocol):
 R = TypeVar("R", bound=_Listed)
 
 STATE_DIR_ENV = "TFCLUSTER_STATE_DIR"
-RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 RecordStatus = Literal["starting", "started", "partial", "failed-to-start", "interrupted", "stopped", "purged",
                        "finished", "failed"]  # the last two: as `status` last found the run
 
@@ -63,17 +64,6 @@ def state_dir() -> Path:
 
         path = Path(user_state_dir("tfcluster"))
     return path / "runs"
-
-
-def new_run_id(cluster: str, name: str | None = None, now: float | None = None) -> str:
-    """`<cluster>-<yyyymmdd-hhmmss>-<4 hex>`, or the user's `--run NAME` (checked: it becomes a path)."""
-    if name is not None:
-        if not RUN_NAME.match(name):
-            raise UsageError(f"--run {name!r}: a run name is letters, digits, '.', '_' and '-' (at most 100)")
-        return name
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
-    safe_cluster = re.sub(r"[^A-Za-z0-9_.-]", "-", cluster) or "run"
-    return f"{safe_cluster}-{stamp}-{secrets.token_hex(2)}"
 
 
 @dataclass
@@ -255,21 +245,51 @@ def _path(run_id: str) -> Path:
     return state_dir() / f"{run_id}.json"
 
 
+class StateDirError(UsageError):
+    """The run records cannot be written: the state directory cannot be made or written (read-only, a
+    file where it goes). One line naming the directory, exit 2."""
+
+
+def _unwritable(path: Path, exc: OSError) -> StateDirError:
+    why = "a file is there, not a directory" if path.exists() and not path.is_dir() else exc.strerror or str(exc)
+    return StateDirError(f"state directory {path}: cannot write run records there ({why}); "
+                         f"make it writable or set {STATE_DIR_ENV} to a directory that is")
+
+
 def _private_dir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)  # made by an older version, or by a umask we do not trust
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.stat().st_mode & 0o077:
+            path.chmod(0o700)  # made by an older version, or by a umask we do not trust
+    except OSError as exc:  # a file where a directory goes, a read-only parent
+        raise _unwritable(path, exc) from None
     return path
+
+
+def writable_state_dir() -> Path:
+    """The records' directory, made if need be and proven writable (a file written and removed there), or
+    StateDirError: `start` asks before anything reaches a host, so a run it could not record never starts."""
+    directory = _private_dir(state_dir())
+    probe = directory / f".writable.tmp{os.getpid()}"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        probe.unlink()
+    except OSError as exc:
+        raise _unwritable(directory, exc) from None
+    return directory
 
 
 def save(record: RunRecord) -> None:
     directory = _private_dir(state_dir())
     tmp = directory / f".{record.run_id}.json.tmp{os.getpid()}"
-    # Compact: json uses its C encoder only without `indent` (2.5x faster for a 200-host plan, measured).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(json.dumps(record.to_json(), separators=(",", ":")))
-    os.replace(tmp, _path(record.run_id))
+    try:
+        # Compact: json uses its C encoder only without `indent` (2.5x faster for a 200-host plan, measured).
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(record.to_json(), separators=(",", ":")))
+        os.replace(tmp, _path(record.run_id))
+    except OSError as exc:
+        raise _unwritable(directory, exc) from None
 
 
 def exists(run_id: str) -> bool:

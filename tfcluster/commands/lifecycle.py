@@ -59,25 +59,35 @@ def start(
     from rich.markup import escape
     from rich.table import Table
 
-    from orchestrator.errors import UsageError
+    from orchestrator.errors import HostError, UsageError
     from orchestrator.plan.from_file import any_plan_file
     from orchestrator.plan.slurm import SlurmPlan
-    from orchestrator.run import launch
+    from orchestrator.run import launch, records
+    from orchestrator.run.run_names import check_run_name
+    from tfcluster import exit_codes
     from tfcluster.live import open_dashboard
     from tfcluster.start_progress import StartProgress
 
     if wait and dash:
         raise UsageError("start: --wait and --dash both follow the run; choose one")
     planned = any_plan_file(hosts_file, mode)
+    # Bad input refused in one line before the progress display opens, and before any host is reached.
+    if run is not None:
+        check_run_name(run)
+    records.writable_state_dir()
     options = launch.StartOptions(timeout=timeout, allow_partial=allow_partial, run_name=run, auto_ports=auto_ports)
     count = len(planned.nodes if isinstance(planned, SlurmPlan) else planned.hosts)
-    with StartProgress(console(stderr=True), count) as progress:
-        if isinstance(planned, SlurmPlan):  # submit, wait for the nodes, start through the job
-            from orchestrator.run.slurm_start import start_slurm
+    try:
+        with StartProgress(console(stderr=True), count) as progress:
+            if isinstance(planned, SlurmPlan):  # submit, wait for the nodes, start through the job
+                from orchestrator.run.slurm_start import start_slurm
 
-            result = start_slurm(str(hosts_file), options, progress.report, progress.job, mode=mode)
-        else:
-            result = launch.start(planned, str(hosts_file), options, progress=progress.report)
+                result = start_slurm(str(hosts_file), options, progress.report, progress.job, mode=mode)
+            else:
+                result = launch.start(planned, str(hosts_file), options, progress=progress.report)
+    except HostError as exc:  # 3 when the hosts that failed could not be reached, 1 when one failed there
+        exc.exit_code = exit_codes.for_hosts(exc.reasons if isinstance(exc, launch.StartFailed) else [exc.reason])
+        raise
     record = result.record
     out = widen(console(), MIN_WIDTH)
     job = f", Slurm job {record.slurm.job_id}" if record.slurm else ""
@@ -149,6 +159,7 @@ def stop(
     from orchestrator.run import records
     from orchestrator.run.slurm_job import ENDED
     from orchestrator.run.stop import stop as stop_run
+    from tfcluster import exit_codes
 
     record = records.resolve(run)
     result = stop_run(record, grace=grace, timeout=timeout, purge=purge)
@@ -161,18 +172,25 @@ def stop(
             table.add_row(h.name, "nothing started", "-", "-")
         elif r.error:
             # "unreachable" only when the connection failed; a command that failed there is not that
-            what = "unreachable" if r.reason in ("refused", "timeout", "unreachable", "lost") else "not stopped"
+            what = "unreachable" if r.reason in exit_codes.CONNECT_REASONS else "not stopped"
             table.add_row(h.name, f"[red]{what}[/]: {escape(r.error)}", "-", "?")
         else:
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
-            left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining) or "none"
+            left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining)
+            if r.unsure:  # a process that dropped the run's marker may be left there: never say "none"
+                left = "; ".join(x for x in (left, f"unknown: {r.unsure}") if x)
+            left = left or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
     widen(console(), MIN_WIDTH).print(table)
     cancelled = record.slurm is None or record.slurm.state in ENDED
     if record.slurm is not None:
         console().print(escape(record.notes[-1] if record.notes else f"Slurm job {record.slurm.job_id}"))
-    if not all(r.ok for r in result.values()) or not cancelled:
-        raise typer.Exit(1)
+    # Each host not stopped: why (None: reached, and something of the run is left there); a Slurm job not
+    # cancelled is a failure too. 3 only when every such host could not be reached (tfcluster/exit_codes.py).
+    failures: list[str | None] = [r.reason if r.error else None for r in result.values() if not r.ok]
+    code = exit_codes.for_hosts(failures + ([] if cancelled else [None]))
+    if code:
+        raise typer.Exit(code)
 
 
 def job_text(job: dict[str, str]) -> str:
