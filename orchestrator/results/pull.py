@@ -18,6 +18,7 @@ from orchestrator.results.remote_files import Fetched, HostFiles, Root, private_
 from orchestrator.results.sources import KINDS, Kind, by_host, sources
 from orchestrator.run.records import RunRecord
 from orchestrator.run.remote import TRANSIENT_REASONS
+from orchestrator.transport.connect_policy import ConnectFailed
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
 
@@ -45,7 +46,7 @@ def pull(record: RunRecord, dest: Path, kinds: tuple[Kind, ...] = KINDS, *, open
                     raise HostError(name, "cancelled", "interrupted")
                 return files.fetch(roots, verify=True)
             except HostError as exc:
-                if exc.reason not in TRANSIENT_REASONS or attempt == ATTEMPTS:
+                if exc.reason not in TRANSIENT_REASONS or attempt == ATTEMPTS or isinstance(exc, ConnectFailed):
                     raise
             finally:
                 transport.close()

@@ -2,9 +2,11 @@
 
 Each host gets its own thread: it connects (the host's connect timeout), then runs ONE command, a
 Python probe given to the host's `python` with `-c` (all values shell-quoted by the transport). The
-command first prints the remote clock (`date`), then the probe prints one JSON report: Python and
+command first prints the remote clock (`date`) on a line of its own marked CLOCK_MARKER (a login shell
+may print lines of its own before it: `echo` in `.bashrc`), then the probe prints one JSON report: Python and
 TensorFlow versions (and, for the built-in trainers and the TF2 modes, whether TensorFlow imports:
-cached on the host), GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk, whether
+cached on the host), GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk (not
+ready when less than what `start` ships: the sync and tfcluster's package), whether
 the workdir can be created and written as `start` will (a file is written there and removed), and the
 workdir's id: hosts reporting the same id share it (orchestrator/run/shared_dirs.py). A slow or dead host
 only delays its own row, never the others'.
@@ -37,7 +39,8 @@ TF_DISTRIBUTIONS = (
 )
 LOW_DISK_BYTES = 1 << 30  # below this, warn: checkpoints and logs go to the workdir
 CLOCK_WARN_S = 1.0  # telemetry ages and liveness compare remote timestamps with the local clock
-DATE_COMMAND = "date +%s.%N 2>/dev/null || echo 0"
+CLOCK_MARKER = "tfcluster-clock: "  # the line the remote clock is read from, whatever the shell prints first
+DATE_COMMAND = f'echo "{CLOCK_MARKER}$(date +%s.%N 2>/dev/null)"'
 _CONNECT_REASONS = ("refused", "timeout", "unreachable")
 TF2_MODES = ("multi-worker-mirrored", "parameter-server-strategy")
 ImportTf = Literal["always", "cached", "never"]
@@ -165,9 +168,10 @@ def import_tf_mode(plan: ClusterPlan, force: bool) -> ImportTf:
 
 def check_host(
     host: HostPlan, plan: ClusterPlan, transport: Transport, *, timeout: float, import_tf: bool = False,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.time, ship_bytes: int | None = None,
 ) -> HostCheck:
-    """Connect and probe one host. Never raises for host faults: they become the row's problems."""
+    """Connect and probe one host. Never raises for host faults: they become the row's problems.
+    `ship_bytes`: what `start` writes into a workdir that has nothing cached (ship.shipped_bytes)."""
     tasks = plan.tasks_on(host.name)
     shared_ckpt = plan.training.checkpoint_dir if (shards_into_shared_dir(plan)
                                                    and host.name in checkpoint_hosts(plan)) else None
@@ -184,6 +188,7 @@ def check_host(
         result.reachable = result.auth = True
         argv = probe_argv(host, ports, import_tf=import_tf_mode(plan, import_tf), checkpoint_dir=shared_ckpt)
         _probe(result, host, transport, argv, timeout=timeout, clock=clock)
+        _compare_disk(result, ship_bytes)
     except HostError as exc:
         result.failure = exc.reason
         if exc.reason not in _CONNECT_REASONS:
@@ -211,28 +216,24 @@ def _probe(
     watchdog.daemon = True
     watchdog.start()
     lines: list[str] = []
-    first_line_at: float | None = None
+    remote, clock_line_at = 0.0, 0.0
     try:
         for line in stream.lines():
-            if first_line_at is None:
-                first_line_at = clock()
-            lines.append(line)
+            if line.startswith(CLOCK_MARKER) and not clock_line_at:
+                clock_line_at, remote = clock(), _remote_clock(line)
+            else:
+                lines.append(line)
     finally:
         watchdog.cancel()
         stream.close()
     if timed_out.is_set():
         raise HostError(host.name, "timeout", f"probe did not finish within {timeout:g}s")
-    if lines and first_line_at is not None:
-        try:
-            remote = float(lines[0])
-        except ValueError:
-            remote = 0.0
-        if remote > 0:
-            # The remote clock was read between `sent` and `first_line_at`: the offset lies in that
-            # window; the output's one-way trip is short, so the late end is the estimate.
-            result.clock_offset_s = remote - first_line_at
-            result.clock_bounds_s = (remote - first_line_at, remote - sent)
-    body = [line for line in lines[1:] if line.strip()]
+    if remote > 0:
+        # The remote clock was read between `sent` and `clock_line_at`: the offset lies in that
+        # window; the output's one-way trip is short, so the late end is the estimate.
+        result.clock_offset_s = remote - clock_line_at
+        result.clock_bounds_s = (remote - clock_line_at, remote - sent)
+    body = [line for line in lines if line.strip()]
     if any(line.startswith("tfcluster-probe: python not found") for line in body):
         result.problems.append(f"python not found: {host.python}")
         return
@@ -248,6 +249,28 @@ def _probe(
         result.problems.append(f"probe failed under {host.python}: " + " | ".join(tail) if tail else "no output")
         return
     _apply_report(result, report, host.control_port)
+
+
+def _remote_clock(line: str) -> float:
+    """The seconds on a CLOCK_MARKER line; 0 when `date` could not say (no %N: "1700000000.N")."""
+    try:
+        return float(line[len(CLOCK_MARKER):])
+    except ValueError:
+        return 0.0
+
+
+def _compare_disk(result: HostCheck, ship_bytes: int | None) -> None:
+    """A workdir with less room than the files `start` ships: its start fails with "No space left on device"
+    (unless the host holds them from an earlier start, and then the run's own files still need the room)."""
+    free = result.disk_free_bytes
+    if free is None:
+        return
+    if ship_bytes is not None and free < ship_bytes:
+        result.problems.append(f"only {free / (1 << 20):.0f} MiB free in the workdir: start ships "
+                               f"{ship_bytes / (1 << 20):.0f} MiB (the sync and tfcluster's package) to a host "
+                               "that has none of it yet")
+    elif free < LOW_DISK_BYTES:
+        result.warnings.append(f"only {free / (1 << 20):.0f} MiB free in the workdir")
 
 
 def _apply_report(result: HostCheck, report: dict[str, Any], control_port: int = 0) -> None:
@@ -281,8 +304,6 @@ def _apply_report(result: HostCheck, report: dict[str, Any], control_port: int =
     result.checkpoint_dir_id = report.get("checkpoint_dir_id")
     if report.get("checkpoint_dir_problem"):
         result.problems.append(f"shared checkpoint_dir: {report['checkpoint_dir_problem']}")
-    if result.disk_free_bytes is not None and result.disk_free_bytes < LOW_DISK_BYTES:
-        result.warnings.append(f"only {result.disk_free_bytes / (1 << 20):.0f} MiB free in the workdir")
     if result.clock_offset_s is not None and abs(result.clock_offset_s) > CLOCK_WARN_S:
         result.warnings.append(f"clock is {result.clock_offset_s:+.2f}s off the orchestrator's (run NTP)")
 
@@ -320,9 +341,10 @@ def run_check(
     import_tf: bool = False,
     orchestrator_tf: str | None = None,
     on_result: Callable[[HostCheck], None] | None = None,
+    ship_bytes: int | None = None,
 ) -> CheckReport:
     """Check every host in parallel (transport.fan_out; sharded over processes beyond what one handles
-    well). `on_result` sees each row as soon as it is done, in this process."""
+    well). `on_result` sees each row as soon as it is done, in this process. `ship_bytes`: see check_host."""
     start = time.monotonic()
 
     def one(host: HostPlan) -> HostCheck:
@@ -331,7 +353,7 @@ def run_check(
         except HostError as exc:
             return _failed_row(host, exc)
         try:
-            return check_host(host, plan, transport, timeout=timeout, import_tf=import_tf)
+            return check_host(host, plan, transport, timeout=timeout, import_tf=import_tf, ship_bytes=ship_bytes)
         finally:
             transport.close()
 

@@ -17,6 +17,7 @@ from orchestrator.errors import HostError, Reason
 from orchestrator.plan.model import HostPlan
 from orchestrator.run.sh_stop import parse_sh_stop, sh_stop_script
 from orchestrator.transport.base import CommandResult, Transport
+from orchestrator.transport.connect_policy import ConnectFailed
 from orchestrator.transport.factory import Opener, transport_for
 from training.run.layout import RunLayout
 from training.telemetry.state_files import StopReport
@@ -35,12 +36,15 @@ DOWN_ATTEMPTS = 3
 def with_retry(host: str, fn: Callable[[], T], deadline: float, *, first_delay: float = 0.2) -> T:
     """Call fn until it succeeds; on a transient HostError (TRANSIENT_REASONS: a lost connection, a
     timeout) wait with exponential backoff, never past `deadline` (time.monotonic()): then the last
-    error is raised. A host that refuses connections is given DOWN_ATTEMPTS tries, not the budget."""
+    error is raised. A host that refuses connections is given DOWN_ATTEMPTS tries, not the budget; a
+    failed connect over SSH (ConnectFailed) is not tried again: the transport made the tries worth making."""
     delay = first_delay
     down = 0
     while True:
         try:
             return fn()
+        except ConnectFailed:
+            raise  # the transport made the connect tries worth making (transport.connect_policy)
         except HostError as exc:
             down += exc.reason in DOWN_REASONS
             if exc.reason not in TRANSIENT_REASONS or down >= DOWN_ATTEMPTS or time.monotonic() + delay >= deadline:

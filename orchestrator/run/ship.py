@@ -91,23 +91,38 @@ def _entry(local: str, rel: str, hashes: FileHashes) -> ShipFile:
                     mtime_ns=st.st_mtime_ns)
 
 
-def training_package_files(hashes: FileHashes) -> list[ShipFile]:
+def _package_sources() -> list[tuple[str, str]]:
     """tfcluster's `training/` package as installed next to this orchestrator, named HOST_PACKAGE on the
-    hosts, and `tfcluster_report.py` beside it (on every task's PYTHONPATH)."""
+    hosts, and `tfcluster_report.py` beside it (on every task's PYTHONPATH): (local path, shipped name)."""
     import training
 
     root = Path(training.__file__).resolve().parent
-    files = [_entry(local, rel, hashes) for local, rel in _walk(root, HOST_PACKAGE)]
     report = root / "public" / "tfcluster_report.py"
-    return [*files, _entry(str(report), report.name, hashes)]
+    return [*_walk(root, HOST_PACKAGE), (str(report), report.name)]
+
+
+def _sync_sources(sync: Iterable[str], base_dir: str, source: str) -> list[tuple[str, str]]:
+    """The user's `[training] sync` entries, relative to hosts.toml's directory, dirs walked: (local path,
+    shipped name)."""
+    return [(local, r.removeprefix("./")) for full, rel in sync_sources(sync, base_dir, source)
+            for local, r in _walk(full, rel)]
+
+
+def training_package_files(hashes: FileHashes) -> list[ShipFile]:
+    """tfcluster's package as it ships (_package_sources), hashed."""
+    return [_entry(local, rel, hashes) for local, rel in _package_sources()]
 
 
 def sync_files(sync: Iterable[str], base_dir: str, hashes: FileHashes, source: str = "hosts.toml") -> list[ShipFile]:
-    """The user's `[training] sync` entries, relative to hosts.toml's directory; dirs are walked."""
-    out: list[ShipFile] = []
-    for full, rel in sync_sources(sync, base_dir, source):
-        out.extend(_entry(local, r.removeprefix("./"), hashes) for local, r in _walk(full, rel))
-    return out
+    """The user's `[training] sync` files as they ship (_sync_sources), hashed."""
+    return [_entry(local, rel, hashes) for local, rel in _sync_sources(sync, base_dir, source)]
+
+
+def shipped_bytes(sync: Iterable[str], base_dir: str, source: str) -> int:
+    """What a start writes into the workdir of a host that has none of it cached yet: the bytes of the sync
+    and of tfcluster's package (sizes only, nothing hashed: `check` compares it with the free space)."""
+    files = {local for local, _ in (*_sync_sources(sync, base_dir, source), *_package_sources())}
+    return sum(os.stat(local).st_size for local in files)
 
 
 def file_sets(sync: Iterable[str], base_dir: str, source: str) -> FileSets:

@@ -183,6 +183,13 @@ class HostStart:
                 self.progress("ship", done, len(need))
         except ShippedFileChanged as exc:
             raise HostError(self.host.name, "prepare", str(exc)) from None
+        except HostError as exc:
+            if exc.reason != "lost":
+                raise
+            # The command stopped reading: its own `@error` words say why (a full disk: "No space left on
+            # device"), and they are final, no retry changes them. Without any, the connection broke.
+            self.await_end(time.monotonic() + END_GRACE_S)
+            raise (HostError(self.host.name, "ship", "; ".join(self.said)) if self.said else exc) from None
         self.outcome.uploaded = len(need)
 
     def _deadline(self) -> float:
@@ -319,11 +326,11 @@ class HostStart:
                 self.session.send(b"abort\n")
 
     def await_end(self, deadline: float) -> None:
-        """Until the command has ended (or the deadline), then close it."""
+        """Until the command has ended (or the deadline), keeping its `@error` words, then close it."""
         if self.session is not None:
             with contextlib.suppress(HostError):
-                while self.session.read_line(max(0.05, deadline - time.monotonic())) is not None:
-                    pass
+                while (line := self.session.read_line(max(0.05, deadline - time.monotonic()))) is not None:
+                    self.said += [line[len("@error "):]] if line.startswith("@error ") else []
         self.close()
 
     def close(self) -> None:

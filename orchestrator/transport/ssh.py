@@ -1,7 +1,8 @@
 """`SSHTransport`: the Transport protocol over Paramiko (one connection per host, channels per command).
 
-Connections go through the host's ProxyJump chain; the client socket acknowledges at once
-(ssh_channel.QuickAckSocket); host keys and identities are checked by orchestrator.transport.ssh_keys;
+Connections go through the host's ProxyJump chain, with one more try where it can help
+(orchestrator.transport.connect_policy); the client socket acknowledges at once and remembers a reset
+(ssh_channel.ClientSocket); host keys and identities are checked by orchestrator.transport.ssh_keys;
 every Paramiko or socket failure becomes a HostError in orchestrator.transport.ssh_faults. A command
 runs under /bin/sh whatever the login shell (ssh_channel.sh_wrap; under `$SHELL -l` first with
 `login_shell`) and is killed with its children when it outlives its timeout. `open_session` keeps a
@@ -24,8 +25,14 @@ import paramiko
 from orchestrator.config.ssh_config import ResolvedSSH
 from orchestrator.errors import HostError
 from orchestrator.transport.base import CommandResult, Session, ShellTransport, shell_command, short
+from orchestrator.transport.connect_policy import (
+    CONNECT_ATTEMPTS,
+    RETRY_PAUSE_S,
+    ConnectFailed,
+    worth_another_try,
+)
 from orchestrator.transport.ssh_channel import (
-    QuickAckSocket,
+    ClientSocket,
     SSHLineStream,
     SSHSession,
     await_pid,
@@ -59,23 +66,35 @@ class SSHTransport(ShellTransport):
 
     # --- connection --------------------------------------------------------------------------------
     def connect(self) -> None:
+        """Connect (once: a live connection is kept), retrying where connect_policy says another try can
+        help; a failure is ConnectFailed, which callers do not retry."""
         with self._lock:
             if self._clients and self._active():
                 return
+            for attempt in range(1, CONNECT_ATTEMPTS + 1):
+                try:
+                    self._connect_once()
+                    return
+                except HostError as exc:
+                    if attempt == CONNECT_ATTEMPTS or not worth_another_try(exc):
+                        raise ConnectFailed(exc.host, exc.reason, exc.detail) from exc
+                time.sleep(RETRY_PAUSE_S)
+
+    def _connect_once(self) -> None:
+        self._close_clients()
+        try:
+            sock: paramiko.Channel | socket.socket | None = None
+            hops = [*self.settings.proxy_jump, self.settings]
+            for i, hop in enumerate(hops):
+                if sock is None:
+                    sock = self._dial(hop)
+                client = self._handshake(hop, sock, via_jump=i > 0)
+                self._clients.append(client)
+                if i + 1 < len(hops):
+                    sock = self._open_tunnel(client, hops[i + 1], hop)
+        except BaseException:
             self._close_clients()
-            try:
-                sock: paramiko.Channel | socket.socket | None = None
-                hops = [*self.settings.proxy_jump, self.settings]
-                for i, hop in enumerate(hops):
-                    if sock is None:
-                        sock = self._dial(hop)
-                    client = self._handshake(hop, sock, via_jump=i > 0)
-                    self._clients.append(client)
-                    if i + 1 < len(hops):
-                        sock = self._open_tunnel(client, hops[i + 1], hop)
-            except BaseException:
-                self._close_clients()
-                raise
+            raise
 
     def _active(self) -> bool:
         t = self._clients[-1].get_transport() if self._clients else None
@@ -87,7 +106,7 @@ class SSHTransport(ShellTransport):
         except OSError as exc:
             raise dial_error(self.host, s, exc) from exc
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return QuickAckSocket.wrap(sock)
+        return ClientSocket.wrap(sock)
 
     def _open_tunnel(self, jump: paramiko.SSHClient, target: ResolvedSSH, via: ResolvedSSH) -> paramiko.Channel:
         transport = jump.get_transport()
@@ -133,7 +152,7 @@ class SSHTransport(ShellTransport):
         except (HostError, paramiko.BadHostKeyException, paramiko.AuthenticationException, TimeoutError,
                 *SSH_FAULTS) as exc:
             client.close()
-            error = handshake_error(self.host, s, exc, started)
+            error = handshake_error(self.host, s, exc, started, sock if isinstance(sock, ClientSocket) else None)
             if error is exc:
                 raise
             raise error from exc

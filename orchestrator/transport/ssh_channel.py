@@ -1,6 +1,6 @@
 """The pieces of an SSH session below SSHTransport: the POSIX wrapper every command runs in, the pid
 marker that lets a timed-out command be killed with its children, non-blocking reads, the RFC 4254
-"signal" request, a TCP_QUICKACK socket, `SSHLineStream` (stdout of a long-running command) and
+"signal" request, a TCP_QUICKACK socket that remembers a reset, `SSHLineStream` (stdout of a long-running command) and
 `SSHSession` (a command the caller writes to and reads from while it runs).
 """
 
@@ -13,12 +13,16 @@ import shlex
 import socket
 import time
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import paramiko
 
 from orchestrator.errors import HostError
 from orchestrator.transport.base import login_wrap
 from orchestrator.transport.ssh_faults import SSH_FAULTS
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 READ_CHUNK = 65536
 SEND_SLICE = 32768  # OpenSSH's channel packet size: what one send() can move at most
@@ -85,17 +89,43 @@ class QuickAckSocket(socket.socket):
 
     @classmethod
     def wrap(cls, sock: socket.socket) -> socket.socket:
-        if _TCP_QUICKACK is None:
-            return sock
         timeout = sock.gettimeout()
         wrapped = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
         wrapped.settimeout(timeout)
         return wrapped
 
     def recv(self, bufsize: int, flags: int = 0) -> bytes:
-        with contextlib.suppress(OSError):
-            self.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)  # type: ignore[arg-type]
+        if _TCP_QUICKACK is not None:
+            with contextlib.suppress(OSError):
+                self.setsockopt(socket.IPPROTO_TCP, _TCP_QUICKACK, 1)
         return super().recv(bufsize, flags)
+
+
+class ClientSocket(QuickAckSocket):
+    """The socket of a connection to sshd (acknowledging at once, above) that remembers, for the error when
+    the handshake fails, whether the server sent any byte and whether it reset the connection. Paramiko
+    cannot tell: a reset met while it sends its banner is a bare EOFError, one met while it reads the
+    server's banner is "Error reading SSH protocol banner", as is a host that never speaks."""
+
+    heard = False  # the server sent something (its banner, at least)
+    reset = False  # a send or a receive met ECONNRESET or EPIPE (EPIPE: the reset came first)
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        try:
+            data = super().recv(bufsize, flags)
+        except (ConnectionResetError, BrokenPipeError):
+            self.reset = True
+            raise
+        if data and not self.heard:
+            self.heard = True
+        return data
+
+    def send(self, data: ReadableBuffer, flags: int = 0) -> int:
+        try:
+            return super().send(data, flags)
+        except (ConnectionResetError, BrokenPipeError):
+            self.reset = True
+            raise
 
 
 def drain(chan: paramiko.Channel, out: bytearray, err: bytearray) -> None:
@@ -275,7 +305,10 @@ class SSHSession:
                     line = bytes(self._out[:newline])
                     del self._out[: newline + 1]
                     return line.decode("utf-8", "replace")
-                if chan.eof_received and not chan.recv_ready():
+                if chan.recv_ready():  # what it said before it ended comes first, even once it is closed
+                    self._drain()
+                    continue
+                if chan.eof_received:
                     rest, self._out = bytes(self._out), bytearray()
                     if not rest:
                         chan.status_event.wait(self._grace)  # its output has ended: its exit status is due

@@ -4,6 +4,7 @@ host is not ready, 3 when one cannot be reached (tfcluster/exit_codes.py)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Annotated
 
@@ -38,6 +39,7 @@ def check(
     from rich.markup import escape
 
     from orchestrator.run.check import local_tf_version, run_check
+    from orchestrator.run.ship import shipped_bytes
     from orchestrator.transport.factory import transport_for
     from tfcluster import exit_codes
 
@@ -52,6 +54,7 @@ def check(
     report = run_check(
         plan, transport_for, timeout=timeout, import_tf=import_tf, orchestrator_tf=local_tf_version(),
         on_result=progress,
+        ship_bytes=shipped_bytes(plan.training.sync, os.path.dirname(os.path.abspath(hosts_file)), str(hosts_file)),
     )
     if as_json:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
