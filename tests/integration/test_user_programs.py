@@ -61,14 +61,17 @@ print(f"worker {a.task_index}: done", flush=True)
 '''
 
 REPORT_LOOP = '''\
-import math, time
+import math, os, sys, time
 from tfcluster_report import report
-for step in range(1, 400):
+step = 0
+while not os.path.exists(sys.argv[1]):  # trains until the test has seen what it looks for
+    step += 1
     time.sleep(0.03)  # a training step
     report(step=step, loss=1.0 / math.sqrt(step), examples=32)
 '''
 
 KERAS_FIT = '''\
+import os, sys
 import numpy as np
 import keras
 from tfcluster_report import TfclusterCallback
@@ -76,12 +79,10 @@ x = np.random.rand(4096, 16).astype("float32")
 y = (x.sum(axis=1, keepdims=True) > 8).astype("float32")
 model = keras.Sequential([keras.Input((16,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(1)])
 model.compile("sgd", "mse")
-model.fit(x, y, batch_size=16, epochs=20, verbose=0, callbacks=[TfclusterCallback(batch_size=16)])
+enough = keras.callbacks.LambdaCallback(  # trains until the test has seen what it looks for
+    on_epoch_end=lambda epoch, logs: setattr(model, "stop_training", os.path.exists(sys.argv[1])))
+model.fit(x, y, batch_size=16, epochs=100000, verbose=0, callbacks=[TfclusterCallback(batch_size=16), enough])
 '''
-
-
-
-
 
 
 def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
@@ -120,13 +121,15 @@ def test_an_unchanged_classic_script_shows_rates_and_its_run_ends_by_itself(
 def test_programs_that_report_themselves_show_rates(machines: Machines, tmp_path: Path, state_dir: Path,
                                                     program: str, source: str) -> None:
     (tmp_path / program).write_text(source)
+    enough = tmp_path / "enough"  # the program trains until it exists: as long as the rate takes to be seen
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["worker"]], mode="multi-worker-mirrored",
-                                training={"command": "{python} " + program, "sync": [program],
+                                training={"command": f"{{python}} {program} {enough}", "sync": [program],
                                           "env": {"TF_CPP_MIN_LOG_LEVEL": "3"}})
     res = cli(state_dir, "start", str(hosts))
     assert res.returncode == 0, res.stderr
     run_id = started_run_id(res.stdout)
     tasks = until_rates(state_dir, run_id, {"worker:0"})
     assert tasks["worker:0"]["loss"] is not None and not tasks["worker:0"]["no_progress_reported"]
+    enough.touch()
     wait_for(lambda: status_json(state_dir, run_id)[1]["state"] == "finished", 240, "the run to finish")
     wait_for(lambda: not run_processes(run_id), 30, "no process of the run left")
