@@ -56,7 +56,7 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
     for p in range(sc.ps):
         st.add_task("ps", p, f"p{p}", port=23000 + p)
     for i in range(sc.workers):
-        st.add_task("worker", i, sc.worker_host(i), gpu=0 if sc.gpus else None)
+        st.add_task("worker", i, sc.worker_host(i), gpus=(0,) if sc.gpus else ())
     events: list[tuple[float, Event]] = []
     t0 = sc.start
     gstep = 0

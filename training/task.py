@@ -10,8 +10,15 @@ it needs (the graph modes turn eager execution off, the TF2 strategy modes must 
 - multi-worker-mirrored `worker` and `chief`: the MultiWorkerMirroredStrategy trainer
   (training/tf2/mirrored.py);
 - parameter-server-strategy `chief`: the ClusterCoordinator (training/tf2/ps_strategy.py);
+Before any of them, a task the plan gives GPUs (CUDA_VISIBLE_DEVICES not empty: the between-graph and
+multi-worker-mirrored workers and training chief, the in-graph and parameter-server-strategy workers whose
+servers run the towers) checks that TensorFlow sees that many (training/probes/gpu_check.py): else soft
+placement would quietly train on the CPU. A user's own program (`[training] command`) is not checked.
 Exit code 0 when training reached its last step (or a serving task saw every finisher, or was stopped);
-2 for a setup error (one line); 1 for a training failure (with its traceback in the log).
+2 for a setup error (one line); 1 for a training failure (with its traceback in the log); CANNOT_RUN_HERE
+(78, sysexits' EX_CONFIG) when the task cannot run on this host as planned and a restart cannot fix it
+(one line: host, task, CUDA_VISIBLE_DEVICES, the GPUs TensorFlow saw, the likeliest cause): the
+supervisor ends it for good, never restarts it (training/supervisor/policy.py).
 """
 
 from __future__ import annotations
@@ -19,9 +26,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
+from .probes.gpu_check import TeeStderr, gpu_shortfall, planned_gpus, visible_gpus
 from .run.context import TaskContext, TaskSetupError
 from .run.roles import MIRRORED, PS_STRATEGY
+from .supervisor.policy import CANNOT_RUN_HERE
 
 log = logging.getLogger("tfcluster.task")
 
@@ -58,9 +68,34 @@ def skip_eager_keras(ctx: TaskContext) -> None:
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 
+class CannotRunHere(Exception):
+    """The task cannot run on this host as planned, and a restart would meet the same (one line)."""
+
+
+def import_tensorflow(ctx: TaskContext) -> Any:
+    """`import tensorflow`; for a task the plan gives GPUs, then the check that TensorFlow sees them all,
+    with its stderr (where it says why not) kept meanwhile. Raises CannotRunHere with the one line."""
+    cuda = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    if not planned_gpus(cuda):
+        import tensorflow as tf
+
+        return tf
+    with TeeStderr() as tee:
+        import tensorflow as tf
+
+        seen = visible_gpus(tf)
+    problem = gpu_shortfall(tf, f"{ctx.name} on {ctx.host}", cuda, seen, tee.lines)
+    if problem is not None:
+        raise CannotRunHere(problem)
+    log.info("%s: TensorFlow sees the %d GPU(s) of CUDA_VISIBLE_DEVICES=%s", ctx.name, seen, cuda)
+    with open(ctx.layout.gpus_seen_file(ctx.job, ctx.index), "w", encoding="utf-8") as f:
+        f.write(cuda)  # the supervisor counts this task up for `start` from now on
+    return tf
+
+
 def dispatch(ctx: TaskContext) -> int:
     skip_eager_keras(ctx)
-    import tensorflow as tf
+    tf = import_tensorflow(ctx)
 
     if ctx.mode in (MIRRORED, PS_STRATEGY):
         # TF's Python distribute code logs every checkpoint shard and session config through absl at INFO.
@@ -121,6 +156,9 @@ def main() -> int:
     except TaskSetupError as e:
         log.error("%s", e)
         code = 2
+    except CannotRunHere as e:
+        log.error("%s", e)  # the log's last error line: what `status` and `start` show
+        code = CANNOT_RUN_HERE
     except KeyboardInterrupt:
         code = 130
     except Exception:

@@ -4,7 +4,8 @@ A cell's cluster is the user's hosts.toml, changed only where the bench says so,
 planner (orchestrator.plan.from_file.plan_config), so every rule of a normal `start` holds:
 - workers: the first N worker tasks hosts.toml lists (hosts in file order, a host's `gpus`/`workers` in
   order); a host left without a task is dropped (nothing starts there); a [slurm] job's `workers` = N, on
-  no more nodes than it then has tasks;
+  no more nodes than it then has tasks. A host's GPUs per task are its `gpus_per_task`, else 1 in every
+  mode (multi-worker-mirrored's default, all of them in one task, would change the cell's workers);
 - mode: `[cluster] mode`; multi-worker-mirrored has no parameter server, so `ps` roles are dropped (a
   [slurm] job's `ps` = 0);
 - training: the model, its arguments and batch size the bench was given; `steps` (a huge number when the
@@ -46,14 +47,19 @@ class Cell:
 
 
 def listed_workers(config: Config) -> int:
-    """Worker tasks hosts.toml gives: one per listed GPU, else `workers` (default 1) per worker host."""
+    """Worker tasks hosts.toml gives: one per `gpus_per_task` (default 1) listed GPUs, else `workers`
+    (default 1) per worker host."""
     if config.slurm is not None:
         return config.slurm.workers
     return sum(_worker_slots(h) for h in config.hosts if "worker" in h.roles)
 
 
 def _worker_slots(host: HostConfig) -> int:
-    return len(host.gpus) if host.gpus else (host.workers or 1)
+    return len(host.gpus) // _gpus_per_task(host) if host.gpus else (host.workers or 1)
+
+
+def _gpus_per_task(host: HostConfig) -> int:
+    return host.gpus_per_task or 1
 
 
 def default_worker_counts(available: int) -> tuple[int, ...]:
@@ -103,7 +109,10 @@ def with_workers(config: Config, n: int) -> Config:
         return config.model_copy(update={"slurm": config.slurm.model_copy(update={"workers": n})})
     hosts: list[HostConfig] = []
     left = n
-    for h in config.hosts:
+    for listed in config.hosts:
+        h = listed  # as many GPUs per task in every mode (ps tasks take none):
+        if listed.gpus and listed.roles != ["ps"]:
+            h = listed.model_copy(update={"gpus_per_task": _gpus_per_task(listed)})
         if "worker" not in h.roles:
             hosts.append(h)
             continue
@@ -112,10 +121,11 @@ def with_workers(config: Config, n: int) -> Config:
         if keep == 0:
             roles = [r for r in h.roles if r != "worker"]
             if roles:
-                hosts.append(h.model_copy(update={"roles": roles, "workers": None, "gpus": None}))
+                hosts.append(h.model_copy(update={"roles": roles, "workers": None, "gpus": None,
+                                                  "gpus_per_task": None}))
             continue
         if h.gpus:
-            hosts.append(h.model_copy(update={"gpus": h.gpus[:keep]}))
+            hosts.append(h.model_copy(update={"gpus": h.gpus[:keep * _gpus_per_task(h)]}))
         else:
             hosts.append(h.model_copy(update={"workers": keep if h.workers is not None else None}))
     return config.model_copy(update={"hosts": hosts})

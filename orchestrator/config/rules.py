@@ -16,15 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from orchestrator.config.command import fill_command, placeholder_vars
-from orchestrator.config.modes import CLIENT_CHIEF_MODES, TRAINING_CHIEF_MODES
-from orchestrator.config.schema import Config, Role
+from orchestrator.config.modes import CLIENT_CHIEF_MODES, TRAINING_CHIEF_MODES, Mode
+from orchestrator.config.schema import Config, HostConfig, Role
 from orchestrator.config.slurm_schema import SlurmSection
 from orchestrator.config.toml_lines import format_key_path
 from orchestrator.errors import ConfigError
 from training.models.sizes import BUILTIN_SHAPES, ModelArgError, check_model_args
 
 MAX_PORT = 65535
-Seat = tuple[int, int | None]  # where a task runs: its host's index in [[hosts]], and its GPU (None: the CPU)
+Seat = tuple[int, tuple[int, ...]]  # where a task runs: its host's index in [[hosts]], and its GPUs (none: the CPU)
 
 
 @dataclass(frozen=True)
@@ -92,36 +92,111 @@ def _check_hosts(config: Config, source: str) -> None:
         )
     if needs_ps(config) and not ps_hosts:
         raise ConfigError(source, mode_key, f'{why_ps_needed(config)}: give a host the role `ps` (roles = ["ps"])')
+    for i, host in enumerate(config.hosts):
+        _check_gpus_per_task(config, i, host, source)
+
+
+def gpus_per_task(host: HostConfig, mode: Mode) -> int:
+    """How many of a host's listed GPUs each of its GPU tasks sees: its `gpus_per_task`, else all of them in
+    multi-worker-mirrored mode (TensorFlow's layout: one task per machine, a replica per GPU), else one."""
+    if host.gpus_per_task is not None:
+        return host.gpus_per_task
+    return (len(host.gpus or ()) or 1) if mode == "multi-worker-mirrored" else 1
+
+
+def _check_gpus_per_task(config: Config, i: int, host: HostConfig, source: str) -> None:
+    """An explicit `gpus_per_task`: GPUs to split, not for a ps task (always on the CPU), a divisor of the
+    list, and a trainer that uses them. (On a chief-only host in a client mode it is ignored, as `gpus` is:
+    plan_warnings says so.)"""
+    per_task = host.gpus_per_task
+    if per_task is None:
+        return
+    key = f"hosts[{i}].gpus_per_task"
+    if not host.gpus:
+        raise ConfigError(source, key, f"gpus_per_task = {per_task} but `{host.name}` lists no GPU: list its GPUs "
+                          "(gpus = [0, 1, ...]) or remove gpus_per_task")
+    if host.roles == ["ps"]:
+        raise ConfigError(source, key, f"`{host.name}` runs only a ps task, and ps tasks never get GPUs (they "
+                          "serve variables on the CPU): remove gpus_per_task and gpus")
+    listed = f"the {len(host.gpus)} GPUs `{host.name}` lists (gpus = {host.gpus})"
+    if why := _split_error(config, per_task, len(host.gpus), listed):
+        raise ConfigError(source, key, why)
+
+
+def _split_error(config: Config, per_task: int, count: int, listed: str) -> str | None:
+    """Why `count` GPUs (`listed`) cannot go `per_task` to a task, if they cannot."""
+    if count % per_task:
+        divisors = ", ".join(str(d) for d in range(1, count + 1) if count % d == 0)
+        return f"gpus_per_task = {per_task} does not divide {listed}: use one of {divisors}"
+    if per_task > 1 and config.cluster.mode == "parameter-server-strategy" and config.training.command is None:
+        return ("the built-in parameter-server-strategy trainer runs one replica per worker task: use "
+                "gpus_per_task = 1, or your own `command`")
+    return None
 
 
 def _seats(config: Config, source: str) -> dict[Role, tuple[Seat, ...]]:
     """Each job's tasks on [[hosts]] (DESIGN.md "Plan rules"): a ps task per ps host, on the CPU; a worker
-    per listed GPU, else `workers` (default 1) on the CPU; the chief on the chief host, training (on its
-    first GPU) in TRAINING_CHIEF_MODES, else the client or coordinator on the CPU, on the first worker
-    host when no host has the chief role."""
+    per `gpus_per_task` listed GPUs (consecutive, in the listed order), else `workers` (default 1) on the
+    CPU; the chief on the chief host, training (on its first GPUs, as many as a worker's) in
+    TRAINING_CHIEF_MODES, else the client or coordinator on the CPU, on the first worker host when no host
+    has the chief role."""
     mode = config.cluster.mode
     chief_host = next((i for i, h in enumerate(config.hosts) if "chief" in h.roles), None)
     seats: dict[Role, list[Seat]] = {"chief": [], "ps": [], "worker": []}
     for i, h in enumerate(config.hosts):
-        gpus: list[int | None] = list(h.gpus or [])
+        gpus, per_task = h.gpus or [], gpus_per_task(h, mode)
+        groups = [tuple(gpus[k:k + per_task]) for k in range(0, len(gpus), per_task)]
         if "ps" in h.roles:
-            seats["ps"].append((i, None))
+            seats["ps"].append((i, ()))
         if i == chief_host and mode in TRAINING_CHIEF_MODES:
-            seats["chief"].append((i, gpus.pop(0) if gpus else None))
+            seats["chief"].append((i, groups.pop(0) if groups else ()))
         if "worker" in h.roles:
-            # no GPU left (the chief took the only one): no worker; no GPU listed: CPU workers
-            seats["worker"].extend((i, g) for g in (gpus if gpus or h.gpus else [None] * (h.workers or 1)))
-    if not seats["worker"]:  # _check_hosts saw a worker host, so the chief took its only GPU
+            # no GPU left (the chief took them all): no worker; no GPU listed: CPU workers
+            seats["worker"].extend((i, g) for g in (groups if groups or h.gpus else [()] * (h.workers or 1)))
+    if not seats["worker"]:  # _check_hosts saw a worker host, so the chief took all its GPUs
         i = next(i for i, h in enumerate(config.hosts) if "worker" in h.roles)
+        h = config.hosts[i]
+        taken = len(seats["chief"][0][1])
+        if taken == 1:
+            raise ConfigError(
+                source, f"hosts[{i}].gpus",
+                f"no worker task left: the chief takes the first GPU of `{h.name}` and it has no "
+                "other; list another GPU, or add a host with role `worker`",
+            )
+        why = (f"gpus_per_task = {taken}" if h.gpus_per_task is not None else
+               "multi-worker-mirrored gives a task all of its host's GPUs unless gpus_per_task says otherwise")
         raise ConfigError(
-            source, f"hosts[{i}].gpus",
-            f"no worker task left: the chief takes the first GPU of `{config.hosts[i].name}` and it has no "
-            "other; list another GPU, or add a host with role `worker`",
+            source, f"hosts[{i}].gpus_per_task",
+            f"no worker task left: the chief takes all {taken} GPUs of `{h.name}` ({why}); set a smaller "
+            "gpus_per_task, list more GPUs, or add a host with role `worker`",
         )
     if mode in CLIENT_CHIEF_MODES:
         client_host = chief_host if chief_host is not None else seats["worker"][0][0]
-        seats["chief"].append((client_host, None))
+        seats["chief"].append((client_host, ()))
+    else:
+        _check_replicas(config, seats, source)
     return {job: tuple(s) for job, s in seats.items()}
+
+
+def _check_replicas(config: Config, seats: Mapping[Role, list[Seat]], source: str) -> None:
+    """multi-worker-mirrored: every training task has as many replicas (its GPUs, or its CPU). TensorFlow's
+    all-reduce group is (this task's devices) x (tasks): a task with another count waits or fails."""
+    if config.cluster.mode != "multi-worker-mirrored":
+        return
+    trainers = sorted((*seats["chief"], *seats["worker"]), key=lambda seat: seat[0])
+    first = trainers[0]
+    odd = next((seat for seat in trainers if len(seat[1]) != len(first[1])), None)
+    if odd is None:
+        return
+    has = {seat: f"{len(seat[1])} GPU{'s' if len(seat[1]) > 1 else ''}" if seat[1] else "the CPU (one replica)"
+           for seat in (first, odd)}
+    i = odd[0] if odd[1] else first[0]  # a host with GPUs: one of the two has them
+    raise ConfigError(
+        source, f"hosts[{i}].gpus_per_task",
+        f"multi-worker-mirrored needs as many replicas in every task (TensorFlow's all-reduce counts every task's "
+        f"devices as its own): a task of `{config.hosts[first[0]].name}` has {has[first]}, one of "
+        f"`{config.hosts[odd[0]].name}` {has[odd]}; give every task as many GPUs (gpus_per_task)",
+    )
 
 
 def slurm_job_counts(config: Config, source: str) -> dict[Role, int]:
@@ -154,7 +229,32 @@ def _slurm_jobs(config: Config, slurm: SlurmSection, source: str) -> dict[Role, 
         raise ConfigError(source, "slurm.gpus_per_node", f"gpus_per_node = {slurm.gpus_per_node} cannot give "
                           f"each of the {busiest} tasks of a node a GPU (SlurmClusterResolver refuses it "
                           f"too): use {busiest} or more, or more nodes")
+    _check_slurm_gpus_per_task(config, slurm, busiest, source)
     return jobs
+
+
+def slurm_gpus_per_task(slurm: SlurmSection, busiest: int) -> int:
+    """GPUs per task of a [slurm] job whose busiest node runs `busiest` tasks: its `gpus_per_task`, else
+    gpus_per_node // busiest (SlurmClusterResolver's split)."""
+    return slurm.gpus_per_task if slurm.gpus_per_task is not None else slurm.gpus_per_node // busiest
+
+
+def _check_slurm_gpus_per_task(config: Config, slurm: SlurmSection, busiest: int, source: str) -> None:
+    """`[slurm] gpus_per_task`, as a host's: GPUs to split, a divisor of gpus_per_node, room for the busiest
+    node's tasks, and a trainer that uses them."""
+    per_task, per_node = slurm.gpus_per_task, slurm.gpus_per_node
+    if per_task is None:
+        return
+    key = "slurm.gpus_per_task"
+    if per_node == 0:
+        raise ConfigError(source, key, f"gpus_per_task = {per_task} but the job asks for no GPU: set "
+                          "gpus_per_node too, or remove gpus_per_task")
+    if why := _split_error(config, per_task, per_node, f"gpus_per_node = {per_node}"):
+        raise ConfigError(source, key, why)
+    if per_task * busiest > per_node:
+        raise ConfigError(source, key, f"gpus_per_task = {per_task} with {busiest} tasks on the busiest node needs "
+                          f"{per_task * busiest} GPUs there, gpus_per_node = {per_node}: use gpus_per_task = "
+                          f"{per_node // busiest}, more nodes, or more GPUs per node")
 
 
 def needs_ps(config: Config) -> bool:

@@ -71,6 +71,9 @@ class HostConfig(Strict):
     address: Annotated[str, Field(min_length=1)]
     roles: Annotated[list[Role], Field(min_length=1)]
     gpus: list[Annotated[int, Field(ge=0, le=63)]] | None = None
+    # GPUs each GPU task of this host sees (a divisor of len(gpus)); None: 1, or all of them in
+    # multi-worker-mirrored mode (orchestrator.config.rules.gpus_per_task).
+    gpus_per_task: Annotated[int, Field(ge=1, le=64)] | None = None
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
     transport: Literal["ssh", "local"] = "ssh"
     ssh: SSHOptions | None = None

@@ -3,7 +3,8 @@ rules each key holds alone; the rules that need the mode or several keys are orc
 
 Names as Slurm and TensorFlow users know them: the allocation (`nodes`, `partition`, `time`, `account`,
 `qos`, `gpus_per_node`, `cpus_per_task`, `mem` per node, `sbatch_args` passed through as they are,
-`login`: a host reached over `[ssh]` where sbatch runs) and the TF job counts (`ps`, `workers`, `chief`).
+`login`: a host reached over `[ssh]` where sbatch runs), the TF job counts (`ps`, `workers`, `chief`) and
+each task's share of its node's GPUs (`gpus_per_task`).
 Every value that reaches sbatch (as an argv word, or on an `#SBATCH` line of a script) is validated
 here: a `#SBATCH` line ends at a newline and is split at whitespace, so no value may hold either.
 """
@@ -61,6 +62,7 @@ class SlurmSection(Strict):
     account: str | None = None
     qos: str | None = None
     gpus_per_node: Annotated[int, Field(ge=0, le=64)] = 0
+    gpus_per_task: Annotated[int, Field(ge=1, le=64)] | None = None  # None: gpus_per_node // most tasks on a node
     cpus_per_task: Annotated[int, Field(ge=1, le=4096)] | None = None
     mem: str | None = None
     sbatch_args: list[str] = Field(default_factory=list)

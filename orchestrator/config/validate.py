@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 from orchestrator.config.modes import TRAINING_CHIEF_MODES
-from orchestrator.config.rules import Tasks, check_rules
+from orchestrator.config.rules import Tasks, check_rules, gpus_per_task
 from orchestrator.config.schema import Config, SSHOptions
 from orchestrator.config.slurm_schema import option_name
 from orchestrator.config.ssh_config import HostsSSH, resolve_hosts, resolve_ssh
@@ -80,14 +80,16 @@ def check_slurm_start(config: Config, source: str) -> None:
 
 
 def plan_warnings(config: Config, ssh: HostsSSH, dial: Mapping[str, str]) -> list[str]:
-    """What a plan of these hosts says before it runs: keys it ignores, unverified host keys, public
-    addresses, and ssh-config aliases (the TF tasks dial the HostName instead, which every other machine
-    of the cluster must then reach)."""
+    """What a plan of these hosts says before it runs: keys it ignores, GPUs the built-in trainer leaves
+    idle, unverified host keys, public addresses, and ssh-config aliases (the TF tasks dial the HostName
+    instead, which every other machine of the cluster must then reach)."""
     out = []
     for h in config.hosts:
         trains_as_chief = "chief" in h.roles and config.cluster.mode in TRAINING_CHIEF_MODES
         if h.gpus and "worker" not in h.roles and not trains_as_chief:
             out.append(f"host {h.name}: `gpus` is ignored, only worker tasks (and a training chief) use GPUs")
+        elif idle := idle_gpus(config, gpus_per_task(h, config.cluster.mode)):
+            out.append(f"host {h.name}: {idle}")
         if h.workers is not None and "worker" not in h.roles:
             out.append(f"host {h.name}: `workers` is ignored, the host has no `worker` role")
         if ssh.explicit[h.name].strict_host_key_checking == "no" and h.transport == "ssh":
@@ -110,6 +112,15 @@ def plan_warnings(config: Config, ssh: HostsSSH, dial: Mapping[str, str]) -> lis
         f"spec uses {r.hostname}, which every other machine must be able to reach"
         for name, r in ssh.resolved.items() if r.hostname.lower() != r.alias.lower()
     ]
+
+
+def idle_gpus(config: Config, per_task: int) -> str | None:
+    """What a plan that gives each task `per_task` GPUs says of the ones its trainer leaves idle: the
+    built-in between-graph trainer builds its one graph on its task's device (training/graph/between_graph.py)."""
+    if per_task > 1 and config.cluster.mode == "between-graph" and config.training.command is None:
+        return (f"each task sees {per_task} GPUs, but the built-in between-graph trainer computes on its GPU:0 "
+                "only (in-graph and multi-worker-mirrored use them all)")
+    return None
 
 
 def sync_sources(sync: Iterable[str], base_dir: str, source: str = "hosts.toml") -> list[tuple[Path, str]]:

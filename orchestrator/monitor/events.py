@@ -68,6 +68,9 @@ class GpuSample:
     util_pct: float | None
     mem_used_mb: float | None
     mem_total_mb: float | None
+    uuid: str | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +90,8 @@ class TaskFacts:
     stopped: bool  # one is stopped (SIGSTOP)
     cpu_moved_at: float | None  # remote time its CPU time last grew
     listening_since: float | None  # remote time its TF server was first seen listening (it has started)
+    # GPU index -> MiB its own processes hold there (None: held, amount unknown); None: GPUs not read
+    gpu_mem: dict[int, float | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +190,7 @@ def _gpus(raw: Any) -> tuple[GpuSample, ...]:
     for i, g in enumerate(raw):
         if isinstance(g, dict):
             gpus.append(GpuSample(int(g.get("index", i)), _num(g, "util_pct"), _num(g, "mem_used_mb"),
-                                  _num(g, "mem_total_mb")))
+                                  _num(g, "mem_total_mb"), _str(g, "uuid"), _num(g, "temp_c"), _num(g, "power_w")))
     return tuple(gpus)
 
 
@@ -201,8 +206,15 @@ def _task_facts(raw: Any) -> dict[str, TaskFacts]:
     for name, v in raw.items():
         if isinstance(v, dict):
             out[name_of_stem(str(name))] = TaskFacts(int(v.get("procs", 0) or 0), float(v.get("cpu_s", 0.0) or 0.0),
-                                       v.get("stopped") is True, _num(v, "cpu_moved_at"), _num(v, "listening_since"))
+                                       v.get("stopped") is True, _num(v, "cpu_moved_at"), _num(v, "listening_since"),
+                                       _gpu_mem(v.get("gpu_mem")))
     return out
+
+
+def _gpu_mem(raw: Any) -> dict[int, float | None] | None:
+    if not isinstance(raw, dict):
+        return None
+    return {int(k): _num(raw, k) for k in raw if str(k).isdigit()}
 
 
 def _ps_tcp(raw: Any) -> dict[str, PsTcp]:

@@ -1,4 +1,5 @@
-"""Prometheus text exposition of ClusterState (`tfcluster dash --prometheus PORT`).
+"""Prometheus text exposition of ClusterState (`tfcluster dash --prometheus PORT`): tasks (with their GPU
+use and `on CPU?`: monitor/gpu_use.py), hosts (with their GPUs), PS traffic, totals.
 
 The UI thread renders the text on each poll (the state is only read there); the HTTP thread serves the
 last rendering, so scraping never touches the live state.
@@ -48,7 +49,22 @@ def render(st: ClusterState) -> str:
     metric("tfcluster_task_state", "gauge", "1 for the task's current liveness state.",
            [(_labels(task=t.name, job=t.job, host=t.host, state=s), 1.0 if t.state == s else 0.0)
             for t in tasks for s in LIVENESS_STATES])
+    gl = {(t.name, g.index): _labels(task=t.name, job=t.job, host=t.host, gpu=str(g.index))
+          for t in tasks for g in t.gpu_use}
+    metric("tfcluster_task_gpu_memory_mib", "gauge", "GPU memory the task's own processes hold on each GPU.",
+           [(gl[t.name, g.index], g.task_mem_mb) for t in tasks for g in t.gpu_use])
+    metric("tfcluster_task_gpu_utilization_percent", "gauge", "Utilisation of each GPU the task uses or is planned on.",
+           [(gl[t.name, g.index], g.util_pct) for t in tasks for g in t.gpu_use])
+    metric("tfcluster_task_on_cpu_suspected", "gauge",
+           "1: planned on a GPU, settled, and its processes hold no GPU memory (on CPU?).",
+           [(tl[t.name], 1.0 if t.on_cpu_suspected else 0.0) for t in tasks if t.gpu_use])
     hosts = sorted(st.hosts.values(), key=lambda h: h.name)
+    gpus = [(_labels(host=h.name, gpu=str(g.index)), g) for h in hosts for g in h.gpus]
+    metric("tfcluster_host_gpu_utilization_percent", "gauge", "GPU utilisation.", [(lb, g.util_pct) for lb, g in gpus])
+    metric("tfcluster_host_gpu_memory_used_mib", "gauge", "GPU memory used by every process.",
+           [(lb, g.mem_used_mb) for lb, g in gpus])
+    metric("tfcluster_host_gpu_temperature_celsius", "gauge", "GPU temperature.", [(lb, g.temp_c) for lb, g in gpus])
+    metric("tfcluster_host_gpu_power_watts", "gauge", "GPU power draw.", [(lb, g.power_w) for lb, g in gpus])
     metric("tfcluster_host_cpu_percent", "gauge", "Host CPU use.", [(_labels(host=h.name), h.cpu_pct) for h in hosts])
     metric("tfcluster_host_mem_percent", "gauge", "Host memory use.", [(_labels(host=h.name), h.mem_pct) for h in hosts])
     metric("tfcluster_host_reachable", "gauge", "1 when the host's agent stream is current.",

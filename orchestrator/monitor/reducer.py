@@ -29,6 +29,7 @@ from orchestrator.monitor.events import (
     StreamUp,
     TaskStateEvent,
 )
+from orchestrator.monitor.gpu_use import GPU_SETTLE_S, cuda_gpus, on_cpu_suspected
 from orchestrator.monitor.task_state import LIVENESS_STATES, Liveness, Reports, RunState, TaskState
 from orchestrator.monitor.views import (
     HISTORY_S,
@@ -78,6 +79,7 @@ class ClusterState:
         self.steps_per_s = 0.0
         self.run_state: RunState = "running"
         self.record_status: str | None = None  # the local run record's word, when there is one
+        self.gpu_settle_s = GPU_SETTLE_S  # how long a task planned on a GPU runs before `on CPU?` may be said
         self.slurm: dict[str, str] | None = None  # a Slurm run's job: {"job_id", "state", "reason"} (run.slurm_end)
 
     # -- construction ---------------------------------------------------------------------------------
@@ -94,7 +96,8 @@ class ClusterState:
         for t in plan.tasks:
             reports: Reports = "maybe" if plan.uses_user_command else (
                 "yes" if reports_progress(plan.mode, t.job) else "no")
-            st.add_task(t.job, t.index, t.host, t.gpu, port=t.port, reports=reports)
+            st.add_task(t.job, t.index, t.host, t.gpus, port=t.port, reports=reports)
+            st.tracks[task_name(t.job, t.index)].cuda_gpus = cuda_gpus(t.cuda_visible_devices)  # `on CPU?`
         return st
 
     def host(self, name: str) -> HostView:
@@ -103,13 +106,13 @@ class ClusterState:
             h = self.hosts[name] = HostView(name, self.now, self.interval_s)
         return h
 
-    def add_task(self, job: str, index: int, host: str, gpu: int | None = None, port: int | None = None,
+    def add_task(self, job: str, index: int, host: str, gpus: tuple[int, ...] = (), port: int | None = None,
                  reports: Reports | None = None) -> TaskTrack:
         name = task_name(job, index)
         tv = self.tracks.get(name)
         if tv is None:
             self.host(host)
-            tv = self.tracks[name] = TaskTrack(job, index, host, gpu, reports=reports or ("no" if job == "ps" else "yes"))
+            tv = self.tracks[name] = TaskTrack(job, index, host, gpus, reports=reports or ("no" if job == "ps" else "yes"))
             if job == "ps":
                 self.ps[name] = PsTraffic(name, host, port)
         return tv
@@ -178,6 +181,10 @@ class ClusterState:
         t = host.local(ev.t)
         if tv.t_state is not None and t < tv.t_state:
             return  # an older line (files replayed out of order): the newer state stands
+        if ev.state != "running":
+            tv.t_running = None
+        elif tv.t_running is None or tv.proc_state != "running" or (ev.pid is not None and ev.pid != tv.pid):
+            tv.t_running = t  # a new process: `on CPU?` waits for it to settle
         tv.proc_state, tv.t_state, tv.state_written_at = ev.state, t, ev.t
         tv.restarts = max(ev.restarts, tv.restarts)
         tv.stopped_by, tv.restarts_left, tv.error = ev.stopped_by, ev.restarts_left, ev.error
@@ -235,6 +242,7 @@ class ClusterState:
             tv.procs, tv.sigstopped, tv.cpu_s = facts.procs, facts.stopped, facts.cpu_s
             tv.t_cpu_moved = None if facts.cpu_moved_at is None else host.local(facts.cpu_moved_at)
             tv.t_listening = None if facts.listening_since is None else host.local(facts.listening_since)
+            tv.gpu_mem = facts.gpu_mem
         for name, m in ev.ps_tcp.items():
             ps = self.ps.get(name)
             if ps is None:
@@ -296,6 +304,8 @@ class ClusterState:
             if tv.t_progress is None and live == "running" and h.t_sample is not None:
                 last = h.t_sample  # a server writes no progress: its freshest data is its host's sample
             tv.age_s = None if last is None else max(now - last, 0.0)
+            tv.on_cpu = live in ("running", "stalled") and on_cpu_suspected(
+                tv.cuda_gpus, tv.gpu_mem, tv.t_running, now, self.gpu_settle_s)
             snapshots[name] = snapshot(tv, h)
             if tv.global_step is not None:
                 gstep = tv.global_step if gstep is None else max(gstep, tv.global_step)

@@ -22,7 +22,8 @@ def _host(h: HostView, now: float) -> dict[str, Any]:
         "name": h.name, "reachable": h.reachable, "error": h.error, "supervisor": h.supervisor_state,
         "supervisor_alive": h.supervisor_alive, "supervisor_pid": h.supervisor_pid, "processes": h.processes,
         "outcome": h.outcome, "cpu_pct": _r(h.cpu_pct, 1), "mem_pct": _r(h.mem_pct, 1),
-        "gpus": [{"index": g.index, "util_pct": g.util_pct, "mem_used_mb": g.mem_used_mb} for g in h.gpus],
+        "gpus": [{"index": g.index, "uuid": g.uuid, "util_pct": g.util_pct, "mem_used_mb": g.mem_used_mb,
+                  "mem_total_mb": g.mem_total_mb, "temp_c": g.temp_c, "power_w": _r(g.power_w, 1)} for g in h.gpus],
         "age_s": None if h.t_heard is None else _r(now - h.t_heard, 2),
     }
 

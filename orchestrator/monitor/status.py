@@ -61,16 +61,20 @@ def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
     """The host_sample a read stands for. While the supervisor lives its facts are current; once it is
     dead they are stale, and each task's processes are the ones the read found carrying its id."""
     tasks = {stem: dict(f) for stem, f in (seen.facts.get("tasks") or {}).items() if isinstance(f, dict)}
+    gpus = seen.facts.get("gpus")  # its GPUs, and each task's memory on them, as its supervisor read them
     if seen.processes is not None:
         live = [p.task.split("#", 1)[0] for p in seen.processes if p.task]
         for t in seen.tasks:
             tasks.setdefault(file_stem(t.job, t.task), {})  # (events.py maps it back to the task's name)
         for stem, f in tasks.items():
             f["procs"] = live.count(stem)
+            f.pop("gpu_mem", None)  # nobody reads the GPUs for a dead supervisor: its figures are old
+        gpus = None
     sup = seen.supervisor
     supervisor = {"alive": seen.supervisor_alive, "state": sup.state if sup else None,
                   "outcome": sup.outcome if sup else None}
-    return {"kind": "host_sample", "t": remote_now, "host": name, "tasks": tasks, "supervisor": supervisor}
+    return {"kind": "host_sample", "t": remote_now, "host": name, "tasks": tasks, "supervisor": supervisor,
+            **({"gpus": gpus} if isinstance(gpus, list) else {})}
 
 
 def _events(name: str, seen: HostReading, remote_now: float) -> list[Event]:

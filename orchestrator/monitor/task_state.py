@@ -27,12 +27,28 @@ JOB_ORDER = {"chief": 0, "ps": 1, "worker": 2}
 
 
 @dataclass(frozen=True)
+class TaskGpu:
+    """One GPU a task is planned on or holds memory on (orchestrator/monitor/gpu_use.py): the GPU's own
+    figures, and the MiB the task's own processes hold there (None: not known; 0: none)."""
+
+    index: int
+    util_pct: float | None
+    mem_used_mb: float | None  # by every process on the GPU
+    mem_total_mb: float | None
+    task_mem_mb: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "util_pct": self.util_pct, "mem_used_mb": self.mem_used_mb,
+                "mem_total_mb": self.mem_total_mb, "task_mem_mb": _round(self.task_mem_mb, 1)}
+
+
+@dataclass(frozen=True)
 class TaskState:
     name: str
     job: str
     index: int
     host: str
-    gpu: int | None
+    gpus: tuple[int, ...]  # its GPUs as the plan gives them (physical indexes), none = the CPU
     state: Liveness
     process_state: str | None  # the supervisor's last word: starting | running | exited | restarting
     pid: int | None
@@ -58,6 +74,8 @@ class TaskState:
     age_s: float | None  # of its freshest data
     cpu_s: float | None
     no_progress_reported: bool  # alive and judged by its CPU: it reports no progress tfcluster can read
+    gpu_use: tuple[TaskGpu, ...] = ()  # its GPUs' use and its own memory on each (from its host's facts)
+    on_cpu_suspected: bool = False  # planned on a GPU, settled, and its processes hold no GPU memory
 
     @classmethod
     def of(cls, values: dict[str, Any]) -> TaskState:
@@ -75,7 +93,8 @@ class TaskState:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "job": self.job, "index": self.index, "host": self.host, "state": self.state,
+            "name": self.name, "job": self.job, "index": self.index, "host": self.host, "gpus": list(self.gpus),
+            "state": self.state,
             "stale": self.state == "unreachable", "process_state": self.process_state, "pid": self.pid,
             "exit_code": self.exit_code, "signal": self.signal, "final": self.final, "failed": self.failed,
             "held": self.held, "stopped_by": self.stopped_by, "restarts": self.restarts,
@@ -85,6 +104,7 @@ class TaskState:
             "steps_per_s": _round(self.steps_per_s), "examples_per_s": _round(self.examples_per_s),
             "age_s": _round(self.age_s, 2), "cpu_s": _round(self.cpu_s, 2),
             "no_progress_reported": self.no_progress_reported,
+            "gpu_use": [g.to_json() for g in self.gpu_use], "on_cpu_suspected": self.on_cpu_suspected,
         }
 
 

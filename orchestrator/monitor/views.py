@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from orchestrator.monitor.events import GpuSample
+from orchestrator.monitor.gpu_use import task_gpu_use
 from orchestrator.monitor.task_state import Liveness, Reports, RunState, TaskState
 from orchestrator.plan.names import task_name
 
@@ -71,7 +72,7 @@ class TaskTrack:
     job: str
     task: int
     host: str
-    gpu: int | None = None
+    gpus: tuple[int, ...] = ()
     # Whether this task writes progress events itself (the built-in trainers do; servers never; a user's
     # program may: then "maybe", and liveness falls back to its processes' CPU until it does).
     reports: Reports = "yes"
@@ -108,6 +109,12 @@ class TaskTrack:
     sigstopped: bool = False
     t_listening: float | None = None  # local time its TF server was first seen listening (it has started)
     coordinator: bool = False  # its steps are its workers' (parameter-server-strategy): not summed twice
+    # GPU use (gpu_use.py): its CUDA_VISIBLE_DEVICES' GPUs, the MiB its processes hold on each GPU (None:
+    # not read), since when its current process runs (local time), and the last tick's `on CPU?`
+    cuda_gpus: tuple[int, ...] = ()
+    gpu_mem: dict[int, float | None] | None = None
+    t_running: float | None = None
+    on_cpu: bool = False
     # computed by tick
     liveness: Liveness = "starting"
     age_s: float | None = None
@@ -233,7 +240,7 @@ def snapshot(t: TaskTrack, host: HostView) -> TaskState:
     """The frozen TaskState of a track as the last tick judged it (built per task per tick: TaskState.of)."""
     rates = t.liveness not in NO_RATES
     return TaskState.of({
-        "name": t.name, "job": t.job, "index": t.task, "host": t.host, "gpu": t.gpu, "state": t.liveness,
+        "name": t.name, "job": t.job, "index": t.task, "host": t.host, "gpus": t.gpus, "state": t.liveness,
         "process_state": t.proc_state, "pid": t.pid, "exit_code": t.exit_code, "signal": t.signal,
         "final": t.final, "failed": task_failed(t, host), "stopped_by": t.stopped_by, "restarts": t.restarts,
         "restarts_left": t.restarts_left, "restart_reason": t.restart_reason, "error": t.error,
@@ -242,6 +249,7 @@ def snapshot(t: TaskTrack, host: HostView) -> TaskState:
         "steps_per_s": t.steps_per_s if rates else None, "examples_per_s": t.examples_per_s if rates else None,
         "progress_at": t.t_progress, "age_s": t.age_s, "cpu_s": t.cpu_s,
         "no_progress_reported": t.reports != "no" and t.t_progress is None and t.liveness in ("running", "stalled"),
+        "gpu_use": task_gpu_use(t.cuda_gpus, t.gpu_mem, host.gpus), "on_cpu_suspected": t.on_cpu,
     })
 
 

@@ -66,8 +66,7 @@ def build_plan(valid: ValidConfig) -> ClusterPlan:
         for h in config.hosts
     ]
     seats = valid.tasks.seats or {}
-    slots: Slots = {job: [Slot(machines[host], () if gpu is None else (gpu,)) for host, gpu in seats.get(job, ())]
-                    for job in JOB_ORDER}
+    slots: Slots = {job: [Slot(machines[host], gpus) for host, gpus in seats.get(job, ())] for job in JOB_ORDER}
     return assemble_plan(valid, machines, slots, valid.warnings)
 
 
@@ -118,7 +117,7 @@ def assemble_plan(valid: ValidConfig, machines: Sequence[Machine], slots: Slots,
             tasks.append(
                 TaskPlan(
                     job=job, index=i, host=m.name, address=m.dial_address, port=ports[(job, i)],
-                    gpu=slot.gpus[0] if slot.gpus else None, device=device, cuda_visible_devices=cuda,
+                    gpus=slot.gpus, device=device, cuda_visible_devices=cuda,
                     tf_config=tf_config, command=command, env=env, is_chief=is_chief,
                 )
             )

@@ -32,8 +32,10 @@ class TaskPlan:
     host: str  # host name from hosts.toml
     address: str  # the address other tasks use to reach it
     port: int
-    gpu: int | None  # physical GPU index on the host, None = CPU
-    device: str  # where this task's compute is placed, e.g. /job:worker/task:1/device:GPU:0
+    gpus: tuple[int, ...]  # physical GPU indexes on the host (CUDA_VISIBLE_DEVICES), none = the CPU
+    # where this task's compute is placed, e.g. /job:worker/task:1/device:GPU:0; a task with several GPUs
+    # sees them as GPU:0 ... GPU:len(gpus)-1 (the in-graph client puts a tower on each)
+    device: str
     cuda_visible_devices: str
     tf_config: dict[str, Any]
     command: list[str]  # argv run by the host's supervisor (cwd = the run's code/ dir)
@@ -189,7 +191,6 @@ def tf_config_env(spec_json: str, job: str, index: int) -> str:
 
 def _task(raw: object, spec: dict[str, list[str]], spec_json: str) -> TaskPlan:
     t = _mapping(raw, "task")
-    gpu = t["gpu"]
     job, index = _job(t["job"]), int(t["index"])
     derived = t.get("derived") or ()  # left out by to_json(compact=True): the standard values
     env = {str(k): str(v) for k, v in _mapping(t["env"], "env").items()}
@@ -199,11 +200,20 @@ def _task(raw: object, spec: dict[str, list[str]], spec_json: str) -> TaskPlan:
                  else _mapping(t["tf_config"], "tf_config"))
     return TaskPlan(
         job=job, index=index, host=str(t["host"]), address=str(t["address"]),
-        port=int(t["port"]), gpu=None if gpu is None else int(gpu), device=str(t["device"]),
+        port=int(t["port"]), gpus=_gpus(t), device=str(t["device"]),
         cuda_visible_devices=str(t["cuda_visible_devices"]), tf_config=tf_config,
         command=[str(a) for a in _list(t["command"], "command")], env=env,
         is_chief=bool(t["is_chief"]), in_cluster=bool(t.get("in_cluster", True)),
     )
+
+
+def _gpus(t: dict[str, Any]) -> tuple[int, ...]:
+    """A task's GPUs: `gpus`, or the one `gpu` (null: the CPU) of a record written before tasks had several."""
+    if "gpus" in t:
+        gpus = t["gpus"]  # a tuple where to_json's dict was not through JSON
+        return tuple(int(g) for g in (gpus if isinstance(gpus, tuple) else _list(gpus, "gpus")))
+    gpu = t["gpu"]
+    return () if gpu is None else (int(gpu),)
 
 
 def _host(raw: object) -> HostPlan:

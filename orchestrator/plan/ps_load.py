@@ -47,7 +47,10 @@ class PsLoadEstimate:
 
 
 def trainer_count(plan: ClusterPlan) -> int:
-    """Tasks that pull and push every step: workers, plus a between-graph chief (it trains too)."""
+    """What pulls and pushes every step: workers, plus a between-graph chief (it trains too); in-graph, the
+    client's towers, one per GPU of each worker (training/graph/in_graph.py)."""
+    if plan.mode == "in-graph":
+        return sum(max(1, len(t.gpus)) for t in plan.tasks if t.job == "worker")
     jobs = ("worker", "chief") if plan.mode == "between-graph" else ("worker",)
     return sum(1 for t in plan.tasks if t.job in jobs)
 

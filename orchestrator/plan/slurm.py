@@ -7,7 +7,8 @@ What the resolver does (tensorflow/python/distribute/cluster_resolver/slurm_clus
 - the step's nodes, sorted by name (Python's sort), take consecutive ranks, as many as Slurm put on each
   (SLURM_STEP_TASKS_PER_NODE);
 - GPUs: gpus_per_task = gpus_per_node // (the most tasks on one node); the k-th task of a node sees GPUs
-  k*gpus_per_task ... (k+1)*gpus_per_task - 1 (CUDA_VISIBLE_DEVICES).
+  k*gpus_per_task ... (k+1)*gpus_per_task - 1 (CUDA_VISIBLE_DEVICES). `[slurm] gpus_per_task` sets the
+  share itself (a divisor of gpus_per_node, orchestrator.config.rules), the same way.
 Slurm alone places ranks by the CPUs it allocated (7 tasks on 3 nodes of 4 CPUs: 4, 2, 1), so tfcluster
 decides the tasks per node itself, `spread`: evenly, the first nodes in the resolver's order taking one more
 (4 tasks on 3 nodes: 2, 1, 1), and has Slurm place every rank there (`--distribution=arbitrary` with
@@ -32,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from orchestrator.config.modes import CLIENT_CHIEF_MODES
+from orchestrator.config.rules import slurm_gpus_per_task
 from orchestrator.config.schema import Config
 from orchestrator.config.slurm_schema import SlurmSection
-from orchestrator.config.validate import ValidConfig
+from orchestrator.config.validate import ValidConfig, idle_gpus
 from orchestrator.plan.build import Machine, Slot, Slots, assemble_plan
 from orchestrator.plan.model import JOB_ORDER, ClusterPlan, Job, TaskPlan
 
@@ -108,7 +110,7 @@ def plan_slurm(valid: ValidConfig, nodes: Sequence[SlurmNode] | None = None) -> 
     assert slurm is not None, "validated for a [slurm] job"
     counts: dict[Job, int] = dict(valid.tasks.jobs)
     per_node = spread(sum(counts.values()), slurm.nodes)
-    gpus_per_task = slurm.gpus_per_node // max(per_node)
+    gpus_per_task = slurm_gpus_per_task(slurm, max(per_node))
     if nodes is None:
         placed = tuple(SlurmNode(NODE_NAME.format(i), NODE_ADDR.format(i)) for i in range(slurm.nodes))
     elif len(nodes) != slurm.nodes:
@@ -124,7 +126,10 @@ def plan_slurm(valid: ValidConfig, nodes: Sequence[SlurmNode] | None = None) -> 
     ]
     slots_on: Slots = {job: [Slot(machines[i], gpus) for i, gpus in placed_slots]
                        for job, placed_slots in slots.items()}
-    plan = assemble_plan(valid, machines, slots_on, (*valid.warnings, *_gpu_warnings(slurm, per_node, gpus_per_task)))
+    warnings = (*valid.warnings, *_gpu_warnings(slurm, per_node, gpus_per_task))
+    if idle := idle_gpus(config, gpus_per_task):
+        warnings = (*warnings, f"slurm: {idle}")
+    plan = assemble_plan(valid, machines, slots_on, warnings)
     return SlurmPlan(plan=plan, slurm=slurm, nodes=placed, tasks_per_node=per_node,
                      gpus_per_task=gpus_per_task, allocated=nodes is not None)
 

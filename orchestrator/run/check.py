@@ -5,8 +5,9 @@ Python probe given to the host's `python` with `-c` (all values shell-quoted by 
 command first prints the remote clock (`date`) on a line of its own marked CLOCK_MARKER (a login shell
 may print lines of its own before it: `echo` in `.bashrc`), then the probe prints one JSON report: Python and
 TensorFlow versions (and, for the built-in trainers and the TF2 modes, whether TensorFlow imports:
-cached on the host), GPUs (`nvidia-smi -L`), whether each planned port can be bound, free disk (not
-ready when less than what `start` ships: the sync and tfcluster's package), whether
+cached on the host), GPUs (`nvidia-smi -L`; for the built-in trainers also whether TensorFlow sees the
+GPUs the plan gives the host's tasks: orchestrator/run/check_gpus.py), whether each planned port can be
+bound, free disk (not ready when less than what `start` ships: the sync and tfcluster's package), whether
 the workdir can be created and written as `start` will (a file is written there and removed), and the
 workdir's id: hosts reporting the same id share it (orchestrator/run/shared_dirs.py). A slow or dead host
 only delays its own row, never the others'.
@@ -28,6 +29,7 @@ from typing import Any, Literal
 from orchestrator.errors import HostError
 from orchestrator.plan.checkpoints import checkpoint_hosts, shards_into_shared_dir
 from orchestrator.plan.model import ClusterPlan, HostPlan, TaskPlan
+from orchestrator.run.check_gpus import gpu_shortfall_problem, planned_gpu_indexes, tf_gpu_check
 from orchestrator.run.inline_source import standalone_source
 from orchestrator.run.shared_dirs import shared_workdirs, sharing_notes
 from orchestrator.transport.base import Transport
@@ -81,6 +83,9 @@ class HostCheck:
     tf_matches: bool | None = None
     gpus_found: int | None = None
     gpus_planned: list[int] = field(default_factory=list)
+    tf_gpus_checked: str = ""  # the CUDA_VISIBLE_DEVICES TensorFlow's GPUs were listed under ("" = not listed)
+    tf_gpus_seen: int | None = None  # how many of them TensorFlow saw
+    tf_gpu_cause: str | None = None  # why fewer, from TensorFlow's build and its own stderr
     ports: dict[int, str | None] = field(default_factory=dict)  # planned port -> None if free, else why not
     disk_free_bytes: int | None = None
     workdir_writable: bool | None = None
@@ -133,13 +138,14 @@ class CheckReport:
 
 
 def probe_argv(host: HostPlan, ports: Sequence[tuple[int, str]], *, import_tf: ImportTf = "never",
-               checkpoint_dir: str | None = None) -> list[str]:
+               checkpoint_dir: str | None = None, gpus: str = "") -> list[str]:
     """The one command run on a host: remote clock first, then the probe under the host's python.
     `ports`: (port, address to bind, "" = every interface), as training/probes/port_probe.py tests them.
+    `gpus`: the CUDA_VISIBLE_DEVICES to list TensorFlow's GPUs under when it is imported ("" = none).
     `~/` in the python path means the remote home; a missing python exits 127 with a marker line."""
     args = json.dumps({
         "ports": [list(p) for p in ports], "workdir": host.workdir, "import_tf": import_tf,
-        "tf_distributions": list(TF_DISTRIBUTIONS), "checkpoint_dir": checkpoint_dir,
+        "tf_distributions": list(TF_DISTRIBUTIONS), "checkpoint_dir": checkpoint_dir, "gpus": gpus,
     })
     script = (
         DATE_COMMAND + '\np=$1; shift\ncase $p in "~/"*) p="$HOME/${p#"~/"}";; esac\n'
@@ -177,8 +183,9 @@ def check_host(
                                                    and host.name in checkpoint_hosts(plan)) else None
     result = HostCheck(
         host=host.name, address=host.address, python=host.python, workdir=host.workdir,
-        gpus_planned=sorted({t.gpu for t in tasks if t.gpu is not None}),
+        gpus_planned=planned_gpu_indexes(tasks),
     )
+    result.tf_gpus_checked, gpu_tasks = tf_gpu_check(plan, tasks)
     ports = host_ports(host, tasks)
     start = time.monotonic()
     try:
@@ -186,8 +193,10 @@ def check_host(
         if connect is not None:
             connect()
         result.reachable = result.auth = True
-        argv = probe_argv(host, ports, import_tf=import_tf_mode(plan, import_tf), checkpoint_dir=shared_ckpt)
+        argv = probe_argv(host, ports, import_tf=import_tf_mode(plan, import_tf), checkpoint_dir=shared_ckpt,
+                          gpus=result.tf_gpus_checked)
         _probe(result, host, transport, argv, timeout=timeout, clock=clock)
+        result.problems.extend(gpu_shortfall_problem(result, gpu_tasks))
         _compare_disk(result, ship_bytes)
     except HostError as exc:
         result.failure = exc.reason
@@ -284,6 +293,9 @@ def _apply_report(result: HostCheck, report: dict[str, Any], control_port: int =
         detail = report.get("tf_error") or "not installed"
         result.problems.append(f"tensorflow not importable by {result.python}: {detail}")
     result.gpus_found = int(report.get("gpus") or 0)
+    if report.get("tf_gpus_seen") is not None:
+        result.tf_gpus_seen = int(report["tf_gpus_seen"])
+        result.tf_gpu_cause = report.get("tf_gpu_cause")
     if report.get("gpu_error"):
         result.warnings.append(str(report["gpu_error"]))
     if result.gpus_planned and max(result.gpus_planned) >= result.gpus_found:

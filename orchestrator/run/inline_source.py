@@ -15,7 +15,7 @@ from pathlib import Path
 
 INLINED = {"port_probe": "training.probes.port_probe", "content_cache": "training.run.content_cache",
            "file_clone": "training.run.file_clone",
-           "workdir_probe": "training.probes.workdir_probe"}
+           "workdir_probe": "training.probes.workdir_probe", "gpu_check": "training.probes.gpu_check"}
 _FUTURE = re.compile(r"^from __future__ import .*\n", re.M)
 _IMPORT = re.compile(r"^from \.[\w.]*?(\w+) import (?:\([^)]*\)|.*)$", re.M)  # one line, or a parenthesized list
 

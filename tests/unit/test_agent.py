@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tests.helpers.waiting import wait_for
 from training.agent.core import Agent, allreduce_ports_from_run, ports_from_run, ps_ports_from_run
-from training.agent.host_metrics import parse_nvidia_smi
 from training.agent.tailer import EventsTailer
 from training.agent.tcp import PsCounters, TcpConn, parse_ss, ss_command
+from training.telemetry.gpu_use import parse_gpus
 from training.telemetry.schema import dumps, make_event
 
 DATA = Path(__file__).parent / "data"
@@ -107,11 +107,10 @@ def test_tailer_missing_directory(tmp_path: Path) -> None:
 
 
 def test_nvidia_smi_parser() -> None:
-    out = "0, 87, 5120, 16384\n1, 3, 100, 16384\nbad line\n"
-    assert parse_nvidia_smi(out) == [
-        {"index": 0, "util_pct": 87.0, "mem_used_mb": 5120.0, "mem_total_mb": 16384.0},
-        {"index": 1, "util_pct": 3.0, "mem_used_mb": 100.0, "mem_total_mb": 16384.0},
-    ]
+    """The per-GPU query the agent falls back on (its recorded formats: tests/unit/test_gpu_use.py)."""
+    out = "0, GPU-a, 87, 5120, 16384, 70, 250.00\n1, GPU-b, 3, 100, 16384, 35, [N/A]\nbad line\n"
+    assert [(g["index"], g["util_pct"], g["mem_used_mb"], g["power_w"]) for g in parse_gpus(out)] == [
+        (0, 87.0, 5120.0, 250.0), (1, 3.0, 100.0, None)]
 
 
 def test_ports_from_run_json(tmp_path: Path) -> None:

@@ -85,3 +85,16 @@ def test_in_graph_and_ps_strategy_get_their_client_chief() -> None:
     for mode in ("in-graph", "parameter-server-strategy"):
         plan = cell_plan(spec, FOUR, Cell(mode, 1, "baseline", 0))  # type: ignore[arg-type]
         assert sorted(t.name for t in plan.tasks) == ["chief:0", "ps:0", "worker:0"], mode
+
+
+def test_gpu_hosts_keep_their_gpus_per_task_in_every_mode() -> None:
+    """A cell of N workers is N tasks in every mode: multi-worker-mirrored's own default (all of a host's GPUs
+    in one task) would make it fewer."""
+    gpus = config([{"name": "p", "roles": ["ps"]}, {"name": "a", "roles": ["worker"], "gpus": [0, 1, 2, 3]},
+                   {"name": "b", "roles": ["worker"], "gpus": [0, 1, 2, 3], "gpus_per_task": 2}])
+    assert listed_workers(gpus) == 4 + 2
+    spec = BenchSpec("hosts.toml", steps=50)
+    mirrored = cell_plan(spec, gpus, Cell("multi-worker-mirrored", 4, "baseline", 0))
+    assert [(t.host, t.gpus) for t in mirrored.tasks] == [("a", (0,)), ("a", (1,)), ("a", (2,)), ("a", (3,))]
+    assert [(h.gpus, h.gpus_per_task) for h in with_workers(gpus, 5).hosts] == [
+        (None, None), ([0, 1, 2, 3], 1), ([0, 1], 2)]

@@ -18,12 +18,18 @@ from orchestrator.run.local_ports import free_port_block
 from orchestrator.transport.factory import transport_for
 
 
-def _config(tmp_path: Path, **host_overrides: object) -> Config:
+def _config(tmp_path: Path, training: dict[str, object] | None = None, **host_overrides: object) -> Config:
     base = free_port_block(8)
     host = {"name": "box", "address": "127.0.0.1", "roles": ["ps", "worker"], "transport": "local",
             "workdir": str(tmp_path / "work"), "python": sys.executable, "workers": 2}
     host.update(host_overrides)
-    return Config.model_validate({"cluster": {"name": "unit", "base_port": base}, "hosts": [host]})
+    return Config.model_validate({"cluster": {"name": "unit", "base_port": base}, "hosts": [host],
+                                  "training": training or {}})
+
+
+# A user's program: check compares nvidia-smi with the plan but does not ask TensorFlow for the GPUs (it
+# does for the built-in trainers, and TensorFlow here sees none: tests/integration/test_gpu_check_sshd.py).
+USER_PROGRAM = {"command": "sleep 60"}
 
 
 @pytest.fixture
@@ -106,11 +112,11 @@ def test_tf_version_mismatch_with_orchestrator(tmp_path: Path) -> None:
 
 
 def test_gpus_found_against_planned(tmp_path: Path, fake_nvidia_smi: None) -> None:
-    ok_plan = plan_config(_config(tmp_path, workers=None, gpus=[0, 1]))
+    ok_plan = plan_config(_config(tmp_path, USER_PROGRAM, workers=None, gpus=[0, 1]))
     row = check_host(ok_plan.hosts[0], ok_plan, transport_for(ok_plan.hosts[0]), timeout=30)
     assert (row.gpus_found, row.gpus_planned) == (2, [0, 1])
     assert row.ready, row.problems
-    too_many = plan_config(_config(tmp_path, workers=None, gpus=[0, 3]))
+    too_many = plan_config(_config(tmp_path, USER_PROGRAM, workers=None, gpus=[0, 3]))
     row = check_host(too_many.hosts[0], too_many, transport_for(too_many.hosts[0]), timeout=30)
     assert not row.ready
     assert any("plan uses GPU 0, 3 but nvidia-smi lists 2" in p for p in row.problems)

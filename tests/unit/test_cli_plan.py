@@ -89,3 +89,45 @@ def test_an_address_that_looks_like_rich_markup_is_printed_as_written(tmp_path: 
     res = tfcluster("plan", str(hosts), home=tmp_path)
     assert res.returncode == 0, res.stderr
     assert "[/]" in res.stdout and "Traceback" not in res.stderr
+
+
+MIRRORED_4_GPUS = """\
+[cluster]
+mode = "multi-worker-mirrored"
+
+[[hosts]]
+name = "big"
+address = "10.0.0.11"
+roles = ["worker"]
+gpus = [0, 1, 2, 3]
+
+[[hosts]]
+name = "big2"
+address = "10.0.0.12"
+roles = ["worker"]
+gpus = [0, 1, 2, 3]
+"""
+
+
+def test_a_4_gpu_host_in_multi_worker_mirrored_mode_is_one_worker_seeing_all_four(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(MIRRORED_4_GPUS)
+    result = tfcluster("plan", "--json", str(hosts), home=tmp_path)
+    assert result.returncode == 0, result.stderr
+    tasks = json.loads(result.stdout)["tasks"]
+    assert [(t["job"], t["host"], t["gpus"], t["env"]["CUDA_VISIBLE_DEVICES"], t["device"]) for t in tasks] == [
+        ("worker", "big", [0, 1, 2, 3], "0,1,2,3", "/job:worker/task:0/device:GPU:0"),
+        ("worker", "big2", [0, 1, 2, 3], "0,1,2,3", "/job:worker/task:1/device:GPU:0")]
+    table = tfcluster("plan", str(hosts), home=tmp_path)
+    assert table.returncode == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if "worker:" in line]
+    assert "/job:worker/task:0/device:GPU:0-3" in rows[0] and "0,1,2,3" in rows[0]
+
+
+def test_gpus_per_task_that_does_not_divide_is_one_line_exit_2(tmp_path: Path) -> None:
+    hosts = tmp_path / "hosts.toml"
+    hosts.write_text(MIRRORED_4_GPUS.replace("gpus = [0, 1, 2, 3]\n", "gpus = [0, 1, 2, 3]\ngpus_per_task = 3\n", 1))
+    result = tfcluster("plan", str(hosts), home=tmp_path)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (f"error: {hosts}:9: hosts[0].gpus_per_task: gpus_per_task = 3 does not divide the 4 "
+                             "GPUs `big` lists (gpus = [0, 1, 2, 3]): use one of 1, 2, 4\n")

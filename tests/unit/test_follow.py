@@ -24,7 +24,7 @@ def _follower(mode: str = "between-graph", success: str = "chief") -> RunFollowe
     return RunFollower.of(record, WINDOW)
 
 
-UNSET = {"gpu": None, "process_state": None, "pid": None, "exit_code": None, "signal": None, "final": False,
+UNSET = {"gpus": (), "process_state": None, "pid": None, "exit_code": None, "signal": None, "final": False,
          "failed": False, "stopped_by": None, "restarts": 0, "restarts_left": None, "restart_reason": None,
          "error": None, "updated_at": None, "reports": "yes", "coordinator": False, "local_step": None,
          "global_step": None, "examples": None, "loss": None, "steps_per_s": None, "examples_per_s": None,

@@ -1,8 +1,9 @@
 """The device strings the in-graph graph requests, for a plan with GPUs.
 
 CI has no GPU: the plan *names* GPUs (the fake) and we only build the graph, never run it, so this checks
-what the client asks TensorFlow for: towers on /job:worker/task:N/device:GPU:0, variables on the PS tasks,
-the input split, aggregation and update on the client. Builds a real graph; starts no server.
+what the client asks TensorFlow for: towers on /job:worker/task:N/device:GPU:k (one per GPU of each worker),
+variables on the PS tasks, the input split, aggregation and update on the client. Builds a real graph;
+starts no server.
 """
 
 from __future__ import annotations
@@ -57,6 +58,35 @@ def test_towers_follow_the_plans_gpu_devices() -> None:
         assert len(compute) >= 6  # forward and gradient matmuls of 3 layers at least
         for op in compute:
             assert op.device == f"/job:worker/task:{index}/device:GPU:0", (op.name, op.device)
+
+
+def test_a_worker_with_several_gpus_gets_a_tower_on_each() -> None:
+    """gpus_per_task = 2: worker 0 sees GPUs 0,1 as GPU:0 and GPU:1, worker 1 its own one GPU: three towers;
+    the client's input crosses to each worker once per tower, counted per worker."""
+    config = Config.model_validate({
+        "cluster": {"mode": "in-graph", "base_port": 30100},
+        "hosts": [
+            {"name": "client", "address": "10.0.0.1", "roles": ["chief"]},
+            {"name": "gpu-a", "address": "10.0.0.11", "roles": ["worker"], "gpus": [2, 3], "gpus_per_task": 2},
+            {"name": "gpu-b", "address": "10.0.0.12", "roles": ["worker"], "gpus": [0]},
+            {"name": "ps-1", "address": "10.0.0.21", "roles": ["ps"]},
+        ],
+        "training": {"model": "mlp", "batch_size": 16, "slowdown": {"worker:0": 2.0}},
+    })
+    plan = plan_config(config).to_json()
+    towers = towers_from_plan(plan)
+    assert [(t.name, t.device, t.slowdown) for t in towers] == [
+        ("worker-0-gpu0", "/job:worker/task:0/device:GPU:0", 2.0),
+        ("worker-0-gpu1", "/job:worker/task:0/device:GPU:1", 2.0),
+        ("worker-1", "/job:worker/task:1/device:GPU:0", 1.0),
+    ]
+    graph, built = build(plan)
+    assert [t.loss.device for t in built.towers] == [t.device for t in towers]
+    assert built.examples_per_step == 3 * 16
+    per_tower = 16 * 32 * 4 + 16 * 4
+    assert built.input_bytes_per_step() == {"worker-0": 2 * per_tower, "worker-1": per_tower}
+    ops = [op for op in graph.get_operations() if op.name.startswith("tower_0_gpu1/") and op.type == "MatMul"]
+    assert ops and all(op.device == "/job:worker/task:0/device:GPU:1" for op in ops)
 
 
 def test_variables_are_spread_over_both_ps_tasks_by_bytes() -> None:

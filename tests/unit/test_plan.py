@@ -53,8 +53,8 @@ def test_ports_are_unique_across_the_cluster_and_start_at_base_port() -> None:
 def test_gpu_workers_see_only_their_gpu_and_ps_run_on_cpu() -> None:
     plan = plan_of(GPU_CLUSTER)
     workers = [t for t in plan.tasks if t.job == "worker"]
-    assert [(t.host, t.gpu, t.cuda_visible_devices) for t in workers] == [
-        ("gpu-a", 0, "0"), ("gpu-a", 1, "1"), ("gpu-b", 2, "2"), ("gpu-b", 5, "5"),
+    assert [(t.host, t.gpus, t.cuda_visible_devices) for t in workers] == [
+        ("gpu-a", (0,), "0"), ("gpu-a", (1,), "1"), ("gpu-b", (2,), "2"), ("gpu-b", (5,), "5"),
     ]
     for i, t in enumerate(workers):
         # CUDA_VISIBLE_DEVICES leaves one GPU visible, so inside the task it is always GPU:0
@@ -62,7 +62,7 @@ def test_gpu_workers_see_only_their_gpu_and_ps_run_on_cpu() -> None:
         assert t.env["CUDA_VISIBLE_DEVICES"] == t.cuda_visible_devices
     for t in plan.tasks:
         if t.job == "ps":
-            assert t.gpu is None
+            assert t.gpus == ()
             assert t.cuda_visible_devices == "" and t.env["CUDA_VISIBLE_DEVICES"] == ""
             assert t.device == f"/job:ps/task:{t.index}/device:CPU:0"
 
@@ -86,15 +86,15 @@ def test_between_graph_chief_role_gets_a_chief_job_and_the_hosts_first_gpu() -> 
     plan = plan_of(hosts)
     assert plan.cluster_spec["chief"] == [plan.task("chief", 0).target]
     chief = plan.task("chief", 0)
-    assert chief.is_chief and chief.gpu == 3 and chief.device == "/job:chief/task:0/device:GPU:0"
-    assert [t.gpu for t in plan.tasks if t.job == "worker"] == [4, 7]
+    assert chief.is_chief and chief.gpus == (3,) and chief.device == "/job:chief/task:0/device:GPU:0"
+    assert [t.gpus for t in plan.tasks if t.job == "worker"] == [(4,), (7,)]
     assert [t.name for t in plan.tasks if t.is_chief] == ["chief:0"]
 
 
 def test_between_graph_chief_only_host_on_cpu() -> None:
     plan = plan_of([*GPU_CLUSTER, host("boss", "10.0.0.10", ["chief"])])
     chief = plan.task("chief", 0)
-    assert chief.host == "boss" and chief.gpu is None and chief.cuda_visible_devices == ""
+    assert chief.host == "boss" and chief.gpus == () and chief.cuda_visible_devices == ""
     assert len([t for t in plan.tasks if t.job == "worker"]) == 4
 
 
@@ -103,21 +103,97 @@ def test_chief_taking_the_only_gpu_leaves_no_worker() -> None:
         plan_of([host("ps", "10.0.0.20", ["ps"]), host("g", "10.0.0.11", ["chief", "worker"], gpus=[0])])
 
 
+FOUR_GPUS = [0, 1, 2, 3]
+
+
+def test_gpus_per_task_gives_each_worker_consecutive_gpus() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"]), host("g", "10.0.0.11", ["worker"], gpus=FOUR_GPUS, gpus_per_task=2)]
+    plan = plan_of(hosts)
+    workers = [t for t in plan.tasks if t.job == "worker"]
+    assert [(t.gpus, t.cuda_visible_devices, t.device) for t in workers] == [
+        ((0, 1), "0,1", "/job:worker/task:0/device:GPU:0"), ((2, 3), "2,3", "/job:worker/task:1/device:GPU:0")]
+    assert [t.env["CUDA_VISIBLE_DEVICES"] for t in workers] == ["0,1", "2,3"]
+    # the built-in between-graph trainer builds its graph on GPU:0: the plan says the others idle
+    assert plan.warnings == ("host g: each task sees 2 GPUs, but the built-in between-graph trainer computes on "
+                             "its GPU:0 only (in-graph and multi-worker-mirrored use them all)",)
+    assert plan_of(hosts, training={"command": "python train.py"}).warnings == ()
+
+
+def test_multi_worker_mirrored_gives_a_task_all_of_its_hosts_gpus_by_default() -> None:
+    hosts = [host("a", "10.0.0.11", ["worker"], gpus=FOUR_GPUS), host("b", "10.0.0.12", ["worker"], gpus=[4, 5, 6, 7])]
+    plan = plan_of(hosts, cluster={"mode": "multi-worker-mirrored"})
+    assert [(t.name, t.host, t.gpus, t.cuda_visible_devices) for t in plan.tasks] == [
+        ("worker:0", "a", (0, 1, 2, 3), "0,1,2,3"), ("worker:1", "b", (4, 5, 6, 7), "4,5,6,7")]
+    assert plan.task("worker", 1).device == "/job:worker/task:1/device:GPU:0"
+    assert plan.warnings == ()
+    # gpus_per_task says otherwise: a worker per GPU, as in the other modes
+    split = plan_of([host("a", "10.0.0.11", ["worker"], gpus=FOUR_GPUS, gpus_per_task=1)],
+                    cluster={"mode": "multi-worker-mirrored"})
+    assert [t.gpus for t in split.tasks] == [(0,), (1,), (2,), (3,)]
+
+
+def test_a_training_chief_takes_its_gpus_per_task_first() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"]),
+             host("g", "10.0.0.11", ["chief", "worker"], gpus=[0, 1, 2, 3, 4, 5], gpus_per_task=2)]
+    plan = plan_of(hosts, training={"command": "python train.py"})
+    assert [(t.name, t.gpus) for t in plan.tasks] == [
+        ("chief:0", (0, 1)), ("ps:0", ()), ("worker:0", (2, 3)), ("worker:1", (4, 5))]
+    mirrored = plan_of([host("g", "10.0.0.11", ["chief", "worker"], gpus=FOUR_GPUS),
+                        host("h", "10.0.0.12", ["worker"], gpus=FOUR_GPUS)], cluster={"mode": "multi-worker-mirrored"})
+    assert [(t.name, t.host, t.gpus) for t in mirrored.tasks] == [
+        ("chief:0", "g", (0, 1, 2, 3)), ("worker:0", "h", (0, 1, 2, 3))]
+
+
+def test_a_chief_taking_all_gpus_by_default_says_how_to_leave_some() -> None:
+    with pytest.raises(ConfigError) as info:
+        plan_of([host("g", "10.0.0.11", ["chief", "worker"], gpus=FOUR_GPUS)], cluster={"mode": "multi-worker-mirrored"})
+    assert info.value.key == "hosts[0].gpus_per_task"
+    assert "no worker task left: the chief takes all 4 GPUs of `g` (multi-worker-mirrored gives a task all of its " \
+           "host's GPUs unless gpus_per_task says otherwise)" in info.value.message
+
+
+@pytest.mark.parametrize(("hosts", "mode", "key", "fragment"), [
+    ([host("ps", "10.0.0.20", ["ps"]), host("w", "10.0.0.11", ["worker"], workers=2, gpus_per_task=2)],
+     "between-graph", "hosts[1].gpus_per_task", "gpus_per_task = 2 but `w` lists no GPU"),
+    ([host("ps", "10.0.0.20", ["ps"]), host("w", "10.0.0.11", ["worker"], gpus=[0, 1, 2], gpus_per_task=2)],
+     "between-graph", "hosts[1].gpus_per_task",
+     "gpus_per_task = 2 does not divide the 3 GPUs `w` lists (gpus = [0, 1, 2]): use one of 1, 3"),
+    ([host("ps", "10.0.0.20", ["ps"], gpus=[0, 1], gpus_per_task=2), host("w", "10.0.0.11", ["worker"])],
+     "between-graph", "hosts[0].gpus_per_task", "`ps` runs only a ps task, and ps tasks never get GPUs"),
+    ([host("ps", "10.0.0.20", ["ps"]), host("boss", "10.0.0.10", ["chief"]),
+      host("w", "10.0.0.11", ["worker"], gpus=[0, 1], gpus_per_task=2)],
+     "parameter-server-strategy", "hosts[2].gpus_per_task",
+     "the built-in parameter-server-strategy trainer runs one replica per worker task"),
+    ([host("a", "10.0.0.11", ["worker"], gpus=FOUR_GPUS), host("b", "10.0.0.12", ["worker"], gpus=[0, 1])],
+     "multi-worker-mirrored", "hosts[1].gpus_per_task",
+     "multi-worker-mirrored needs as many replicas in every task (TensorFlow's all-reduce counts every task's "
+     "devices as its own): a task of `a` has 4 GPUs, one of `b` 2 GPUs"),
+    ([host("boss", "10.0.0.10", ["chief"]), host("a", "10.0.0.11", ["worker"], gpus=[0, 1])],
+     "multi-worker-mirrored", "hosts[1].gpus_per_task", "a task of `boss` has the CPU (one replica), one of `a` 2 GPUs"),
+], ids=["without-gpus", "not-a-divisor", "ps-only", "ps-strategy-builtin", "mirrored-unequal", "mirrored-cpu-chief"])
+def test_gpus_per_task_refusals_name_the_hosts_key(hosts: list[dict[str, Any]], mode: str, key: str,
+                                                   fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        plan_of(hosts, cluster={"mode": mode})
+    assert info.value.key == key
+    assert fragment in info.value.message, info.value.message
+
+
 def test_in_graph_client_is_chief_on_cpu_on_the_chief_host() -> None:
     hosts = [*GPU_CLUSTER, host("client", "10.0.0.10", ["chief"])]
     plan = plan_of(hosts, cluster={"mode": "in-graph"})
     chief = plan.task("chief", 0)
-    assert chief.host == "client" and chief.is_chief and chief.gpu is None
+    assert chief.host == "client" and chief.is_chief and chief.gpus == ()
     assert chief.device == "/job:chief/task:0/device:CPU:0"
     # every worker keeps its GPU: the client does not take one
-    assert [t.gpu for t in plan.tasks if t.job == "worker"] == [0, 1, 2, 5]
+    assert [t.gpus for t in plan.tasks if t.job == "worker"] == [(0,), (1,), (2,), (5,)]
     assert [t.name for t in plan.tasks if t.is_chief] == ["chief:0"]
 
 
 def test_in_graph_without_chief_role_runs_the_client_on_the_first_worker_host() -> None:
     plan = plan_of(GPU_CLUSTER, cluster={"mode": "in-graph"})
     chief = plan.task("chief", 0)
-    assert chief.host == "gpu-a" and chief.gpu is None and chief.is_chief
+    assert chief.host == "gpu-a" and chief.gpus == () and chief.is_chief
     assert not any(t.is_chief for t in plan.tasks if t.job == "worker")
 
 
@@ -222,6 +298,21 @@ def test_plan_json_round_trips() -> None:
     assert data["hosts"][0]["ssh"] == {"user": "ubuntu"}
 
 
+def test_run_record_round_trips_gpus_and_reads_an_older_records_gpu() -> None:
+    hosts = [host("ps", "10.0.0.20", ["ps"]), host("g", "10.0.0.11", ["worker"], gpus=FOUR_GPUS, gpus_per_task=2)]
+    plan = plan_of(hosts)
+    for compact in (False, True):
+        data = json.loads(json.dumps(plan.to_json(compact=compact)))
+        assert [t["gpus"] for t in data["tasks"]] == [[], [0, 1], [2, 3]]
+        assert ClusterPlan.from_json(data).tasks == plan.tasks
+    # a run started before tasks had several GPUs: `gpu`, an index or null
+    old = json.loads(json.dumps(plan_of(GPU_CLUSTER).to_json(compact=True)))
+    for task in old["tasks"]:
+        gpus = task.pop("gpus")
+        task["gpu"] = gpus[0] if gpus else None
+    assert [t.gpus for t in ClusterPlan.from_json(old).tasks] == [(), (), (0,), (1,), (2,), (5,)]
+
+
 def test_greedy_placement_fills_the_least_loaded_ps_first() -> None:
     assert greedy_assign([100, 10, 10, 50], 2) == [0, 1, 1, 1]
     assert greedy_assign([5, 5, 5], 3) == [0, 1, 2]
@@ -247,6 +338,10 @@ def test_between_graph_chief_counts_as_a_trainer_in_graph_client_does_not() -> N
     hosts = [*GPU_CLUSTER, host("boss", "10.0.0.10", ["chief"])]
     assert trainer_count(plan_of(hosts)) == 5
     assert trainer_count(plan_of(hosts, cluster={"mode": "in-graph"})) == 4
+    # in-graph: a tower on each GPU of a worker pulls every variable
+    hosts[2] = {**hosts[2], "gpus_per_task": 2}  # gpu-a: one worker with GPUs 0 and 1
+    assert trainer_count(plan_of(hosts, cluster={"mode": "in-graph"})) == 4
+    assert trainer_count(plan_of(hosts)) == 4  # between-graph: that worker is one trainer
 
 
 def test_no_ps_load_estimate_for_a_users_program() -> None:

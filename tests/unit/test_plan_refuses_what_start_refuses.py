@@ -65,6 +65,15 @@ BAD_FILES: list[tuple[str, Callable[[str], str], str]] = [
     ("toml-syntax", add("steps = \n"), "TOML syntax error"),
     ("unknown-key", edit(WORKER, WORKER + "gpu = [0]\n"), "hosts[1].gpu: unknown key `gpu` (did you mean `gpus`?)"),
     ("bad-value", edit(WORKER, WORKER + "workers = 0\n"), "hosts[1].workers: `workers` 0 is out of range"),
+    ("gpus-per-task-without-gpus", edit(WORKER, WORKER + "gpus_per_task = 2\n"),
+     "hosts[1].gpus_per_task: gpus_per_task = 2 but `m1` lists no GPU"),
+    ("gpus-per-task-not-a-divisor", edit(WORKER, WORKER + "gpus = [0, 1, 2]\ngpus_per_task = 2\n"),
+     "hosts[1].gpus_per_task: gpus_per_task = 2 does not divide the 3 GPUs `m1` lists"),
+    ("gpus-per-task-for-a-ps", edit('roles = ["ps"]\n', 'roles = ["ps"]\ngpus = [0]\ngpus_per_task = 1\n'),
+     "hosts[0].gpus_per_task: `m0` runs only a ps task, and ps tasks never get GPUs"),
+    ("mirrored-unequal-gpus", lambda text: text.replace('roles = ["ps"]', 'roles = ["worker"]\ngpus = [0, 1]')
+     .replace('name = "parity"', 'name = "parity"\nmode = "multi-worker-mirrored"'),
+     "hosts[0].gpus_per_task: multi-worker-mirrored needs as many replicas in every task"),
     ("reserved-env", add('env = { TF_CONFIG = "{}" }\n'), "`TF_CONFIG` is set by tfcluster for every task"),
     ("host-name-twice", edit('name = "m1"', 'name = "m0"'), "hosts[1].name: host name `m0` is already used"),
     ("one-machine-twice", lambda text: text.replace('transport = "local"', 'transport = "ssh"')
@@ -82,6 +91,8 @@ BAD_FILES: list[tuple[str, Callable[[str], str], str]] = [
     ("forward-env-unset", add(f'forward_env = ["{UNSET}"]\n'), f"{UNSET} is not set in your environment"),
     ("slurm-bad-value", lambda _: SLURM + 'time = "1h"\n', "slurm.time: `1h` is not a Slurm time limit"),
     ("slurm-rule", lambda _: SLURM.replace("nodes = 1", "nodes = 3"), "slurm.nodes: nodes = 3 but the job has 2 tasks"),
+    ("slurm-gpus-per-task", lambda _: SLURM + "gpus_per_node = 4\ngpus_per_task = 3\n",
+     "slurm.gpus_per_task: gpus_per_task = 3 does not divide gpus_per_node = 4"),
     ("hosts-and-slurm", add("\n[slurm]\nnodes = 1\nworkers = 1\n"), "slurm: a file describes its machines with"),
 ]
 

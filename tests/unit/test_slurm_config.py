@@ -120,6 +120,14 @@ def test_sbatch_args_take_options_with_separate_values(tmp_path: Path) -> None:
     ("between-graph", "nodes = 5", "slurm.nodes", "nodes = 5 but the job has 4 tasks"),
     ("between-graph", "gpus_per_node = 1", "slurm.gpus_per_node",
      "gpus_per_node = 1 cannot give each of the 2 tasks of a node a GPU"),
+    ("between-graph", "gpus_per_task = 2", "slurm.gpus_per_task", "gpus_per_task = 2 but the job asks for no GPU"),
+    ("between-graph", "gpus_per_node = 4\ngpus_per_task = 3", "slurm.gpus_per_task",
+     "gpus_per_task = 3 does not divide gpus_per_node = 4: use one of 1, 2, 4"),
+    ("between-graph", "gpus_per_node = 4\ngpus_per_task = 4", "slurm.gpus_per_task",
+     "gpus_per_task = 4 with 2 tasks on the busiest node needs 8 GPUs there, gpus_per_node = 4: use "
+     "gpus_per_task = 2"),
+    ("parameter-server-strategy", "gpus_per_node = 8\ngpus_per_task = 2", "slurm.gpus_per_task",
+     "the built-in parameter-server-strategy trainer runs one replica per worker task"),
 ])
 def test_rules_that_need_the_mode_name_their_key_and_line(tmp_path: Path, mode: str, extra: str, key: str,
                                                           fragment: str) -> None:
@@ -129,6 +137,20 @@ def test_rules_that_need_the_mode_name_their_key_and_line(tmp_path: Path, mode: 
     err = slurm_error(tmp_path, text + extra + "\n")
     assert err.key == key and err.line is not None
     assert fragment in err.message, err.message
+
+
+def test_gpus_per_task_splits_each_nodes_gpus_as_the_hosts_key_does(tmp_path: Path) -> None:
+    """2 tasks a node: gpus_per_node = 8 gives each 4 (the resolver's split), gpus_per_task = 2 each 2, in
+    order, the rest idle (said); ps tasks none."""
+    resolver = slurm_plan_file(write(tmp_path, GOOD + "gpus_per_node = 8\n"))
+    assert [t.cuda_visible_devices for t in resolver.ranks] == ["", "4,5,6,7", "0,1,2,3", "4,5,6,7"]
+    plan = slurm_plan_file(write(tmp_path, GOOD + "gpus_per_node = 8\ngpus_per_task = 2\n"))
+    assert plan.gpus_per_task == 2
+    assert [(t.name, t.gpus, t.cuda_visible_devices) for t in plan.ranks] == [
+        ("ps:0", (), ""), ("worker:0", (2, 3), "2,3"), ("worker:1", (0, 1), "0,1"), ("worker:2", (2, 3), "2,3")]
+    assert plan.ranks[1].device == "/job:worker/task:0/device:GPU:0"
+    assert any("4 GPU(s) of the busiest nodes stay idle" in w for w in plan.plan.warnings)
+    assert any("computes on its GPU:0 only" in w for w in plan.plan.warnings)  # the built-in between-graph
 
 
 def test_check_refuses_a_slurm_job_with_one_line(tmp_path: Path) -> None:

@@ -108,6 +108,9 @@ def print_report(console: Console, report: CheckReport) -> None:
         else:
             planned = ",".join(map(str, h.gpus_planned)) or "none"
             gpus = f"{h.gpus_found} / {planned}"
+            if h.tf_gpus_seen is not None:  # what TensorFlow saw of them (built-in trainers only)
+                seen = f"TF sees {h.tf_gpus_seen}"
+                gpus += f", {seen}" if h.tf_gpu_cause is None else f", [red]{seen}[/]"
         busy = [p for p, why in h.ports.items() if why]
         ports = "-" if not h.ports else ("[green]all[/]" if not busy else "[red]busy: " + ", ".join(map(str, busy)) + "[/]")
         clock = "-" if h.clock_offset_s is None else f"{h.clock_offset_s * 1000:+.0f} ms"

@@ -38,7 +38,8 @@ def plan(
         float, typer.Option(min=0.001, help="The PS hosts' NIC in Gb/s each way, for the PS-bandwidth ceiling.")
     ] = DEFAULT_NIC_GBPS,
 ) -> None:
-    """Show every task the cluster would run: host, job:task, port, device, CUDA_VISIBLE_DEVICES, command."""
+    """Show every task the cluster would run: host, job:task, port, device (GPU:0-3 for a task with several
+    GPUs), CUDA_VISIBLE_DEVICES, command."""
     from rich.text import Text
 
     from orchestrator.bench.scaling import advise, nic_capacity_Bps
@@ -98,7 +99,7 @@ def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate 
                 Text(host.address if i == 0 else ""),  # as written: never read as Rich markup
                 task.name,
                 str(task.port),
-                task.device,
+                device_text(task),
                 task.cuda_visible_devices if task.cuda_visible_devices else '""',
                 "chief" if task.is_chief else "",
                 Text(command_text(task)),
@@ -112,6 +113,14 @@ def print_plan(console: Console, cluster: ClusterPlan, estimate: PsLoadEstimate 
         console.print(Text(estimate.one_line()), soft_wrap=True)
     else:
         console.print(Text("PS load estimate: model size unknown (the user's own program or model)", style="dim"))
+
+
+def device_text(task: TaskPlan) -> str:
+    """Where the task computes: its device, and with several GPUs all of them (`.../device:GPU:0-3`: the
+    task sees its CUDA_VISIBLE_DEVICES as GPU:0 ... GPU:3)."""
+    if len(task.gpus) > 1:
+        return f"{task.device}-{len(task.gpus) - 1}"
+    return task.device
 
 
 def command_text(task: TaskPlan) -> str:

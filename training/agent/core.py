@@ -107,8 +107,14 @@ class Agent:
             self.counters.update(read_tcp(ports.values(), self.counters.peer_ports))
         if self.allreduce.ports:
             self.allreduce.update(read_tcp(self.allreduce.ports.values(), self.allreduce.peer_ports))
-        fields: dict[str, Any] = {"cpu_pct": cpu, "mem_pct": mem, "gpus": read_gpus() if self.gpu_tool else [],
-                                  "ps_tcp": self.counters.snapshot(), **read_facts(self.layout, self.host)}
+        facts = read_facts(self.layout, self.host)
+        # The supervisor reads the GPUs (and which task holds what) once a second: its facts carry them,
+        # so the host is queried once per sample. Only without them does the agent ask nvidia-smi itself.
+        gpus = facts.pop("gpus", None)
+        if gpus is None:
+            gpus = read_gpus() if self.gpu_tool else []
+        fields: dict[str, Any] = {"cpu_pct": cpu, "mem_pct": mem, "gpus": gpus,
+                                  "ps_tcp": self.counters.snapshot(), **facts}
         if self.allreduce.ports:
             fields["allreduce_tcp"] = self.allreduce.snapshot()
         return dumps(make_event(KIND_HOST_SAMPLE, self.host, **fields))

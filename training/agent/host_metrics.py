@@ -1,10 +1,11 @@
-"""This host's CPU and memory (psutil when installed, else /proc) and its GPUs (nvidia-smi where present)."""
+"""This host's CPU and memory (psutil when installed, else /proc) and its GPUs (nvidia-smi where present:
+the supervisor's facts carry them while it lives, training/telemetry/gpu_use.py)."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from typing import Any
+
+from ..telemetry.gpu_use import read_smi
 
 
 class CpuMem:
@@ -52,27 +53,7 @@ class CpuMem:
         return cpu, mem
 
 
-def parse_nvidia_smi(output: str) -> list[dict[str, Any]]:
-    """`nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total --format=csv,noheader,nounits`."""
-    gpus = []
-    for line in output.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) != 4:
-            continue
-        try:
-            gpus.append({"index": int(parts[0]), "util_pct": float(parts[1]), "mem_used_mb": float(parts[2]),
-                         "mem_total_mb": float(parts[3])})
-        except ValueError:
-            continue
-    return gpus
-
-
 def read_gpus() -> list[dict[str, Any]]:
-    if shutil.which("nvidia-smi") is None:
-        return []
-    try:
-        res = subprocess.run(["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used,memory.total",
-                              "--format=csv,noheader,nounits"], check=False, capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return parse_nvidia_smi(res.stdout) if res.returncode == 0 else []
+    """The host's GPUs when no supervisor reads them for the agent (gpu_use.py: one nvidia-smi query)."""
+    reading = read_smi(with_apps=False)
+    return reading.gpus if reading is not None else []

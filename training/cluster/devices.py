@@ -3,8 +3,11 @@
 - `variable_setter`: `tf.compat.v1.train.replica_device_setter` with the cluster, the task's device from
   the plan as `worker_device` (…/device:GPU:0 when the plan gives the task a GPU) and a GreedyByBytes
   `ps_strategy`. Use it with `tf.compat.v1.device(...)` (a device *function*, which `tf.device` refuses).
-- `session_config`: soft placement (a plan with GPUs still runs on a CPU-only machine), device filters.
-- `placed_variables` / `placement_lines`: what the graph requested, for the task's log and the telemetry.
+- `session_config`: soft placement, device filters. Soft placement only moves the ops that have no GPU
+  kernel to the CPU: a task the plan gives GPUs has checked that TensorFlow sees them before it got here
+  (training/probes/gpu_check.py, from training/task.py), so a GPU tower never quietly trains on a CPU.
+- `placed_variables` / `placement_lines`: what the graph requested, for the task's log and the telemetry;
+  the trainers log where each tower and variable then really ran ("landed on", from the run metadata).
 """
 
 from __future__ import annotations
@@ -66,17 +69,12 @@ def pulled_variables(variables: Iterable[PlacedVariable], global_step_name: str 
     return [v for v in variables if v.trainable or v.name == global_step_name]
 
 
-def gpu_visible() -> bool:
-    return bool(tf.config.list_physical_devices("GPU"))
-
-
 def placement_lines(variables: Iterable[PlacedVariable], towers: Mapping[str, str]) -> list[str]:
-    """One line per tower and variable: name, bytes, requested device, and the soft-placement fallback."""
-    no_gpu = not gpu_visible()
+    """One line per tower and variable: name, bytes, requested device. A GPU asked for here is one
+    TensorFlow sees (the task's GPU check passed); where each really ran is logged after the first step."""
     lines = []
     for name, device in towers.items():
-        note = " (no GPU visible here: soft placement runs it on this task's CPU)" if no_gpu and "GPU" in device else ""
-        lines.append(f"tower {name} placed on {device}{note}")
+        lines.append(f"tower {name} placed on {device}")
     for var in variables:
         lines.append(f"variable {var.name} ({var.nbytes} bytes{'' if var.trainable else ', not trainable'}) "
                      f"placed on {var.device}")

@@ -1,9 +1,10 @@
 """The in-graph client: ONE graph for the whole cluster, built and run by the single `chief` task.
 
 - variables and the global step live on the PS tasks (replica_device_setter, greedy by bytes);
-- one tower (the model's forward and backward pass) per worker task, on that worker's device from the
-  plan (`/job:worker/task:N/device:GPU:0` when the plan gives it a GPU, else its CPU); workers run
-  nothing but a TF server;
+- one tower (the model's forward and backward pass) per GPU of each worker task, on that worker's devices
+  from the plan (`/job:worker/task:N/device:GPU:0`, then GPU:1 ... for a worker the plan gives several: it
+  sees its CUDA_VISIBLE_DEVICES as GPU:0 ... GPU:M-1), else one on its CPU; workers run nothing but a TF
+  server; each tower draws batch_size examples;
 - input "client": the client draws the big batch (batch_size x towers) and splits it on its own CPU,
   so every tower's slice crosses the network each step (accounted as `input_bytes` in telemetry);
   input "worker": each tower draws its own batch on its worker;
@@ -47,22 +48,46 @@ PsStrategy = Callable[[Any], int]
 @dataclass(frozen=True)
 class Tower:
     index: int  # the worker task it runs on
-    device: str  # where its compute is placed (the plan's TaskPlan.device)
+    device: str  # where its compute is placed (the plan's TaskPlan.device, or that worker's GPU:k)
     slowdown: float = 1.0
+    gpu: int | None = None  # k of its worker's GPU:k when the worker has several GPUs, else None
+
+    @property
+    def task(self) -> str:
+        return f"worker-{self.index}"  # as TaskPlan.name's file stem and the ps_bytes keys
 
     @property
     def name(self) -> str:
-        return f"worker-{self.index}"  # as TaskPlan.name and the ps_bytes keys
+        return self.task if self.gpu is None else f"{self.task}-gpu{self.gpu}"
+
+    @property
+    def scope(self) -> str:
+        return f"tower_{self.index}" if self.gpu is None else f"tower_{self.index}_gpu{self.gpu}"
+
+
+def worker_devices(task: Mapping[str, Any]) -> list[str]:
+    """Where a worker task of the plan computes: its device, or with several GPUs each of them, GPU:0 ...
+    GPU:M-1 (its CUDA_VISIBLE_DEVICES, as the task sees them)."""
+    device, count = str(task["device"]), len(task.get("gpus") or ())
+    if count <= 1:
+        return [device]
+    prefix = device.rpartition(":")[0]  # /job:worker/task:N/device:GPU
+    return [f"{prefix}:{k}" for k in range(count)]
 
 
 def towers_from_plan(plan: Mapping[str, Any]) -> list[Tower]:
-    """One tower per worker task of the plan (ClusterPlan.to_json()), in task order."""
+    """One tower per device of each worker task of the plan (ClusterPlan.to_json()), in task order."""
     slowdown = plan.get("training", {}).get("slowdown") or {}
     workers = sorted((t for t in plan["tasks"] if t["job"] == "worker"), key=lambda t: int(t["index"]))
     if not workers:
         raise ValueError("in-graph plan has no worker task to place a tower on")
-    return [Tower(int(t["index"]), str(t["device"]), slowdown_factor(slowdown, "worker", int(t["index"])))
-            for t in workers]
+    towers: list[Tower] = []
+    for t in workers:
+        index, devices = int(t["index"]), worker_devices(t)
+        factor = slowdown_factor(slowdown, "worker", index)
+        towers.extend(Tower(index, device, factor, k if len(devices) > 1 else None)
+                      for k, device in enumerate(devices))
+    return towers
 
 
 def ps_task_count(plan: Mapping[str, Any]) -> int:
@@ -94,7 +119,12 @@ class InGraph:
     saver: Any  # tf.compat.v1.train.Saver
 
     def input_bytes_per_step(self) -> dict[str, int]:
-        return {t.tower.name: t.input_bytes for t in self.towers if t.input_bytes}
+        """Input bytes the client sends each worker task per step (its towers' slices together)."""
+        sent: dict[str, int] = {}
+        for t in self.towers:
+            if t.input_bytes:
+                sent[t.tower.task] = sent.get(t.tower.task, 0) + t.input_bytes
+        return sent
 
 
 def _static_nbytes(t: tf.Tensor) -> int:
@@ -164,7 +194,7 @@ def build_in_graph(  # noqa: PLR0915 - the one graph, top to bottom
     outputs: list[TowerOutputs] = []
     tower_grads: list[list[tuple[Any, Any]]] = []
     for i, tower in enumerate(towers):
-        with v1.device(_tower_setter(tower.device, n_ps, cluster, strategy)), tf.name_scope(f"tower_{tower.index}"):
+        with v1.device(_tower_setter(tower.device, n_ps, cluster, strategy)), tf.name_scope(tower.scope):
             if input_mode == "client":
                 f, lab = slices[i]
                 f, lab = tf.identity(f, name="features"), tf.identity(lab, name="labels")  # the receive
@@ -232,9 +262,9 @@ class InGraphReporter(ProgressReporter):
 
     - `input_bytes`: {"worker-0": n, ...} bytes of input the client sent each worker in the interval
       (input = "client": the big batch's slices cross the network every step; absent for input = "worker");
-    - `towers`: {"worker-0": {"compute_s", "delay_s"}, ...}: the last step's tower compute time (timestamps
-      taken on the tower's own device: input arrived -> gradients computed) and the straggler delay
-      injected there;
+    - `towers`: {"worker-0": {"compute_s", "delay_s"}, ...} (a worker with several GPUs: "worker-0-gpu0",
+      "worker-0-gpu1", ...): the last step's tower compute time (timestamps taken on the tower's own device:
+      input arrived -> gradients computed) and the straggler delay injected there;
     - `step_s`: the client's wall time of that last step (every tower advances once per step).
     """
 
@@ -320,7 +350,7 @@ def run_client(ctx: TaskContext, *, stop_cluster: Callable[[], None] | None = No
     host = ctx.host
     server = tf.distribute.Server(tf.train.ClusterSpec(plan["cluster_spec"]), job_name="chief", task_index=0,
                                   config=session_config(), start=True)
-    _say(f"server {server.target} up; {len(plan['cluster_spec'].get('worker', []))} towers, "
+    _say(f"server {server.target} up; {len(towers_from_plan(plan))} towers, "
          f"input={training.get('input', 'client')}")
 
     model = get_model(str(training.get("model", "mlp")), training.get("model_args") or {})

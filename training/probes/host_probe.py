@@ -13,6 +13,11 @@ The TensorFlow version is read from its package's .dist-info directory, not by i
 TF2 modes need TensorFlow to import) imports it once per (machine, python, python's mtime, TensorFlow's
 `__init__.py` and its mtime) and keeps the answer in the login's cache ($XDG_CACHE_HOME/tfcluster, by
 default ~/.cache/tfcluster: every workdir and run of that user on that machine shares it).
+
+`gpus` (the CUDA_VISIBLE_DEVICES of the host's built-in tasks together, "" for none): the import then
+also lists the GPUs TensorFlow sees under it, as each task does before it trains
+(training/probes/gpu_check.py): `tf_gpus_seen` and, when fewer, `tf_gpu_cause`. That answer is part of the
+cached one; a shortfall is never cached (a driver or CUDA library fix changes no file the key names).
 """
 
 import json
@@ -21,14 +26,17 @@ import sys
 import time
 from typing import Any  # noqa: F401 - named in type comments
 
+from .gpu_check import TeeStderr, likely_cause, planned_gpus, visible_gpus  # inlined when sent
 from .port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
 from .workdir_probe import machine_id, try_write, workdir_id, workdir_report  # inlined too
 
 
-def tf_report(distributions, import_tf, cache_dir):
-    # type: (list[str], str, str | None) -> tuple[bool, str | None, str | None]
-    """(found, version, error) for TensorFlow under this interpreter."""
+def tf_report(distributions, import_tf, cache_dir, gpus=""):
+    # type: (list[str], str, str | None, str) -> tuple[bool, str | None, str | None, dict[str, Any]]
+    """(found, version, error, the GPU answer: {} or {"tf_gpus_seen", "tf_gpu_cause"}) for TensorFlow
+    under this interpreter."""
     found, version, error = False, None, None  # type: bool, str | None, str | None
+    seen = {}  # type: dict[str, Any]
     origin = None  # type: str | None
     try:
         import importlib.util
@@ -55,12 +63,13 @@ def tf_report(distributions, import_tf, cache_dir):
     except Exception as e:
         error = repr(e)
     if found and import_tf != "never":
-        imported = import_tensorflow(cache_dir if import_tf == "cached" else None, origin)
+        imported = import_tensorflow(cache_dir if import_tf == "cached" else None, origin, gpus)
         if imported.get("error"):
             found, error = False, str(imported["error"])
         else:
             version = imported.get("version") or version
-    return found, version, error
+            seen = {k: v for k, v in imported.items() if k.startswith("tf_gpu")}
+    return found, version, error, seen
 
 
 def login_cache_dir():
@@ -70,13 +79,16 @@ def login_cache_dir():
                         "tfcluster")
 
 
-def import_tensorflow(cache_dir, origin):
-    # type: (str | None, str | None) -> dict[str, Any]
-    """{"version": ...} or {"error": ...} of a real `import tensorflow`, from the cache when the same
-    machine, python and TensorFlow files answered before."""
+def import_tensorflow(cache_dir, origin, gpus=""):
+    # type: (str | None, str | None, str) -> dict[str, Any]
+    """{"version": ...} (with the GPUs it sees under CUDA_VISIBLE_DEVICES=`gpus`, when given) or {"error": ...}
+    of a real `import tensorflow`, from the cache when the same machine, python and TensorFlow files (and
+    `gpus`) answered before."""
     import hashlib
 
     key = {"machine": machine_id(), "python": os.path.realpath(sys.executable), "tf": origin}  # type: dict[str, Any]
+    if gpus:
+        key["gpus"] = gpus
     try:
         key["python_mtime"] = os.stat(key["python"]).st_mtime
         key["tf_mtime"] = os.stat(origin).st_mtime if origin else None
@@ -93,13 +105,8 @@ def import_tensorflow(cache_dir, origin):
                 return dict(cached["answer"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
-    try:
-        import tensorflow as tf
-
-        answer = {"version": tf.__version__}  # type: dict[str, Any]
-    except Exception as e:
-        answer = {"error": "import tensorflow failed: %r" % (e,)}
-    if path is not None and cache_dir is not None:
+    answer = _import_and_list(gpus)
+    if path is not None and cache_dir is not None and "tf_gpu_cause" not in answer:
         try:
             os.makedirs(cache_dir, mode=0o700, exist_ok=True)
             tmp = "%s.%d.tmp" % (path, os.getpid())
@@ -108,6 +115,28 @@ def import_tensorflow(cache_dir, origin):
             os.replace(tmp, path)
         except OSError:
             pass  # no cache: the next check imports again
+    return answer
+
+
+def _import_and_list(gpus):
+    # type: (str) -> dict[str, Any]
+    """A real `import tensorflow`; with `gpus`, under that CUDA_VISIBLE_DEVICES (as the tasks run), the GPUs
+    it sees and, when fewer, why (from its stderr, kept meanwhile)."""
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus  # before TensorFlow starts CUDA
+    tee = TeeStderr()
+    try:
+        with tee:
+            import tensorflow as tf
+
+            seen = visible_gpus(tf) if gpus else 0
+        answer = {"version": tf.__version__}  # type: dict[str, Any]
+        if gpus:
+            answer["tf_gpus_seen"] = seen
+            if seen < planned_gpus(gpus):
+                answer["tf_gpu_cause"] = likely_cause(bool(tf.test.is_built_with_cuda()), tee.lines)
+    except Exception as e:
+        answer = {"error": "import tensorflow failed: %r" % (e,)}
     return answer
 
 
@@ -135,9 +164,11 @@ def report(args):
     r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}  # type: dict[str, object]
 
     r.update(workdir_report(args["workdir"]))
-    r["tf_found"], r["tf_version"], tf_error = tf_report(args["tf_distributions"], args["import_tf"], login_cache_dir())
+    r["tf_found"], r["tf_version"], tf_error, tf_gpus = tf_report(
+        args["tf_distributions"], args["import_tf"], login_cache_dir(), args.get("gpus") or "")
     if tf_error:
         r["tf_error"] = tf_error
+    r.update(tf_gpus)
     if args.get("checkpoint_dir"):  # shared_checkpoint_dir = true: is it one directory for every ps?
         r["checkpoint_dir_problem"] = try_write(args["checkpoint_dir"])
         r["checkpoint_dir_id"] = workdir_id(args["checkpoint_dir"]) if r["checkpoint_dir_problem"] is None else None

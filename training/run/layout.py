@@ -122,6 +122,11 @@ class RunLayout:
         TFCLUSTER_TASK_ID, so the supervisor's log tailer (training/progress/tailer.py) stands down for it."""
         return os.path.join(self.state, f"{job}-{task}.self-progress")
 
+    def gpus_seen_file(self, job: str, task: int) -> str:
+        """Written by a built-in task the plan gives GPUs once TensorFlow sees them all (training/task.py):
+        until then its supervisor does not count it up for `start` (training/supervisor/policy.py)."""
+        return os.path.join(self.state, f"{job}-{task}.gpus-seen")
+
     def facts_file(self, host: str) -> str:
         """What the host's supervisor sees of its tasks' processes (training/telemetry/host_facts.py).
         Not *.json: readers of the state files' glob never mistake it for a task's state."""

@@ -30,7 +30,7 @@ from .exit_reason import exit_reason
 from .files import write_json_atomic
 from .hold import is_held
 from .log_cap import LogCap
-from .policy import RestartBudget, restarts_as_group
+from .policy import RestartBudget, restart_cannot_fix, restarts_as_group, waits_for_gpu_check
 from .ports import port_taken
 from .procfs import TASK_ID_ENV, signal_pids
 from .run_view import RunView
@@ -195,7 +195,8 @@ class Supervisor:
             task.error = exit_reason(self.layout.log_file(task.job, task.index))  # why, for status and dash
         elif code == 0:
             task.error = None  # an earlier attempt's reason is no longer news
-        if code == 0 or task.stopped_by is not None or self.view.outcome is not None:
+        if (code == 0 or task.stopped_by is not None or self.view.outcome is not None
+                or restart_cannot_fix(self.run["plan"], code)):
             self._final(task, code, sig)
             return
         if restarts_as_group(self.mode, task.job) and task.epoch < self.epoch:
@@ -272,15 +273,21 @@ class Supervisor:
                 self._final(task, task.exit_code, task.exit_signal)
 
     def _signal_ready(self) -> None:
-        """Close the launcher's pipe once every task has run for `settle` s or has ended for good: that is
+        """Close the launcher's pipe once every task is up (policy.py) or has ended for good: that is
         `start`'s readiness (a task failing at once, or waiting to be restarted, keeps it open until it
         runs on or fails for good)."""
-        now = time.time()
-        if self.ready_fd is not None and all(t.final or (t.state == "running" and t.started_at is not None
-                                                         and now - t.started_at >= self.settle)
-                                             for t in self.tasks):
+        if self.ready_fd is not None and all(t.final or self._up(t, time.time()) for t in self.tasks):
             os.close(self.ready_fd)
             self.ready_fd = None
+
+    def _up(self, t: Task, now: float) -> bool:
+        if t.state != "running" or t.started_at is None or now - t.started_at < self.settle:
+            return False
+        if not waits_for_gpu_check(self.run["plan"], t.env):
+            return True
+        with contextlib.suppress(OSError):  # this attempt's mark, not an earlier one's
+            return os.stat(self.layout.gpus_seen_file(t.job, t.index)).st_mtime >= t.started_at
+        return False
 
     def _handle_term(self, signum: int, frame: object) -> None:
         self.stop_requested = True

@@ -4,8 +4,8 @@ from the SSH channel) and prints, as they happen:
 
     PID <pid>            at once, so `stop` knows whom to look for even if the rest never arrives
     {task or supervisor state JSON}   each state change the supervisor pushes through a pipe, until
-                         every task has run for `settle` s or has ended for good (the supervisor then
-                         closes the pipe)
+                         every task is up (has run for `settle` s; a built-in GPU task has also seen its
+                         GPUs: policy.py) or has ended for good (the supervisor then closes the pipe)
     {state files}...     a final snapshot of state/*.json
     ALIVE                when the supervisor still runs
 

@@ -12,6 +12,9 @@ MAX_CHARS = 200
 # A Python exception line (`OSError: [Errno 28] No space left on device`), TF's own status lines
 # (`tensorflow.python.framework.errors_impl.UnavailableError: ...`) and a shell's `...: not found`.
 _ERROR = re.compile(r"(\w+(Error|Exception|Exit)\b.*|.*\b(error|not found|No such file|Killed)\b.*)", re.I)
+# A built-in task's own log line (training/task.py `configure_logging`): the time, level and task name
+# repeat what status already shows, and would take the room of the message.
+_TASK_LOG_PREFIX = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \[[^\]]*\] ")
 
 
 def exit_reason(log_path: str) -> str | None:
@@ -28,4 +31,6 @@ def exit_reason(log_path: str) -> str | None:
         return None
     errors = [line for line in lines if _ERROR.fullmatch(line)]
     line = (errors or lines)[-1]
+    prefix = _TASK_LOG_PREFIX.match(line)
+    line = line[prefix.end():] if prefix else line
     return line if len(line) <= MAX_CHARS else line[: MAX_CHARS - 1] + "…"

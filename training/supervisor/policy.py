@@ -16,6 +16,12 @@
   ps, the chief the policy waits for (the client, the coordinator), every worker of in-graph (the
   client's graph runs there) and multi-worker-mirrored (each all-reduce needs the whole group); held,
   such a task ends the run *stopped* at once, everywhere (as `stop` would, but from the dashboard).
+- No restart for what a restart cannot fix: a built-in task (training/task.py) that exits CANNOT_RUN_HERE
+  (a GPU plan where TensorFlow sees fewer GPUs) ends for good at once, restart budget or not. A user's own
+  program may exit 78 for reasons of its own: its exits keep the usual restarts.
+- Up for `start`: a task that has run `settle` seconds, or ended for good; a built-in task the plan gives
+  GPUs also once it has written that TensorFlow sees them (RunLayout.gpus_seen_file: TensorFlow takes
+  seconds to import, so without this `start` would say "started" before the task fails its GPU check).
 - Group restart (multi-worker-mirrored): a dead worker stalls every other at the next collective, so
   the group (every chief and worker task) restarts together from the last checkpoint, like torchrun.
 Each supervisor evaluates these on what its peers told it (training/supervisor/peers.py), so every host
@@ -32,6 +38,7 @@ if TYPE_CHECKING:
 CLIENT_CHIEF_MODES = ("in-graph", "parameter-server-strategy")
 GROUP_RESTART_MODES = ("multi-worker-mirrored",)
 GROUP_JOBS = ("chief", "worker")
+CANNOT_RUN_HERE = 78  # sysexits' EX_CONFIG: a built-in task that cannot run here as planned, for good
 
 
 class RestartBudget:
@@ -100,6 +107,16 @@ def outcome(plan: dict[str, Any], finals: dict[str, dict[str, Any]]) -> str | No
             finals[name].get("stopped_by") in (None, "user") for name in wanted):
         return "finished"  # held ones excused: the user chose to go on without them
     return "stopped"
+
+
+def restart_cannot_fix(plan: dict[str, Any], code: int | None) -> bool:
+    """The task's exit says a restart would meet the same: end it for good (built-in tasks only)."""
+    return code == CANNOT_RUN_HERE and plan.get("uses_user_command") is not True
+
+
+def waits_for_gpu_check(plan: dict[str, Any], env: dict[str, str]) -> bool:
+    """A built-in task given GPUs (CUDA_VISIBLE_DEVICES not empty): up for `start` once it has seen them."""
+    return plan.get("uses_user_command") is not True and bool(env.get("CUDA_VISIBLE_DEVICES", "").strip())
 
 
 def restarts_as_group(mode: str, job: str) -> bool:

@@ -2,12 +2,15 @@
 by everyone: whether each task's processes live, the CPU they use and when it last moved, whether one is
 stopped (SIGSTOP), and since when its TF server listens on its port.
 
-The supervisor keeps `state/host-<host>.facts` up to date (`FactsWriter`, about once a second: /proc
-only, no subprocess). The agent sends its content with every `host_sample`, with whether the
-supervisor itself still lives (`read_facts`); `status` reads the same file in sh
+The supervisor keeps `state/host-<host>.facts` up to date (`FactsWriter`, about once a second: /proc,
+and the GPUs read on a thread of their own). The agent sends its content with every `host_sample`, with
+whether the supervisor itself still lives (`read_facts`); `status` reads the same file in sh
 (orchestrator/run/read_host.py): the dashboard and `status` judge liveness from the very same facts
-(orchestrator/monitor/views.py). A facts file that stopped changing because its supervisor died is no
-news: the supervisor's death is, and the run's processes are then counted again from /proc.
+(orchestrator/monitor/views.py). Where the host has GPUs (NVML or nvidia-smi: gpu_use.py) the file also
+holds them (`gpus`: utilisation, memory, temperature, power) and each task's `gpu_mem`, the MiB its own
+processes hold on each GPU index ({}: none; absent: the GPUs were not read). A facts file that stopped
+changing because its supervisor died is no news: the supervisor's death is, and the run's processes are
+then counted again from /proc (and its GPU figures dropped: nobody reads the GPUs for it any more).
 Stdlib only.
 """
 
@@ -19,6 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..run.layout import RUN_DIR_ENV, RunLayout
+from .gpu_use import GpuSampler, attribute, pids_visible
 from .task_cpu import TaskCpu
 
 if TYPE_CHECKING:
@@ -26,6 +30,7 @@ if TYPE_CHECKING:
 
 LISTEN = "0A"  # /proc/net/tcp's state column for a listening socket
 CPU_MOVED_S = 0.01  # one clock tick: any CPU used at all since the previous sample
+GPU_STALE_S = 10.0  # a GPU reading older than this is no longer written (its sampler reads every second)
 
 
 def listening_ports(proc: str = "/proc") -> set[int]:
@@ -47,18 +52,24 @@ def listening_ports(proc: str = "/proc") -> set[int]:
 class FactsWriter:
     """The supervisor's: `update(now)` samples its host's tasks and rewrites the facts file."""
 
-    def __init__(self, layout: RunLayout, host: str, ports: dict[str, int | None], proc: str = "/proc") -> None:
+    def __init__(self, layout: RunLayout, host: str, ports: dict[str, int | None], proc: str = "/proc",
+                 gpus: GpuSampler | None = None, find_gpus: bool = True) -> None:
         self.layout = layout
         self.host = host
         self.ports = ports  # this host's task names -> their TF port (None: no server)
         self.proc = proc
         self.cpu = TaskCpu(layout.root, proc)
         self.facts: dict[str, dict[str, Any]] = {}
+        self.gpus = gpus if gpus is not None or not find_gpus else GpuSampler.if_present()
 
     def update(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
         cpu = self.cpu.sample()
         listening = listening_ports(self.proc)
+        # A reading older than a few of its intervals is not shown as current (a hung nvidia-smi)
+        gpus = self.gpus.latest(max_age_s=GPU_STALE_S) if self.gpus is not None else None
+        held = attribute(gpus, self.cpu.task_of) if gpus is not None else {}
+        matched = gpus is not None and pids_visible(gpus, self.proc)  # else each task's memory is unknown
         for name, port in self.ports.items():
             seen = cpu.get(name, {})
             old = self.facts.get(name, {})
@@ -70,9 +81,14 @@ class FactsWriter:
                 "cpu_moved_at": now if moved else old.get("cpu_moved_at"),
                 "listening_since": (old.get("listening_since") or now) if listens else None,
             }
+            if matched:
+                self.facts[name]["gpu_mem"] = held.get(name, {})
         tmp = f"{self.layout.facts_file(self.host)}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps({"host": self.host, "t": now, "tasks": self.facts}, separators=(",", ":")))
+            doc: dict[str, Any] = {"host": self.host, "t": now, "tasks": self.facts}
+            if gpus is not None:
+                doc["gpus"] = gpus.gpus
+            f.write(json.dumps(doc, separators=(",", ":")))
         os.replace(tmp, self.layout.facts_file(self.host))
 
 
@@ -91,7 +107,10 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
     out: dict[str, Any] = {"tasks": {}, "supervisor": {"pid": None, "alive": None}}
     try:
         with open(layout.facts_file(host), encoding="utf-8") as f:
-            out["tasks"] = json.load(f).get("tasks", {})
+            doc = json.load(f)
+        out["tasks"] = doc.get("tasks", {})
+        if "gpus" in doc:
+            out["gpus"] = doc["gpus"]
     except (OSError, ValueError):
         pass
     try:
@@ -102,6 +121,12 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
     pid = sup.get("pid")
     alive = isinstance(pid, int) and _pid_of_run(pid, layout.root, proc)
     out["supervisor"] = {"pid": pid, "alive": alive, "state": sup.get("state"), "outcome": sup.get("outcome")}
+    if not alive:
+        # No supervisor reads the GPUs any more: what the file says of them is old
+        out.pop("gpus", None)
+        for facts in out["tasks"].values():
+            if isinstance(facts, dict):
+                facts.pop("gpu_mem", None)
     if not alive and out["tasks"]:
         # Its last facts are stale: count each task's processes now (what still runs is never "lost").
         from ..supervisor.procfs import run_processes

@@ -104,6 +104,11 @@ class TaskCpu:
         return {name: {"cpu_s": round(self._totals[name] / _TICKS, 2), "procs": n, "stopped": name in stopped}
                 for name, n in sorted(procs.items())}
 
+    def task_of(self, pid: int) -> str | None:
+        """The task a live process belongs to, as of the last sample (None: not one of the run's tasks')."""
+        known = self._known.get(pid)
+        return None if known is None else known[1]
+
     def _learn(self, pid: int) -> tuple[tuple[int, int, str] | None, str | None]:
         """Read a process's environment: (its stat, its task name) when it is one of the run's tasks."""
         ours, task_id = _environ_marks(self.proc, pid, self.run_dir)

@@ -1,12 +1,14 @@
 """`mode = "multi-worker-mirrored"`: every `worker` (and the `chief`) task runs this trainer with
 tf.distribute.MultiWorkerMirroredStrategy, a custom loop and no Keras.
 
-- Cluster: TF_CONFIG from the plan (TFConfigClusterResolver); one replica per task (its GPU, else its CPU).
-- Step (ring all-reduce on CPUs, NCCL on GPUs): each replica draws its own batch of [training] batch_size (stateless, keyed by seed, the task's id
-  in the cluster and the global step: training/tf2/models.py), computes its gradients of the loss averaged
-  over the GLOBAL batch (batch_size x tasks), all-reduces them (SUM, ring collectives) and applies the same
-  update on every replica (training/tf2/optimizer.py); the global step is a mirrored int64 variable.
-  [training] steps counts global steps.
+- Cluster: TF_CONFIG from the plan (TFConfigClusterResolver); one replica per GPU the task sees (the strategy
+  takes every visible local GPU: the plan gives a task all of its host's GPUs unless gpus_per_task says
+  otherwise, each task as many), else one on its CPU.
+- Step (ring all-reduce on CPUs, NCCL on GPUs): each replica draws its own batch of [training] batch_size
+  (stateless, keyed by seed, the replica's id in the cluster and the global step: training/tf2/models.py),
+  computes its gradients of the loss averaged over the GLOBAL batch (batch_size x replicas), all-reduces
+  them (SUM, ring collectives) and applies the same update on every replica (training/tf2/optimizer.py);
+  the global step is a mirrored int64 variable. [training] steps counts global steps.
 - Checkpoints (tf.train.CheckpointManager: step, model, optimizer slots): the chief (the `chief` task, else
   worker 0) writes RunLayout.checkpoints(checkpoint_dir); every other task saves too, into a temporary
   directory of its run dir (<run>/tmp/) it deletes right away (TF's multi-worker docs: saving may involve collectives, so every task must
@@ -20,7 +22,8 @@ tf.distribute.MultiWorkerMirroredStrategy, a custom loop and no Keras.
   a timeout (COLLECTIVE_TIMEOUT_S), so survivors raise instead of hanging and exit 1. Their supervisors
   then restart the whole group, which resumes from the last checkpoint (training/supervisor.py policy).
 - Telemetry: progress events (training/telemetry/writer.py) per task: local steps, the global step,
-  examples (local steps x batch_size), this replica's own loss; no `ps_bytes` (there is no PS).
+  examples (local steps x batch_size x its replicas), its first replica's own loss; no `ps_bytes` (there
+  is no PS).
 - Slowdown: a slowed task sleeps (factor - 1) x its own step time after each step, that time measured once
   over its first unpaced steps (training/cluster/straggler.py BaselinePacer); the collectives make the
   whole group wait for it.
@@ -56,11 +59,6 @@ COLLECTIVE_TIMEOUT_S = float(os.environ.get("TFCLUSTER_COLLECTIVE_TIMEOUT", "60"
 MAX_TO_KEEP = 3
 
 
-def task_id_in_cluster(cluster_spec: dict[str, list[str]], job: str, index: int) -> int:
-    """The chief is 0, workers follow (TF's own numbering for collectives); the shard of this task's data."""
-    return index + (len(cluster_spec.get("chief", [])) if job == "worker" else 0)
-
-
 def make_strategy() -> tf.distribute.MultiWorkerMirroredStrategy:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     options = tf.distribute.experimental.CommunicationOptions(
@@ -76,8 +74,8 @@ class MirroredTrainer:
         self.ctx = ctx
         self.s = settings
         self.strategy = strategy
-        self.workers = strategy.num_replicas_in_sync
-        self.shard = task_id_in_cluster(ctx.cluster_spec, ctx.job, ctx.index)
+        self.workers = strategy.num_replicas_in_sync  # replicas of the whole cluster
+        self.local_replicas = len(strategy.extended.worker_devices)  # this task's: its GPUs, or its CPU
         try:
             self.model: Tf2Model = get_tf2_model(settings.model, settings.model_args)
             self.optimizer = PlainOptimizer(settings.optimizer, settings.learning_rate)
@@ -104,7 +102,8 @@ class MirroredTrainer:
         global_batch = self.s.batch_size * self.workers
 
         def replica_fn(due_flag: tf.Tensor) -> tuple[list[Any], tf.Tensor, tf.Tensor]:
-            features, labels = self.model.batch(self.s.batch_size, self.s.seed, self.shard, self.step.read_value())
+            shard = tf.distribute.get_replica_context().replica_id_in_sync_group  # the task id with one replica
+            features, labels = self.model.batch(self.s.batch_size, self.s.seed, shard, self.step.read_value())
             with tf.GradientTape() as tape:
                 per_example = self.model.per_example_loss(features, labels)
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
@@ -121,11 +120,16 @@ class MirroredTrainer:
         return self._local(loss), self._local(due_sum), self._local(self.step.read_value())
 
     def _broadcast_fn(self, is_chief: tf.Tensor) -> None:
-        """Every variable takes the chief's value: all-reduce (SUM) of the chief's value and zeros."""
+        """Every variable takes the chief's value: all-reduce (SUM) of the value of the chief's first replica
+        and zeros."""
         variables = self.all_variables()
+        local_replicas = self.local_replicas
 
         def replica_fn(chief: tf.Tensor) -> list[tf.Tensor]:
-            mine = [tf.where(chief, v.read_value(), tf.zeros_like(v.read_value())) for v in variables]
+            first = tf.equal(tf.math.floormod(tf.distribute.get_replica_context().replica_id_in_sync_group,
+                                              local_replicas), 0)
+            source = tf.logical_and(chief, first)
+            mine = [tf.where(source, v.read_value(), tf.zeros_like(v.read_value())) for v in variables]
             out: list[Any] = [None] * len(mine)
             for dtype in {t.dtype for t in mine}:  # one batched all-reduce per dtype (they are concatenated)
                 picked = [i for i, t in enumerate(mine) if t.dtype == dtype]
@@ -187,8 +191,9 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
                                 interval=s.progress_interval,
                                 summaries=TaskSummaries(ctx.summaries_dir, s.summary_every_steps)).start()
     local_step = 0
-    log.info("%s: training from global step %d to %d, %d examples per replica and step (global batch %d)",
-             ctx.name, global_step, s.steps, s.batch_size, s.batch_size * trainer.workers)
+    log.info("%s: training from global step %d to %d, %d examples per replica and step, %d replica(s) here "
+             "(global batch %d)", ctx.name, global_step, s.steps, s.batch_size, trainer.local_replicas,
+             s.batch_size * trainer.workers)
     try:
         while global_step < s.steps:
             t0 = time.perf_counter()
@@ -197,7 +202,7 @@ def train(ctx: TaskContext, s: TrainSettings, trainer: MirroredTrainer, global_s
             loss, global_step = float(loss_t.numpy()), int(step_t.numpy())
             took = time.perf_counter() - t0  # the step alone, not a checkpoint saved after it
             local_step += 1
-            reporter.record(local_step, global_step, local_step * s.batch_size, loss)
+            reporter.record(local_step, global_step, local_step * s.batch_size * trainer.local_replicas, loss)
             if writer is not None and global_step % s.summary_every_steps == 0:
                 write_scalar(writer, "loss", loss, global_step)
             if float(due_t.numpy()) > 0 or clock.due_by_steps(global_step):

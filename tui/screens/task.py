@@ -23,6 +23,7 @@ from orchestrator.monitor.views import window_buckets
 from orchestrator.plan.names import job_and_index
 from tui import format as fmt
 from tui.messages import StateUpdated
+from tui.widgets.gpu_use import gpu_lines
 
 LogFetch = Callable[[str, int, int], list[str]]  # (job, task index, lines) -> the log's last lines
 LOG_LINES = 200
@@ -87,6 +88,7 @@ class TaskScreen(Screen[None]):
                         f"loss {'-' if tv.loss is None else f'{tv.loss:.4f}'}  "
                         f"{fmt.rate(tv.steps_per_s)} steps/s  {fmt.rate(tv.examples_per_s)} ex/s")
             self.query_one("#rate-chart", Sparkline).data = st.sparkline_values(tv.name, 30, 60.0)
+        head.append_text(gpu_lines(st, tv))  # its GPUs and its own memory there; `on CPU?` in words
         self.query_one("#task-head", Static).update(head)
         self.query_one("#loss-chart", Sparkline).data = st.loss_values(tv.name, 30, 60.0)
 

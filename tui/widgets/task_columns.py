@@ -11,6 +11,7 @@ from rich.text import Text
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.task_state import LIVENESS_STATES, TaskState, task_sort_key
 from tui import format as fmt
+from tui.widgets.gpu_use import ON_CPU, gpu_mem_cell, gpu_mem_text, own_memory
 
 NO_PROGRESS = "no progress reported"
 
@@ -34,6 +35,20 @@ WIDE = (
     Column("rst", "rst", 3), Column("age", "age", 6),
 )
 
+GPU_MEM = Column("gmem", "gpu mem", 7)  # only while the run has GPU use to show (tui/widgets/gpu_use.py)
+
+
+def columns(wide: bool, gpu_use: bool) -> tuple[Column, ...]:
+    """The table's columns; with GPU use, `gpu mem` after `gpu` (at 80 columns in the place of ex/s: no
+    room for both)."""
+    cols: tuple[Column, ...] = WIDE if wide else COMPACT
+    if not gpu_use:
+        return cols
+    cols = cols if wide else tuple(c for c in cols if c.key != "eps")
+    at = next((i + 1 for i, c in enumerate(cols) if c.key == "gpu"), len(cols))
+    return (*cols[:at], GPU_MEM, *cols[at:])
+
+
 STATE_ORDER = {s: i for i, s in enumerate(LIVENESS_STATES)}
 SORTS: dict[str, Callable[[TaskState], object]] = {
     "host": task_sort_key,
@@ -45,6 +60,7 @@ SORTS: dict[str, Callable[[TaskState], object]] = {
     "step": lambda t: -(t.global_step or -1),
     "loss": lambda t: t.loss if t.loss is not None else float("inf"),
     "gpu": task_sort_key,
+    "gmem": lambda t: (not t.on_cpu_suspected, -(own_memory(t) or 0.0)),
     "rst": lambda t: -t.restarts,
     "age": lambda t: -(t.age_s or 0.0),
 }
@@ -65,10 +81,10 @@ def row_texts(st: ClusterState, tv: TaskState, columns: tuple[Column, ...], show
     """Plain strings of a row, in column order; state is rendered with its style by `cell`."""
     host = st.hosts.get(tv.host)
     gpu = "-"
-    if host is not None and tv.gpu is not None:
-        for g in host.gpus:
-            if g.index == tv.gpu and g.util_pct is not None:
-                gpu = f"{g.util_pct:.0f}%"
+    if host is not None and tv.gpus:  # a task with several GPUs: their mean use
+        utils = [g.util_pct for g in host.gpus if g.index in tv.gpus and g.util_pct is not None]
+        if utils:
+            gpu = f"{sum(utils) / len(utils):.0f}%"
     state = fmt.state_word(tv.state, tv.exit_code, tv.held, tv.restart_reason)
     reports = tv.reports != "no"
     values = {
@@ -84,6 +100,7 @@ def row_texts(st: ClusterState, tv: TaskState, columns: tuple[Column, ...], show
         "loss": "-" if tv.loss is None else f"{tv.loss:.4f}",
         "gpu": gpu,
         "rst": str(tv.restarts),
+        "gmem": gpu_mem_text(tv),
         "age": fmt.age(tv.age_s) + ("!" if tv.state == "unreachable" else ""),
     }
     return tuple(values[c.key] for c in columns)
@@ -95,6 +112,8 @@ def cell(key: str, value: str, tv: TaskState) -> Text | str:
         return fmt.state_text(tv.state, tv.exit_code, tv.held, tv.restart_reason)
     if key == "spark" and value == NO_PROGRESS:
         return Text(value, style="dim italic")
+    if key == "gmem" and value == ON_CPU:
+        return gpu_mem_cell(value)  # in words; the colour only helps the eye
     if tv.state == "unreachable" and key not in ("host", "task"):
         return Text(value, style="dim")  # stale: last values kept, visibly old
     return value

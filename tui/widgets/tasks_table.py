@@ -14,7 +14,8 @@ from textual.widgets import DataTable
 from orchestrator.monitor.reducer import ClusterState
 from tui.messages import StateUpdated
 from tui.widgets.cell_cache import CellCachedTable
-from tui.widgets.task_columns import COMPACT, WIDE, Column, cell, row_texts, visible_tasks
+from tui.widgets.gpu_use import has_gpu_use
+from tui.widgets.task_columns import Column, cell, columns, row_texts, visible_tasks
 
 
 class TasksTable(CellCachedTable):
@@ -64,7 +65,7 @@ class TasksTable(CellCachedTable):
             self._show(self._last.state, self._last.settings.filter_text, self._last.wide)
 
     def _show(self, st: ClusterState, filter_text: str, wide: bool) -> None:
-        cols = WIDE if wide else COMPACT
+        cols = columns(wide, has_gpu_use(st))
         if cols != self._columns:
             self._columns = cols
             self.clear(columns=True)
