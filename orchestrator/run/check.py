@@ -138,14 +138,16 @@ class CheckReport:
 
 
 def probe_argv(host: HostPlan, ports: Sequence[tuple[int, str]], *, import_tf: ImportTf = "never",
-               checkpoint_dir: str | None = None, gpus: str = "") -> list[str]:
+               checkpoint_dir: str | None = None, gpus: str = "", skip_keras: bool = False) -> list[str]:
     """The one command run on a host: remote clock first, then the probe under the host's python.
     `ports`: (port, address to bind, "" = every interface), as training/probes/port_probe.py tests them.
     `gpus`: the CUDA_VISIBLE_DEVICES to list TensorFlow's GPUs under when it is imported ("" = none).
+    `skip_keras`: import it as a built-in model's task does, without Keras' eager load (training/task.py).
     `~/` in the python path means the remote home; a missing python exits 127 with a marker line."""
     args = json.dumps({
         "ports": [list(p) for p in ports], "workdir": host.workdir, "import_tf": import_tf,
         "tf_distributions": list(TF_DISTRIBUTIONS), "checkpoint_dir": checkpoint_dir, "gpus": gpus,
+        "skip_keras": skip_keras,
     })
     script = (
         DATE_COMMAND + '\np=$1; shift\ncase $p in "~/"*) p="$HOME/${p#"~/"}";; esac\n'
@@ -194,7 +196,8 @@ def check_host(
             connect()
         result.reachable = result.auth = True
         argv = probe_argv(host, ports, import_tf=import_tf_mode(plan, import_tf), checkpoint_dir=shared_ckpt,
-                          gpus=result.tf_gpus_checked)
+                          gpus=result.tf_gpus_checked,
+                          skip_keras=not plan.uses_user_command and ":" not in plan.training.model)
         _probe(result, host, transport, argv, timeout=timeout, clock=clock)
         result.problems.extend(gpu_shortfall_problem(result, gpu_tasks))
         _compare_disk(result, ship_bytes)

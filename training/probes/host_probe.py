@@ -2,7 +2,8 @@
 
 Not shipped as a file: `tfcluster check` sends this module's source to the host's own `python -c`
 (nothing is installed or copied there yet), with one JSON argument: {"ports": [...], "workdir": "...",
-"import_tf": "always" | "cached" | "never", "tf_distributions": [...], "checkpoint_dir": null or the
+"import_tf": "always" | "cached" | "never", "skip_keras": true when the plan's tasks import TensorFlow
+without Keras' eager load (a built-in model: training/task.py), "tf_distributions": [...], "checkpoint_dir": null or the
 absolute shared checkpoint directory to try and identify like the workdir}. So it must run on any Python
 3.6+, use only the standard library, and print exactly one JSON object: Python and TensorFlow versions,
 GPUs (`nvidia-smi -L`), whether each planned port can be bound, the workdir (usable, its id, this
@@ -164,6 +165,8 @@ def report(args):
     r = {"python_version": sys.version.split()[0], "python_executable": sys.executable}  # type: dict[str, object]
 
     r.update(workdir_report(args["workdir"]))
+    if args.get("skip_keras"):  # import TensorFlow as the built-in task would (training/task.py skip_eager_keras)
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     r["tf_found"], r["tf_version"], tf_error, tf_gpus = tf_report(
         args["tf_distributions"], args["import_tf"], login_cache_dir(), args.get("gpus") or "")
     if tf_error:
