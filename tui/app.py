@@ -1,4 +1,5 @@
-"""The live dashboard: a header of cluster totals, one row per task, PS traffic, and an event log.
+"""The live dashboard: a header of cluster totals, graphs of the run over time (when the terminal has
+the rows, or on `g`; `w` changes their window), one row per task, PS traffic, and an event log.
 
 The app owns the poll: it reads ClusterState from a `StateSource` on a timer (one thread: the UI's)
 and posts one `StateUpdated` (tui/messages.py) per poll to each view (tui/widgets/*, and the task
@@ -36,11 +37,16 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.task import TaskScreen
 from tui.task_actions import RestartPolicy, Verb, perform, question
 from tui.widgets.event_log import EventLog
+from tui.widgets.graph_data import next_window, window_label
+from tui.widgets.graphs import GraphsPanel
 from tui.widgets.header import ClusterHeader
 from tui.widgets.ps_traffic import PsTrafficPanel
 from tui.widgets.tasks_table import TasksTable
 
 INTERVALS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0)
+GRAPHS_MIN_HEIGHT = 32  # rows from which the graphs show without being asked
+GRAPHS_MIN_ROWS = 8  # or rows the task table leaves (80x24 with a few tasks); else on `g`
+FIXED_ROWS = 10  # the header (2), the bottom strip (7) and the footer
 
 
 class DashboardApp(App[None]):
@@ -58,6 +64,8 @@ class DashboardApp(App[None]):
         Binding("minus", "slower", "", show=False),
         Binding("p", "pause", "Pause"),
         Binding("t", "tensorboard", "TensorBoard"),
+        Binding("g", "graphs", "Graphs"),
+        Binding("w", "graph_window", "Window", show=False),
     ]
 
     def __init__(self, source: StateSource, actions: TaskActions | None = None, *, readonly: bool = False,
@@ -75,6 +83,9 @@ class DashboardApp(App[None]):
         self.source_errors = 0
         self._timer: Timer | None = None
         self._dashboard_views: list[Widget] = []  # the views composed below, found once mounted
+        # Found once mounted: a query looks on the screen in front, which may be a task's.
+        self._graphs: GraphsPanel | None = None
+        self._table: TasksTable | None = None
 
     @property
     def interval(self) -> float:
@@ -92,12 +103,14 @@ class DashboardApp(App[None]):
 
     def compose(self) -> ComposeResult:
         yield ClusterHeader(id="header")
+        yield GraphsPanel(id="graphs")
         yield TasksTable(id="tasks")
         with Horizontal(id="bottom"):
             yield PsTrafficPanel(id="ps")
             yield EventLog(id="log")
         yield Input(placeholder="filter by host / job / state words; Enter applies, Esc clears", id="filter")
-        yield Footer(show_command_palette=False)  # 80 columns hold every key but not the ^p hint (^p works)
+        # Compact: 80 columns hold every key (not the ^p hint: ^p works)
+        yield Footer(show_command_palette=False, compact=True)
 
     @property
     def tasks_table(self) -> TasksTable:
@@ -108,8 +121,11 @@ class DashboardApp(App[None]):
         return [*self._dashboard_views, *(s for s in self.screen_stack if isinstance(s, TaskScreen))]
 
     def on_mount(self) -> None:
-        self._dashboard_views = [self.query_one(t) for t in (ClusterHeader, TasksTable, PsTrafficPanel, EventLog)]
+        self._dashboard_views = [self.query_one(t) for t in (ClusterHeader, GraphsPanel, TasksTable, PsTrafficPanel,
+                                                             EventLog)]
         self.query_one("#filter", Input).display = False
+        self._graphs, self._table = self.query_one(GraphsPanel), self.tasks_table
+        self._place_graphs()
         self.refresh_state()
         self._start_timer()
         # A closed terminal (SIGHUP) or `kill` ends the app like `q`, so whoever started it (demo,
@@ -141,6 +157,7 @@ class DashboardApp(App[None]):
                 self.notify(f"telemetry source error: {exc}", severity="error")
             return
         self.state = st
+        self._place_graphs()
         views = self._views()
         frame = FrameCost(time.perf_counter() - t0, len(views), self.frame_times.append)
         for view in views:
@@ -148,6 +165,32 @@ class DashboardApp(App[None]):
 
     def _wide(self) -> bool:
         return self.size.width >= WIDE_TERMINAL
+
+    def graphs_shown(self) -> bool:
+        wanted = self.settings.graphs
+        return wanted if wanted is not None else (self.size.height >= GRAPHS_MIN_HEIGHT
+                                                  or self._spare_rows() >= GRAPHS_MIN_ROWS)
+
+    def _spare_rows(self) -> int:
+        """Rows the task table would leave empty if it took all of them (the terminal's, less the fixed
+        lines, less the table's header and rows)."""
+        tasks = len(self.state.tasks) if self.state is not None and not self.settings.filter_text else (
+            self._table.row_count if self._table is not None else 0)
+        return self.size.height - FIXED_ROWS - (tasks + 1)
+
+    def _place_graphs(self) -> None:
+        """Graphs above the table when there is room, which then takes the rows its tasks need (at most
+        half the screen); without them, the table takes the rows it needs and the event log the rest:
+        never a band of empty rows."""
+        shown = self.graphs_shown()
+        if self._graphs is not None:
+            self._graphs.display = shown
+        self.set_class(shown, "-graphs")
+        self.set_class(not shown and self._spare_rows() > 0, "-fit-table")
+
+    def on_resize(self, _event: events.Resize) -> None:
+        if self._graphs is not None:
+            self._place_graphs()
 
     def _change_settings(self, **changes: object) -> None:
         """New settings: the views show them over the state they already have."""
@@ -199,6 +242,7 @@ class DashboardApp(App[None]):
         self.query_one("#filter", Input).display = False
         self.tasks_table.focus()
         self._change_settings(filter_text=text)
+        self._place_graphs()
 
     def action_faster(self) -> None:
         self._set_interval(-1)
@@ -216,7 +260,18 @@ class DashboardApp(App[None]):
         if not self.paused:
             self.refresh_state()
 
+    def action_graphs(self) -> None:
+        self._change_settings(graphs=not self.graphs_shown())
+        self._place_graphs()
+
+    def action_graph_window(self) -> None:
+        window = next_window(self.settings.graph_window)
+        self._change_settings(graph_window=window)
+        self.notify(f"graphs over {window_label(window)}", timeout=2)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("graphs", "graph_window") and isinstance(self.screen, TaskScreen):
+            return False  # the graphs are the dashboard's: not offered on a task's screen
         return not (action == "tensorboard" and self.open_tensorboard is None)
 
     def action_tensorboard(self) -> None:

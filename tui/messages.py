@@ -1,10 +1,10 @@
 """What the dashboard's views are told: `StateUpdated`, posted by the app to every view once per poll.
 
 The app owns the poll (one thread: the UI's) and the settings the user changes (refresh interval,
-pause, the row filter); each view (header, task table, PS panel, event log, the task screen) updates
-itself from the message in its own turn of the event loop. A message carries the state, those
-settings, whether the terminal is wide, and the poll's `FrameCost`, which sums the poll and every
-view's update into the frame time (what benchmarks/bench_dash.py reports).
+pause, the row filter, the graphs and their window); each view (header, graphs, task table, PS panel,
+event log, the task screen) updates itself from the message in its own turn of the event loop. A
+message carries the state, those settings, whether the terminal is wide, and the poll's `FrameCost`,
+which sums the poll and every view's update into the frame time (what benchmarks/bench_dash.py reports).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class Settings:
     readonly: bool = False
     filter_text: str = ""
     tensorboard_url: str = ""  # the run's TensorBoard, once the user opened it (key `t`)
+    graphs: bool | None = None  # the graphs band (key `g`); None: shown when the terminal has the rows
+    graph_window: float | None = 60.0  # seconds the graphs show (key `w`); None: the whole run
 
 
 class FrameCost:

@@ -3,7 +3,7 @@
 `ClusterState.apply(event, now)` folds one event into the working state (O(1), mutable for speed: 1024
 tasks at 1 Hz) and `ClusterState.tick(now)` judges every task and the run and hands out the snapshots:
 `tasks` (name -> TaskState, task_state.py), `run_state`, the totals. Readers use only those (and the
-per-task histories for sparklines). Liveness itself is the pure functions of views.py of the recorded
+per-task histories for sparklines, `history` for the dashboard's graphs: history.py). Liveness itself is the pure functions of views.py of the recorded
 times and the clock (DESIGN.md "Liveness states"). `status`, `dash --once` and the dashboard's first
 frame feed it what one read of each host saw (status.py); the dashboard and `status --watch` the agents'
 streams (collect.py).
@@ -30,6 +30,7 @@ from orchestrator.monitor.events import (
     TaskStateEvent,
 )
 from orchestrator.monitor.gpu_use import GPU_SETTLE_S, cuda_gpus, on_cpu_suspected
+from orchestrator.monitor.history import RunHistory, record_progress
 from orchestrator.monitor.task_state import LIVENESS_STATES, Liveness, Reports, RunState, TaskState
 from orchestrator.monitor.views import (
     HISTORY_S,
@@ -81,6 +82,7 @@ class ClusterState:
         self.record_status: str | None = None  # the local run record's word, when there is one
         self.gpu_settle_s = GPU_SETTLE_S  # how long a task planned on a GPU runs before `on CPU?` may be said
         self.slurm: dict[str, str] | None = None  # a Slurm run's job: {"job_id", "state", "reason"} (run.slurm_end)
+        self.history = RunHistory()  # the dashboard's graphs: the whole run, bounded (history.py)
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -150,6 +152,7 @@ class ClusterState:
         prev = tv._prev
         if prev is not None and ev.t <= prev[0]:
             return  # a line seen already, or older (a stream's backlog replayed after a read of the host)
+        record_progress(self.history, ev, tv.name, t, prev)
         if prev is not None and ev.local_step >= prev[1]:
             dt = ev.t - prev[0]
             steps = (ev.local_step - prev[1]) / dt
@@ -229,6 +232,8 @@ class ClusterState:
     def _host_sample(self, ev: HostSampleEvent, host: HostView, now: float) -> None:
         host.cpu_pct, host.mem_pct, host.gpus, host.t_sample = ev.cpu_pct, ev.mem_pct, ev.gpus, now
         t = host.local(ev.t)
+        self.history.host_sample(ev.host, t, ev.t, ev.cpu_pct, ev.mem_pct, ev.gpus,
+                                 {**ev.ps_tcp, **ev.allreduce_tcp} if ev.allreduce_tcp else ev.ps_tcp)
         if ev.supervisor_alive is not None:
             host.supervisor_alive = ev.supervisor_alive
         if ev.supervisor_state is not None:
@@ -355,8 +360,15 @@ class ClusterState:
 
 
 def _measure(traffic: PsTraffic, host: str, m: PsTcp, remote_t: float, t: float) -> None:
-    """One task's measured traffic from its kernel counters: rates between two samples, smoothed."""
+    """One task's measured traffic from its kernel counters: rates between two samples, smoothed; or the
+    rate its host kept (a read of the supervisor's facts: one sample), taken as it is."""
     traffic.host, traffic.port = host, m.port
+    if m.in_Bps is not None and m.out_Bps is not None:
+        # Smoothed on the host as here (training/telemetry/ps_rates.py). Its counters start elsewhere than
+        # an agent's: they never become the previous sample an agent's rate is made from.
+        traffic.measured_in, traffic.measured_out, traffic.t_measured = m.in_Bps, m.out_Bps, t
+        traffic.peers = dict(m.peer_rates)
+        return
     prev = traffic._prev
     if prev is not None and remote_t > prev[0] and m.bytes_in >= prev[1] and m.bytes_out >= prev[2]:
         dt = remote_t - prev[0]

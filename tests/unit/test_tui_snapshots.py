@@ -1,4 +1,6 @@
-"""Snapshot tests of the dashboard's screens (pytest-textual-snapshot), 80x24 and 160x50.
+"""Snapshot tests of the dashboard's screens (pytest-textual-snapshot): the dashboard at 80x24, 140x40
+and 240x60 (a layout change shows in review at every size: the graphs band grows with the terminal), the
+task screen at 80x24 and 160x50.
 
 The clock is a FakeClock and the streams are synthetic, so the rendered screens are deterministic.
 Regenerate baselines after an intended change: pytest tests/unit/test_tui_snapshots.py --snapshot-update
@@ -12,7 +14,8 @@ import pytest
 
 from tests.helpers.dash import SCENARIOS, make_app
 
-SIZES = [(80, 24), (160, 50)]
+SIZES = [(80, 24), (140, 40), (240, 60)]
+TASK_SIZES = [(80, 24), (160, 50)]
 pytestmark = pytest.mark.timeout(120)
 
 
@@ -23,7 +26,7 @@ def test_dashboard_screen(snap_compare: Any, scenario: str, size: tuple[int, int
     assert snap_compare(app, terminal_size=size)
 
 
-@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("size", TASK_SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
 def test_task_screen(snap_compare: Any, size: tuple[int, int]) -> None:
     app, _, _ = make_app("restart")
 
