@@ -79,11 +79,6 @@ class PsTcp:
     bytes_in: int  # monotonic counters, PS side of every connection to the port
     bytes_out: int
     peers: dict[str, tuple[int, int]] = field(default_factory=dict)  # peer ip -> (in, out)
-    # The rate the host kept (the supervisor's facts, read by `status`: training/telemetry/ps_rates.py),
-    # bytes/s smoothed; None: counters only (the agent's), the reader makes the rate from two samples.
-    in_Bps: float | None = None
-    out_Bps: float | None = None
-    peer_rates: dict[str, tuple[float, float]] = field(default_factory=dict)  # peer ip -> (in, out) bytes/s
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,15 +225,10 @@ def _ps_tcp(raw: Any) -> dict[str, PsTcp]:
         if not isinstance(v, dict):
             continue
         peers: dict[str, tuple[int, int]] = {}
-        rates: dict[str, tuple[float, float]] = {}
         for ip, pv in (v.get("peers") or {}).items():
             if isinstance(pv, dict):
                 peers[str(ip)] = (int(pv.get("in", 0)), int(pv.get("out", 0)))
-                pin, pout = _num(pv, "in_Bps"), _num(pv, "out_Bps")
-                if pin is not None and pout is not None:
-                    rates[str(ip)] = (pin, pout)
-        out[name_of_stem(str(name))] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)),
-                                             peers, _num(v, "in_Bps"), _num(v, "out_Bps"), rates)
+        out[name_of_stem(str(name))] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)), peers)
     return out
 
 

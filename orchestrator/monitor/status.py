@@ -3,8 +3,7 @@
 Each host is read in ONE command that starts no Python there (orchestrator/run/read_host.py), all hosts
 at once (transport.fan_out), one connection each. What a read saw is folded into the dashboard's own
 reducer (ClusterState) as the events it stands for: the task state files as task_state, the newest
-progress lines as progress (two of them give the current rates), the facts as a host_sample (with the
-PS tasks' measured traffic, whose rate the supervisor keeps: training/telemetry/ps_rates.py). So the
+progress lines as progress (two of them give the current rates), the facts as a host_sample. So the
 commands that print a run, and the live dashboard, judge every task by the same functions and print
 the same TaskStates (task_state.py). A task whose supervisor and processes are gone is `lost`; a host
 that cannot be read makes its tasks `unreachable`, never "running" or "stopped".
@@ -63,7 +62,6 @@ def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
     dead they are stale, and each task's processes are the ones the read found carrying its id."""
     tasks = {stem: dict(f) for stem, f in (seen.facts.get("tasks") or {}).items() if isinstance(f, dict)}
     gpus = seen.facts.get("gpus")  # its GPUs, and each task's memory on them, as its supervisor read them
-    ps_tcp = seen.facts.get("ps_tcp")  # its PS tasks' measured traffic, with the rate it keeps
     if seen.processes is not None:
         live = [p.task.split("#", 1)[0] for p in seen.processes if p.task]
         for t in seen.tasks:
@@ -71,13 +69,12 @@ def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
         for stem, f in tasks.items():
             f["procs"] = live.count(stem)
             f.pop("gpu_mem", None)  # nobody reads the GPUs for a dead supervisor: its figures are old
-        gpus = ps_tcp = None  # (nor the kernel's counters: the rate it last wrote is old)
+        gpus = None
     sup = seen.supervisor
     supervisor = {"alive": seen.supervisor_alive, "state": sup.state if sup else None,
                   "outcome": sup.outcome if sup else None}
     return {"kind": "host_sample", "t": remote_now, "host": name, "tasks": tasks, "supervisor": supervisor,
-            **({"gpus": gpus} if isinstance(gpus, list) else {}),
-            **({"ps_tcp": ps_tcp} if isinstance(ps_tcp, dict) else {})}
+            **({"gpus": gpus} if isinstance(gpus, list) else {})}
 
 
 def _events(name: str, seen: HostReading, remote_now: float) -> list[Event]:

@@ -2,10 +2,8 @@
 worker:1 on m2).
 
 - The built-in TensorFlow model (the only TensorFlow run here; its two workers paced): `dash --once --json`
-  shows the workers' step rates and the PS traffic the trainers account and the kernel measures (the
-  rate its host's supervisor keeps: one read suffices), and the live dashboard's Collector (one agent per
-  host over SSH) measures ps:0's traffic too: `dash --once --json`, `status --json` and Prometheus (a
-  read's state rendered) show each ps task's measured traffic within 10 % of the live figure.
+  shows the workers' step rates and the PS traffic the trainers account, and the live dashboard's
+  Collector (one agent per host over SSH) measures ps:0's traffic in the kernel.
 - A plain-Python program reporting through tfcluster_report on every task (tests/helpers/plain_trainer.py,
   run through `[training] command`; no TensorFlow): a SIGKILLed worker shows as exited/restarting within 3
   intervals in the live Collector, then running again with its restart counted and logged; and
@@ -19,18 +17,13 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
-from concurrent import futures
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from orchestrator.monitor.collect import Collector
-from orchestrator.monitor.prometheus import render
 from orchestrator.monitor.state_json import state_json
-from orchestrator.monitor.status import read_run
 from orchestrator.plan.from_file import plan_file
 from orchestrator.run import launch
 from orchestrator.run import records as runs
@@ -45,7 +38,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 ROLES = [["ps"], ["worker"], ["worker"]]
 INTERVAL = 1.0
-SETTLED_SAMPLES = 6  # two smoothing time constants (EMA_TAU_S) of agent samples
 # The workers sleep 4 times their own step time between steps: they train (and move PS traffic) while the
 # test reads them without burning both cores.
 TRAINING = {"model": "mlp", "batch_size": 16, "progress_interval": 0.5, "checkpoint_every_secs": 600.0,
@@ -78,95 +70,28 @@ def test_dash_shows_the_builtin_models_step_rates_and_ps_traffic(machines: Machi
         ok = (all(tasks[w]["state"] == "running" and (tasks[w]["steps_per_s"] or 0) > 0
                   for w in ("worker:0", "worker:1"))
               and tasks["ps:0"]["state"] == "running"
-              and (ps["ps:0"]["accounted_in_Bps"] or 0) > 0 and (ps["ps:0"]["accounted_out_Bps"] or 0) > 0
-              and all(_measured(p) for p in snap["ps"]))
+              and (ps["ps:0"]["accounted_in_Bps"] or 0) > 0 and (ps["ps:0"]["accounted_out_Bps"] or 0) > 0)
         return snap if ok else None
 
-    # One read: the rates and the accounted PS traffic come from the workers' newest progress events, the
-    # measured PS traffic from the rate ps:0's supervisor keeps of its kernel counters (its facts).
+    # One read: the rates and the accounted PS traffic come from the workers' newest progress events.
     snap = wait_for(healthy, 180, "dash --once --json to show a training cluster", interval=1.0)
     assert snap["totals"]["counts"]["running"] == 3 and snap["totals"]["global_step"] > 0
     assert all(h["reachable"] for h in snap["hosts"])
-    assert [(p["name"], p["host"]) for p in snap["ps"]] == [("ps:0", "m0")] and snap["ps"][0]["peers"], snap["ps"]
-    # The live dashboard's collector (one agent per host): the TUI's figures, from the agents' samples.
+    # The live dashboard's collector (one agent per host). The kernel's counters need two samples apart:
+    # the measured PS traffic is the agents', not one read's.
     collector = Collector.for_record(runs.load(run_id), INTERVAL).start()
     try:
         def measured() -> dict[str, Any] | None:
             ps0 = state_json(collector.poll())["ps"][0]
-            return ps0 if _measured(ps0) else None
+            return ps0 if (ps0["measured_in_Bps"] or 0) > 0 and (ps0["measured_out_Bps"] or 0) > 0 else None
 
         ps0 = wait_for(measured, 30, "the agents to measure ps:0's traffic")
         assert ps0["name"] == "ps:0" and ps0["host"] == "m0" and ps0["peers"], ps0
         assert (ps0["accounted_in_Bps"] or 0) > 0 and (ps0["accounted_out_Bps"] or 0) > 0
-        samples: set[float] = set()
-
-        def settled() -> bool:  # the live figure has smoothed as many samples as the host's has
-            t = collector.poll().ps["ps:0"].t_measured
-            samples.add(t or 0.0)
-            return len(samples) >= SETTLED_SAMPLES
-
-        wait_for(settled, 30, "the agents' smoothed ps:0 traffic to settle")
-        # Each one-read view beside the live one, read while the collector is polled: its measured figures
-        # within 10 % of what the live dashboard showed meanwhile.
-        dash, live = _beside(collector, lambda: cli(state_dir, "dash", run_id, "--once", "--json", timeout=90))
-        assert dash.returncode == 0, dash.stdout + dash.stderr
-        _agree("dash --once --json", json.loads(dash.stdout)["ps"], live)
-        status, live = _beside(collector, lambda: cli(state_dir, "status", run_id, "--json", timeout=90))
-        assert status.returncode == 0, status.stdout + status.stderr
-        _agree("status --json", json.loads(status.stdout)["ps"], live)
-        st, live = _beside(collector, lambda: read_run(runs.load(run_id)))
-        _agree("a read's state", state_json(st)["ps"], live)
-        text = render(st)
-        for direction in ("in", "out"):
-            line = f'tfcluster_ps_bytes_per_second{{ps="ps:0",host="m0",direction="{direction}",source="measured"}}'
-            assert any(x.startswith(line + " ") and float(x.split()[-1]) > 0 for x in text.splitlines()), text
     finally:
         collector.close()
     stopped = cli(state_dir, "stop", run_id)  # the checks are done: the TensorFlow run ends now
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
-
-
-def _measured(ps: dict[str, Any]) -> bool:
-    return (ps["measured_in_Bps"] or 0) > 0 and (ps["measured_out_Bps"] or 0) > 0
-
-
-T = TypeVar("T")
-
-
-def _beside(collector: Collector, work: Callable[[], T]) -> tuple[T, dict[str, list[tuple[float, float]]]]:
-    """`work()`'s result, run on a thread while the live collector is polled: and every PS task's measured
-    (in, out) the live dashboard showed from two of its samples before it started until it ended (what a
-    read shows is its host's last facts, up to an interval old)."""
-    live: dict[str, list[tuple[float, float]]] = {}
-    stamps: set[float | None] = set()
-
-    def look() -> bool:
-        st = collector.poll()
-        stamps.add(st.ps["ps:0"].t_measured)
-        for p in state_json(st)["ps"]:
-            if _measured(p):
-                live.setdefault(p["name"], []).append((p["measured_in_Bps"], p["measured_out_Bps"]))
-        return len(stamps) >= 3  # the figure seen first, and two samples after it
-
-    wait_for(look, 30, "two more of the agents' samples", interval=INTERVAL / 4)
-    with ThreadPoolExecutor(1) as pool:
-        done = pool.submit(work)
-        while not futures.wait([done], timeout=INTERVAL / 4).done:
-            look()  # (the wait ends as soon as the work does)
-        look()
-        return done.result(), live
-
-
-def _agree(what: str, ps: list[dict[str, Any]], live: dict[str, list[tuple[float, float]]]) -> None:
-    """Every PS task's measured in and out > 0, and within 10 % of the live figures seen meanwhile."""
-    assert ps and all(_measured(p) for p in ps), (what, ps)
-    for p in ps:
-        seen = live.get(p["name"])
-        assert seen, (what, p["name"], "never measured live meanwhile")
-        for k, key in enumerate(("measured_in_Bps", "measured_out_Bps")):
-            lo, hi = min(v[k] for v in seen), max(v[k] for v in seen)
-            print(f"{what}: {p['name']} {key} {p[key]:.0f}, live {lo:.0f}..{hi:.0f}")  # (the figures, with -s)
-            assert 0.9 * lo <= p[key] <= 1.1 * hi, (what, p["name"], key, p[key], (lo, hi))
 
 
 # Fields that move with time between two reads of the same run; every other field must be equal.

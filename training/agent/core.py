@@ -14,7 +14,6 @@ from typing import Any, TextIO
 
 from ..run.layout import RUN_FILE, RunLayout
 from ..telemetry.host_facts import read_facts
-from ..telemetry.ps_rates import ps_ports
 from ..telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_TASK_STATE, dumps, make_event
 from .host_metrics import CpuMem, read_gpus
 from .tailer import EventsTailer
@@ -30,7 +29,16 @@ def ports_from_run(run_dir: str, host: str) -> tuple[dict[str, int], set[int]]:
             plan = json.load(f).get("plan", {})
     except (OSError, ValueError):
         return {}, set()
-    return ps_ports(plan, host)  # the supervisor's facts measure the same tasks (telemetry/ps_rates.py)
+    ps: dict[str, int] = {}
+    others: set[int] = set()
+    for t in plan.get("tasks", []):
+        if t.get("port") is None:
+            continue
+        if t.get("job") == "ps" and t.get("host") == host:
+            ps[f"ps-{t.get('index')}"] = int(t["port"])
+        else:
+            others.add(int(t["port"]))
+    return ps, others
 
 
 def allreduce_ports_from_run(run_dir: str, host: str) -> tuple[dict[str, int], set[int]]:

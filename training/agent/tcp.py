@@ -131,13 +131,12 @@ def ss_command(ports: Iterable[int], peer_ports: Iterable[int] = ()) -> list[str
     return ["ss", "-tinpH", "state", "established", f"( {' or '.join(terms)} )"]
 
 
-def read_tcp(ports: Iterable[int], peer_ports: Iterable[int] = (), env: dict[str, str] | None = None) -> list[TcpConn]:
+def read_tcp(ports: Iterable[int], peer_ports: Iterable[int] = ()) -> list[TcpConn]:
     ports = list(ports)
     if not ports or shutil.which("ss") is None:
         return []
     try:
-        res = subprocess.run(ss_command(ports, peer_ports), check=False, capture_output=True, text=True, timeout=5,
-                             env=env)
+        res = subprocess.run(ss_command(ports, peer_ports), check=False, capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return []
     return parse_ss(res.stdout) if res.returncode == 0 else []

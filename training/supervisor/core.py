@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING
 
 from ..run.layout import RUN_DIR_ENV, RunLayout
 from ..telemetry.host_facts import FactsWriter
-from ..telemetry.ps_rates import PsRates
 from ..telemetry.schema import KIND_TASK_STATE, dumps, make_event
 from . import notes
 from .children import Child, Task, spawn
@@ -328,9 +327,7 @@ class Supervisor:
         self._write_self()
         self._signal_ready()
         tailers = self._progress_tailers()
-        # Its PS tasks' traffic is measured with the facts: one read of the host then shows its rate
-        facts = FactsWriter(self.layout, self.host, {t.name: t.port for t in self.tasks},
-                            ps=PsRates.for_plan(self.run["plan"], self.host))
+        facts = FactsWriter(self.layout, self.host, {t.name: t.port for t in self.tasks})
         # The first look one interval after the tasks started, not at once: they have used no CPU and
         # listen nowhere yet, and the first look reads every process's environment (once per pid), work
         # that would compete with the hosts still starting when many share a machine.

@@ -11,8 +11,6 @@ holds them (`gpus`: utilisation, memory, temperature, power) and each task's `gp
 processes hold on each GPU index ({}: none; absent: the GPUs were not read). A facts file that stopped
 changing because its supervisor died is no news: the supervisor's death is, and the run's processes are
 then counted again from /proc (and its GPU figures dropped: nobody reads the GPUs for it any more).
-Where the host has PS tasks the file also holds their measured traffic, counters and rates (`ps_tcp`:
-ps_rates.py), so one read of the host shows it.
 Stdlib only.
 """
 
@@ -25,7 +23,6 @@ from typing import TYPE_CHECKING
 
 from ..run.layout import RUN_DIR_ENV, RunLayout
 from .gpu_use import GpuSampler, attribute, pids_visible
-from .ps_rates import PsRates
 from .task_cpu import TaskCpu
 
 if TYPE_CHECKING:
@@ -56,7 +53,7 @@ class FactsWriter:
     """The supervisor's: `update(now)` samples its host's tasks and rewrites the facts file."""
 
     def __init__(self, layout: RunLayout, host: str, ports: dict[str, int | None], proc: str = "/proc",
-                 gpus: GpuSampler | None = None, find_gpus: bool = True, ps: PsRates | None = None) -> None:
+                 gpus: GpuSampler | None = None, find_gpus: bool = True) -> None:
         self.layout = layout
         self.host = host
         self.ports = ports  # this host's task names -> their TF port (None: no server)
@@ -64,7 +61,6 @@ class FactsWriter:
         self.cpu = TaskCpu(layout.root, proc)
         self.facts: dict[str, dict[str, Any]] = {}
         self.gpus = gpus if gpus is not None or not find_gpus else GpuSampler.if_present()
-        self.ps = ps  # this host's PS tasks' traffic (None: not measured here)
 
     def update(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -74,7 +70,6 @@ class FactsWriter:
         gpus = self.gpus.latest(max_age_s=GPU_STALE_S) if self.gpus is not None else None
         held = attribute(gpus, self.cpu.task_of) if gpus is not None else {}
         matched = gpus is not None and pids_visible(gpus, self.proc)  # else each task's memory is unknown
-        traffic = self.ps.sample() if self.ps is not None else {}
         for name, port in self.ports.items():
             seen = cpu.get(name, {})
             old = self.facts.get(name, {})
@@ -93,8 +88,6 @@ class FactsWriter:
             doc: dict[str, Any] = {"host": self.host, "t": now, "tasks": self.facts}
             if gpus is not None:
                 doc["gpus"] = gpus.gpus
-            if traffic:
-                doc["ps_tcp"] = traffic
             f.write(json.dumps(doc, separators=(",", ":")))
         os.replace(tmp, self.layout.facts_file(self.host))
 
