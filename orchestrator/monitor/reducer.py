@@ -360,15 +360,8 @@ class ClusterState:
 
 
 def _measure(traffic: PsTraffic, host: str, m: PsTcp, remote_t: float, t: float) -> None:
-    """One task's measured traffic from its kernel counters: rates between two samples, smoothed; or the
-    rate its host kept (a read of the supervisor's facts: one sample), taken as it is."""
+    """One task's measured traffic from its kernel counters: rates between two samples, smoothed."""
     traffic.host, traffic.port = host, m.port
-    if m.in_Bps is not None and m.out_Bps is not None:
-        # Smoothed on the host as here (training/telemetry/ps_rates.py). Its counters start elsewhere than
-        # an agent's: they never become the previous sample an agent's rate is made from.
-        traffic.measured_in, traffic.measured_out, traffic.t_measured = m.in_Bps, m.out_Bps, t
-        traffic.peers = dict(m.peer_rates)
-        return
     prev = traffic._prev
     if prev is not None and remote_t > prev[0] and m.bytes_in >= prev[1] and m.bytes_out >= prev[2]:
         dt = remote_t - prev[0]

@@ -97,7 +97,9 @@ def test_status_and_stop_on_a_silent_host_are_bounded_by_its_connect_timeout(
         assert dead.accepted == 2, f"{dead.accepted} connections: one try and one retry expected"
         tasks = {t["name"]: t for t in json.loads(status.stdout)["tasks"]}
         assert tasks["worker:1"]["state"] == "unreachable", tasks["worker:1"]
-        assert tasks["worker:0"]["state"] == "running", tasks["worker:0"]  # m1 answered meanwhile
+        # m1 answered meanwhile: its task is alive (a program that sleeps and reports nothing is `stalled`
+        # once a liveness window passes without CPU time, which a loaded machine may take to get here)
+        assert tasks["worker:0"]["state"] in ("running", "stalled"), tasks["worker:0"]
 
         stop = cli(state_dir, "stop", run_id, "--timeout", COMMAND_TIMEOUT, "--grace", "1", timeout=BOUND_S)
         assert stop.returncode == 3, stop.stdout + stop.stderr  # a host could not be reached
