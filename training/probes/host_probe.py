@@ -21,6 +21,7 @@ also lists the GPUs TensorFlow sees under it, as each task does before it trains
 cached one; a shortfall is never cached (a driver or CUDA library fix changes no file the key names).
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -127,7 +128,7 @@ def _import_and_list(gpus):
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus  # before TensorFlow starts CUDA
     tee = TeeStderr()
     try:
-        with tee:
+        with tee if gpus else contextlib.nullcontext(tee):  # TF's stderr is read only for a GPU's cause
             import tensorflow as tf
 
             seen = visible_gpus(tf) if gpus else 0
