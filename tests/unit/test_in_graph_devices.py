@@ -16,7 +16,8 @@ from tests import requires
 
 tf = requires.tensorflow()
 
-from training.graph.in_graph import CLIENT_DEVICE, build_in_graph, task_of, towers_from_plan  # noqa: E402
+from training.graph.in_graph import CLIENT_DEVICE, build_in_graph, task_of  # noqa: E402
+from training.graph.towers import towers_from_plan  # noqa: E402
 from training.models import get_model  # noqa: E402
 
 
