@@ -7,6 +7,7 @@ A machine is made unreachable by stopping its sshd (testkit/sshd.py Machines.sto
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -30,14 +31,19 @@ def _errors(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("error:")]  # the others: progress rows
 
 
+def _start_with_m2_down(machines: Machines, state_dir: Path, hosts: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    """`start` while m2's sshd is stopped (started again after)."""
+    machines.stop(2)
+    try:
+        return cli(state_dir, "start", str(hosts), "--run", run_id, "--timeout", "30")
+    finally:
+        machines.start(2)
+
+
 def test_start_with_a_host_unreachable_exits_3(machines: Machines, tmp_path: Path, state_dir: Path) -> None:
     hosts = _hosts(machines, tmp_path)
     run_id = unique_run_id("unreachable-start")
-    machines.stop(2)
-    try:
-        res = cli(state_dir, "start", str(hosts), "--run", run_id, "--timeout", "30")
-    finally:
-        machines.start(2)
+    res = _start_with_m2_down(machines, state_dir, hosts, run_id)
     assert res.returncode == 3, res.stderr
     errors = _errors(res.stderr)
     assert len(errors) == 1 and errors[0].startswith("error: host m2: refused"), res.stderr
@@ -51,11 +57,7 @@ def test_start_with_a_host_unreachable_and_one_failing_there_exits_1(machines: M
     blocker.write_text("nothing can be created beneath a regular file")
     hosts = _hosts(machines, tmp_path, m1={"workdir": str(blocker / "work")})
     run_id = unique_run_id("mixed-start")
-    machines.stop(2)
-    try:
-        res = cli(state_dir, "start", str(hosts), "--run", run_id, "--timeout", "30")
-    finally:
-        machines.start(2)
+    res = _start_with_m2_down(machines, state_dir, hosts, run_id)
     assert res.returncode == 1, res.stderr
     errors = _errors(res.stderr)
     assert len(errors) == 1 and "host m1: prepare" in errors[0] and "m2: refused" in errors[0], res.stderr
