@@ -20,12 +20,12 @@ import psutil
 import pytest
 
 from orchestrator.config.schema import Config
-from orchestrator.monitor.events import from_dict
 from orchestrator.monitor.gpu_use import cuda_gpus, on_cpu_suspected
 from orchestrator.monitor.prometheus import render
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.state_json import state_json
 from orchestrator.plan.from_file import plan_config
+from tests.helpers.state_events import feed
 from tests.helpers.waiting import wait_for
 from training.run.layout import RunLayout
 from training.telemetry.gpu_use import GpuReading, GpuSampler, attribute, parse_apps, parse_gpus
@@ -180,12 +180,6 @@ def _state(settle_s: float) -> ClusterState:
     return st
 
 
-def _feed(st: ClusterState, ev: dict, now: float) -> None:
-    parsed = from_dict(ev)
-    assert parsed is not None
-    st.apply(parsed, now)
-
-
 def _sample(t: float) -> dict:
     gpus = [dict(g) for g in parse_gpus(GPU_CSV)[:2]]
     tasks = {"worker-0": {"procs": 2, "cpu_s": 1.0, "cpu_moved_at": t, "gpu_mem": {"0": 3000.0}},
@@ -198,10 +192,10 @@ def _sample(t: float) -> dict:
 def test_status_json_and_prometheus_show_gpu_use_per_task_and_on_cpu_once_settled() -> None:
     st = _state(settle_s=20.0)
     for job, i, pid in (("ps", 0, 10), ("worker", 0, 11), ("worker", 1, 12)):
-        _feed(st, make_event("task_state", "g", t=1000.0, job=job, task=i, state="running", pid=pid), 1000.0)
+        feed(st, make_event("task_state", "g", t=1000.0, job=job, task=i, state="running", pid=pid), 1000.0)
     for t in (1010.0, 1019.5, 1020.0):
-        _feed(st, make_event("heartbeat", "g", t=t, interval_s=1.0), t)
-        _feed(st, _sample(t), t)
+        feed(st, make_event("heartbeat", "g", t=t, interval_s=1.0), t)
+        feed(st, _sample(t), t)
         st.tick(t)
         tasks = {x["name"]: x for x in state_json(st)["tasks"]}
         assert tasks["worker:0"]["gpu_use"] == [{"index": 0, "util_pct": 97.0, "mem_used_mb": 30512.0,
@@ -222,7 +216,7 @@ def test_status_json_and_prometheus_show_gpu_use_per_task_and_on_cpu_once_settle
     assert 'tfcluster_host_gpu_temperature_celsius{host="g",gpu="0"} 67' in text
     assert 'tfcluster_host_gpu_power_watts{host="g",gpu="1"} 52.1' in text
     # A new process of worker:1 must settle again before it is judged
-    _feed(st, make_event("task_state", "g", t=1021.0, job="worker", task=1, state="running", pid=99), 1021.0)
+    feed(st, make_event("task_state", "g", t=1021.0, job="worker", task=1, state="running", pid=99), 1021.0)
     st.tick(1021.0)
     assert not st.tasks["worker:1"].on_cpu_suspected
 
