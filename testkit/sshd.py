@@ -48,7 +48,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -62,6 +61,7 @@ from orchestrator.run.local_ports import free_port_on
 from testkit.tools import find_tool, search_path
 
 START_TIMEOUT_S = 10.0
+LISTENING = "Server listening on "  # sshd logs it (INFO) once its socket listens
 
 _LIVE: list[Machines] = []  # every machine set started in this process, for the exit-time safety net
 OPENSSH_PATH_ENV = "TFCLUSTER_OPENSSH_PATH"
@@ -143,6 +143,9 @@ class Machines:
     def log_file(self, i: int) -> Path:
         return self.root / f"sshd{i}.log"
 
+    def _log_text(self, i: int) -> str:
+        return self.log_file(i).read_text(errors="replace") if self.log_file(i).exists() else ""
+
     def workdir(self, i: int) -> str:
         path = self.root / ("work" if self.shared_workdir else f"work{i}")
         path.mkdir(mode=0o700, exist_ok=True)  # as `start` makes one (umask 077)
@@ -185,6 +188,7 @@ class Machines:
             return
         if os.geteuid() == 0:
             Path("/run/sshd").mkdir(parents=True, exist_ok=True)  # sshd's privilege-separation dir
+        listening_before = self._log_text(i).count(LISTENING)
         proc = subprocess.Popen(
             self.sshd_command(i),
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -195,14 +199,14 @@ class Machines:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-                log = self.log_file(i).read_text(errors="replace") if self.log_file(i).exists() else ""
+                log = self._log_text(i)
                 self._procs[i] = None
                 raise RuntimeError(f"sshd for {self.addresses[i]} exited with {proc.returncode}: {err}{log}")
-            try:
-                with socket.create_connection((self.addresses[i], self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.02)  # this wait's polling interval
+            # sshd logs this once it listens. Not a probe connection: sshd's child would log that
+            # connection after we returned, and tests count the connections a machine logged.
+            if self._log_text(i).count(LISTENING) > listening_before:
+                return
+            time.sleep(0.02)  # this wait's polling interval
         self.stop(i)
         raise RuntimeError(f"sshd for {self.addresses[i]}:{self.port} did not start in {START_TIMEOUT_S}s")
 
