@@ -6,12 +6,14 @@ This test fakes the GPU and nothing else: an `nvidia-smi` script first on the ma
 (the program writes its own pid; the supervisor starts it, finds it by its run markers, and attributes
 it) holding 1234 MiB, and no process of worker:1's anywhere. The supervisor, the facts file, the read of the
 host and the CLI's JSON are the real ones: `dash --once --json` and `status --json` show worker:0's memory
-and its GPU's utilisation, and worker:1 flagged `on CPU?` once it has run GPU_SETTLE_S seconds.
+and its GPU's utilisation, and worker:1 flagged `on CPU?` once it has run GPU_SETTLE_S seconds; so does the
+dashboard (`tfcluster dash` in a terminal, through its own agents).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,17 @@ import pytest
 from orchestrator.monitor.gpu_use import GPU_SETTLE_S
 from testkit.fake_gpus import FakeApp, FakeGpu, install
 from testkit.sshd import Machines
+from tests.helpers.terminal import Terminal
 from tests.helpers.waiting import wait_for
-from tests.integration.lifecycle_helpers import cli, dash_json, run_processes, status_json, unique_run_id
+from tests.integration.lifecycle_helpers import (
+    REPO,
+    cli,
+    cli_env,
+    dash_json,
+    run_processes,
+    status_json,
+    unique_run_id,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -93,6 +104,14 @@ def test_dash_and_status_show_gpu_use_per_task_and_flag_a_task_on_the_cpu(
         assert st_tasks["worker:1"]["on_cpu_suspected"] and st_tasks["worker:0"]["gpu_use"][0]["task_mem_mb"] == HELD_MIB
         calls = [json.loads(line)["args"][0] for line in (home / "nvidia-smi.calls").read_text().splitlines()]
         assert {c.split("=", 1)[0] for c in calls} == {"--query-gpu", "--query-compute-apps"}
+
+        # The TUI on the same run: `tfcluster dash` in a terminal, its agents asking the same nvidia-smi
+        argv = [sys.executable, "-m", "tfcluster", "dash", run_id]
+        with Terminal(argv, cli_env(state_dir), REPO, columns=200, lines=40) as dash:
+            dash.wait_until_shown(lambda text: "1.2G" in text and "on CPU?" in text, 90,
+                                  "worker:0's 1.2G and worker:1's `on CPU?` in the dashboard's table")
+            dash.write(b"q")
+            assert dash.wait_exit(20) == 0, dash.text()[-3000:]
     finally:
         stopped = cli(state_dir, "stop", run_id, "--grace", "2")
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
