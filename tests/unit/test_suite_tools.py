@@ -20,6 +20,7 @@ import pytest
 
 from tests.helpers import profile
 from tests.helpers.waiting import wait_for
+from tests.integration.lifecycle_helpers import unique_run_id
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 
@@ -232,7 +233,10 @@ def test_the_sampler_gives_a_detached_run_process_cpu_to_the_test_whose_state_di
     state = tmp_path / "state"
     (state / "runs").mkdir(parents=True)
     monkeypatch.setenv("TFCLUSTER_STATE_DIR", str(state))
-    run_dir = tmp_path / "work" / "runs" / "r1" / "h1"
+    # A run id of its own: the sampler counts every process whose run dir names a run the state dir records,
+    # and other tests' processes run under ids such as r1
+    run_id = unique_run_id("sampler")
+    run_dir = tmp_path / "work" / "runs" / run_id / "h1"
     detached, child = tmp_path / "detached.pid", tmp_path / "child.pid"
     start_burner(detached, run_dir, detached=True)
     own = start_burner(child, run_dir, detached=False)  # a descendant: its CPU reaches os.times' children
@@ -241,8 +245,8 @@ def test_the_sampler_gives_a_detached_run_process_cpu_to_the_test_whose_state_di
         sampler = profile.Sampler()
         figures, _ = sampler.begin_test()
         sampler.sample()
-        assert figures.runs_cpu == 0.0  # the state dir records no run r1
-        (state / "runs" / "r1.json").write_text("{}")
+        assert figures.runs_cpu == 0.0  # the state dir records no such run
+        (state / "runs" / f"{run_id}.json").write_text("{}")
         sampler.sample()
         times = psutil.Process(int(detached.read_text())).cpu_times()
         assert figures.runs_cpu == pytest.approx(times.user + times.system, abs=0.02)
