@@ -1,10 +1,11 @@
 """CPU use of the telemetry agent on a busy host (issue 5 target: < 2 % of one core).
 
 Method: a real `python -m training.agent --interval 1` process on a run dir whose events directory has
-N task files, each appended one progress line a second (as TF tasks do), with a PS port carrying a live
-TCP connection that moves data every 100 ms (so `ss` has a connection to report). The agent's CPU
-time (user + system, from /proc via psutil, children such as `ss` included) is divided by wall time.
-Its stdout is read and counted, so the figure includes writing every line.
+N task files, each appended one progress line a second (as TF tasks do). (The PS traffic the agent
+sends is the supervisor's measurement, read from its facts file: training/telemetry/traffic.py; the
+agent measures nothing itself.) The agent's CPU time (user + system, from /proc via psutil, children
+included) is divided by wall time. Its stdout is read and counted, so the figure includes writing every
+line.
 
     python -m benchmarks.bench_agent [--seconds 20] [--tasks 8]
 
@@ -16,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,7 +28,6 @@ from typing import Any
 import psutil
 
 from benchmarks.common import ROOT, machine_line, publish
-from orchestrator.run.local_ports import free_port_block
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -39,24 +38,11 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 def run(seconds: float, tasks: int) -> dict[str, Any]:
-    port = free_port_block(1)
     stop = threading.Event()
     with tempfile.TemporaryDirectory() as d:
         run_dir = Path(d)
         ev = run_dir / "events"
         ev.mkdir()
-        server = socket.create_server(("127.0.0.1", port))
-        client = socket.create_connection(("127.0.0.1", port))
-        peer, _ = server.accept()
-
-        def traffic() -> None:
-            while not stop.is_set():
-                client.sendall(b"g" * 50_000)
-                got = 0
-                while got < 50_000:
-                    got += len(peer.recv(65536))
-                stop.wait(0.1)
-
         def writers() -> None:
             step = 0
             while not stop.is_set():
@@ -69,11 +55,11 @@ def run(seconds: float, tasks: int) -> dict[str, Any]:
                                             "ps_bytes": {"ps-0": {"pulled": 1000, "pushed": 1000}}}) + "\n")
                 stop.wait(1.0)
 
-        threads = [threading.Thread(target=traffic, daemon=True), threading.Thread(target=writers, daemon=True)]
+        threads = [threading.Thread(target=writers, daemon=True)]
         for t in threads:
             t.start()
         proc = subprocess.Popen([sys.executable, "-m", "training.agent", "--run-dir", str(run_dir), "--host", "h",
-                                 "--interval", "1", "--ps-port", f"ps-0={port}"],
+                                 "--interval", "1"],
                                 cwd=ROOT, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
         lines = [0]
 
@@ -94,9 +80,6 @@ def run(seconds: float, tasks: int) -> dict[str, Any]:
             stop.set()
             proc.terminate()
             proc.wait(timeout=10)
-            client.close()
-            peer.close()
-            server.close()
     cpu_pct = 100.0 * (c1 - c0) / (w1 - w0)
     return {"benchmark": "agent", "seconds": round(w1 - w0, 2), "tasks": tasks, "interval_s": 1.0,
             "cpu_pct_of_one_core": round(cpu_pct, 3), "lines_out": lines[0], "target_pct": 2.0,
@@ -107,7 +90,7 @@ def run(seconds: float, tasks: int) -> dict[str, Any]:
 def to_markdown(result: dict[str, Any]) -> str:
     return (
         "# Telemetry agent CPU use\n\n"
-        f"{result['tasks']} task event files at 1 line/s each, one live PS connection, interval 1 s, "
+        f"{result['tasks']} task event files at 1 line/s each, interval 1 s, "
         f"{result['seconds']} s measured.\n\n"
         f"| CPU (% of one core) | target | lines streamed |\n|---|---|---|\n"
         f"| {result['cpu_pct_of_one_core']} | < {result['target_pct']} | {result['lines_out']} |\n"

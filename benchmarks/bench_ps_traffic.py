@@ -2,10 +2,11 @@
 
 Method: a real between-graph TensorFlow cluster on this machine (1 ps, 2 CPU workers, model `wide`
 with `params` parameters, so variable traffic dominates gRPC overhead), started as plain processes
-(testkit/local_cluster.py). One telemetry agent runs for the PS's host through the real
-collector over the LocalTransport: it measures the PS port's bytes in/out from the kernel's TCP
-counters (`ss -tinH`), and the workers' `progress` events carry the bytes they account from the
-variables' sizes and placement. After a warm-up, both rates are sampled once a second; the figure is
+(testkit/local_cluster.py). What the PS host's supervisor does is done here: its facts writer measures
+the PS's bytes in/out from the kernel's TCP counters once a second (training/telemetry/traffic.py,
+netlink); one telemetry agent runs for the PS's host through the real collector over the
+LocalTransport and sends them, and the workers' `progress` events carry the bytes they account from
+the variables' sizes and placement. After a warm-up, both rates are sampled once a second; the figure is
 the ratio of the mean measured rate to the mean accounted rate, per direction.
 
     python -m benchmarks.bench_ps_traffic [--seconds 20] [--params 2000000]
@@ -19,13 +20,25 @@ import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.common import publish
-from orchestrator.monitor.collect import Collector, state_from_plan_json
+from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.reducer import ClusterState
 from testkit.local_cluster import local_plan, running_cluster
+from training.run.layout import RunLayout
+from training.telemetry.host_facts import FactsWriter
+from training.telemetry.traffic import TaskTraffic
+
+
+def _every_second(work: Callable[[], None], stop: threading.Event) -> None:
+    """The supervisor's facts pace (training/supervisor/core.py: FACTS_EVERY_S)."""
+    while not stop.wait(1.0):
+        work()
 
 
 def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str, Any]:
@@ -35,7 +48,11 @@ def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str,
     samples: list[tuple[float, float, float, float]] = []
     with tempfile.TemporaryDirectory() as d, running_cluster(plan, Path(d)) as cluster:
         ps_host = next(h for h in plan.hosts if "ps" in h.roles)
-        state = state_from_plan_json(plan.to_json(), "bench", 1.0)
+        facts = FactsWriter(RunLayout(str(cluster.run_dir)), ps_host.name, {}, find_gpus=False,
+                            traffic=TaskTraffic.for_plan(plan.to_json(), ps_host.name))
+        measuring = threading.Event()
+        threading.Thread(target=_every_second, args=(facts.update, measuring), daemon=True).start()
+        state = ClusterState.from_plan(plan, "bench", 1.0)
         collector = Collector(state, [ps_host], {ps_host.name: str(cluster.run_dir)},
                               {ps_host.name: sys.executable}, 1.0).start()
         try:
@@ -58,6 +75,7 @@ def run(seconds: float, params: int, warmup_timeout: float = 180.0) -> dict[str,
                     samples.append((p.measured_in, p.measured_out, p.accounted_in, p.accounted_out))  # type: ignore[arg-type]
             steps = {f"worker:{i}": collector.poll().tasks[f"worker:{i}"].steps_per_s for i in (0, 1)}
         finally:
+            measuring.set()
             collector.close()
     m_in, m_out, a_in, a_out = (statistics.mean(s[i] for s in samples) for i in range(4))
     r_in, r_out = m_in / a_in, m_out / a_out

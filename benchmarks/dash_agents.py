@@ -88,9 +88,11 @@ class Host:
         for counters in self.tcp.values():
             counters[0] += 40_000_000
             counters[1] += 41_000_000
-        ps_tcp = {name: {"port": port, "bytes_in": self.tcp[name][0], "bytes_out": self.tcp[name][1],
-                         "peers": {ip: {"in": self.tcp[name][0] // len(self.peers),
-                                        "out": self.tcp[name][1] // len(self.peers)} for ip in self.peers}}
+        n = len(self.peers)
+        ps_tcp = {name: {"port": port, "t": now, "bytes_in": self.tcp[name][0], "bytes_out": self.tcp[name][1],
+                         "in_Bps": 40_000_000.0, "out_Bps": 41_000_000.0,
+                         "peers": {ip: {"bytes_in": self.tcp[name][0] // n, "bytes_out": self.tcp[name][1] // n,
+                                        "in_Bps": 40_000_000.0 / n, "out_Bps": 41_000_000.0 / n} for ip in self.peers}}
                   for name, port in self.ps_here}
         facts = {f"{j}-{i}": {"procs": 0 if now < self.down_until.get(f"{j}-{i}", 0.0) else 1,
                               "cpu_s": round(self.cpu_s[f"{j}-{i}"], 2), "stopped": False, "cpu_moved_at": now,

@@ -90,6 +90,7 @@ def prepare(machines: ManyAddressMachines, root: Path, seconds: float) -> tuple[
     for n, h in enumerate(plan.hosts):
         d = root / "runs" / h.name
         (d / "code").mkdir(parents=True)
+        (d / "lib").mkdir()  # the agent runs there (the collector's cwd: orchestrator/monitor/collect.py)
         os.mkfifo(d / "agent.fifo")
         run_dirs[h.name] = str(d)
         spec["hosts"][h.name] = {"run_dir": str(d), "ip": f"10.1.{n // 250}.{n % 250 + 1}",

@@ -1,6 +1,6 @@
 """A real TensorFlow cluster on this machine: one plain subprocess per task, run exactly as the supervisor
 would run it (`python -m <HOST_PACKAGE>.task`, cwd = <run>/code, lib/ on PYTHONPATH, the plan's env +
-TFCLUSTER_RUN_DIR).
+TFCLUSTER_RUN_DIR and TFCLUSTER_TASK_ID).
 
 The plan is a real ClusterPlan (orchestrator.plan.from_file.plan_config) of `local` hosts on 127.0.0.1; run.json is
 written from it; `lib/` holds a copy of the `training` package under its name on the hosts (what the
@@ -80,6 +80,7 @@ class LocalCluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_CONFIG", "TFCLUSTER_"))}
         env.update(task.env)
         env["TFCLUSTER_RUN_DIR"] = str(self.run_dir)
+        env["TFCLUSTER_TASK_ID"] = f"{file_stem(task.job, task.index)}#0"  # (how a supervisor marks it)
         env["PYTHONPATH"] = str(self.lib)
         return env
 

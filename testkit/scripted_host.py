@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from training.telemetry.task_record import TaskRecord
+
 Step = Literal["connect", "prepare", "ship", "launch", "read", "stop", "purge", "agent", "tail", "kill", "check"]
 FaultKind = Literal["lost", "timeout", "exit", "refused"]
 _pids = itertools.count(4000)
@@ -221,9 +223,10 @@ class ScriptedHost:
 
     # --- what the supervisor reports -------------------------------------------------------------------
     def task_state(self, task: ScriptedTask) -> dict[str, Any]:
-        return {"kind": "task", "host": self.name, "job": task.job, "task": task.index, "state": task.state,
-                "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code, "signal": task.signal,
-                "final": task.final, "updated_at": time.time()}
+        """Its state file: the supervisor's one record of the task (training/telemetry/task_record.py)."""
+        return TaskRecord(time.time(), self.name, task.job, task.index, task.state, pid=task.pid,
+                          exit_code=task.exit_code, restarts=task.restarts, signal=task.signal,
+                          final=task.final).to_json()
 
     def supervisor_state(self, run: ScriptedRun) -> dict[str, Any] | None:
         if run.supervisor_pid is None:

@@ -17,10 +17,11 @@ from orchestrator.monitor.events import (
     PsBytes,
     PsTcp,
     StreamDown,
-    TaskStateEvent,
 )
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.names import job_and_index, task_name
+from training.telemetry.task_record import TaskRecord
+from training.telemetry.traffic import smooth
 
 BATCH = 128
 
@@ -67,14 +68,17 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
     host_names = [f"h{h}" for h in range(min(sc.hosts, sc.workers))] + [f"p{p}" for p in range(sc.ps)]
     tcp_in = dict.fromkeys(range(sc.ps), 0)
     tcp_out = dict.fromkeys(range(sc.ps), 0)
+    # the rates each PS host's supervisor makes of its counters (training/telemetry/traffic.py)
+    rate: dict[int, tuple[float, float] | None] = dict.fromkeys(range(sc.ps))
+    sampled: dict[int, tuple[int, int] | None] = dict.fromkeys(range(sc.ps))
 
     def alive(host: str, t: float) -> bool:
         return not (sc.lost_host == host and t - t0 >= sc.lost_at)
 
     for p in range(sc.ps):
-        events.append((t0, TaskStateEvent(t0, f"p{p}", "ps", p, "running", pid=1000 + p)))
+        events.append((t0, TaskRecord(t0, f"p{p}", "ps", p, "running", pid=1000 + p)))
     for i in range(sc.workers):
-        events.append((t0, TaskStateEvent(t0, sc.worker_host(i), "worker", i, "running", pid=2000 + i)))
+        events.append((t0, TaskRecord(t0, sc.worker_host(i), "worker", i, "running", pid=2000 + i)))
     for s in range(sc.seconds + 1):
         t = t0 + s
         for h in host_names:
@@ -106,17 +110,25 @@ def build(sc: Scenario) -> tuple[ClusterState, list[tuple[float, Event]]]:  # no
             ps_tcp = {}
             if h.startswith("p"):
                 p = int(h[1:])
+                before, r = sampled[p], rate[p]
+                if before is not None:  # (the first sample is the baseline: no rate yet)
+                    r = rate[p] = (smooth(r[0] if r else None, tcp_in[p] - before[0], 1.0),
+                                   smooth(r[1] if r else None, tcp_out[p] - before[1], 1.0))
+                sampled[p] = (tcp_in[p], tcp_out[p])
+                peers = ("127.0.0.2", "127.0.0.3")
                 ps_tcp[task_name("ps", p)] = PsTcp(23000 + p, tcp_in[p], tcp_out[p],
                                           {"127.0.0.2": (tcp_in[p] // 2, tcp_out[p] // 2),
-                                           "127.0.0.3": (tcp_in[p] - tcp_in[p] // 2, tcp_out[p] - tcp_out[p] // 2)})
+                                           "127.0.0.3": (tcp_in[p] - tcp_in[p] // 2, tcp_out[p] - tcp_out[p] // 2)},
+                                          r[0] if r else None, r[1] if r else None,
+                                          {ip: (r[0] / 2, r[1] / 2) for ip in peers} if r else {}, t)
             gpus = (GpuSample(0, 60.0 + (s % 7), 5000.0, 16000.0),) if sc.gpus and h.startswith("h") else ()
             events.append((t, HostSampleEvent(t, h, 20.0 + (s * 13) % 50, 35.0 + (s % 5), gpus, ps_tcp)))
         if sc.kill and s == int(sc.kill_at):
             h = sc.worker_host(kill_idx)
-            events.append((t + 0.2, TaskStateEvent(t + 0.2, h, "worker", kill_idx, "exited", pid=2000 + kill_idx,
+            events.append((t + 0.2, TaskRecord(t + 0.2, h, "worker", kill_idx, "exited", pid=2000 + kill_idx,
                                                    exit_code=-9, restarts=0)))
-            events.append((t + 1.2, TaskStateEvent(t + 1.2, h, "worker", kill_idx, "restarting", restarts=1)))
-            events.append((t + 3.0, TaskStateEvent(t + 3.0, h, "worker", kill_idx, "running", pid=3000 + kill_idx,
+            events.append((t + 1.2, TaskRecord(t + 1.2, h, "worker", kill_idx, "restarting", restarts=1)))
+            events.append((t + 3.0, TaskRecord(t + 3.0, h, "worker", kill_idx, "running", pid=3000 + kill_idx,
                                                    restarts=1)))
         if sc.lost_host and s == int(sc.lost_at):
             events.append((t + 0.5, StreamDown(t + 0.5, sc.lost_host, "connection reset by peer")))

@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.monitor.events import Event, HostSampleEvent, ProgressEvent, TaskStateEvent
+from orchestrator.monitor.events import Event, HostSampleEvent, ProgressEvent
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.plan.names import task_name
+from training.telemetry.task_record import TaskRecord
 
 
 @dataclass(frozen=True)
@@ -116,7 +117,7 @@ class RecordingState(ClusterState):
 
     def apply(self, ev: Event, now: float) -> None:
         super().apply(ev, now)
-        if isinstance(ev, ProgressEvent | HostSampleEvent | TaskStateEvent):
+        if isinstance(ev, ProgressEvent | HostSampleEvent | TaskRecord):
             self._raw.append(ev)
 
     def samples(self) -> CellSamples:
@@ -133,7 +134,7 @@ class RecordingState(ClusterState):
                 out.hosts.append(HostSample(t, ev.host, ev.cpu_pct,
                                             {k: (m.bytes_in, m.bytes_out) for k, m in ev.ps_tcp.items()},
                                             {k: f.cpu_s for k, f in ev.tasks.items()}))
-            elif isinstance(ev, TaskStateEvent):
+            elif isinstance(ev, TaskRecord):
                 out.states.append(StateSample(t, task_name(ev.job, ev.task), ev.state, ev.exit_code, ev.restarts))
         for series in (out.progress, out.hosts, out.states):
             series.sort(key=lambda s: s.t)

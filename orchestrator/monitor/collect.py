@@ -30,7 +30,8 @@ from orchestrator.transport.base import CommandResult, LineStream, Transport
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.ssh_channel import SSHLineStream
 from training.run.layout import RunLayout, host_module
-from training.telemetry.state_files import HoldReport, StateFileError
+from training.telemetry.state_files import HoldReport
+from training.telemetry.wire import StateFileError
 
 BACKOFF_MAX_S = 30.0
 SILENT_INTERVALS = 5  # no line at all for this long: the stream is treated as dead and reopened

@@ -1,4 +1,6 @@
-"""Typed telemetry events: JSON lines (training/telemetry/schema.py) become frozen dataclasses.
+"""Typed telemetry events: JSON lines (training/telemetry/schema.py) become frozen dataclasses, and a
+`task_state` line the task's TaskRecord (training/telemetry/task_record.py: the wire record, decoded by
+its own one decoder, as the state files are).
 
 Unknown kinds and fields are ignored; malformed lines are counted by `EventParser`, never raised.
 The collector adds two events of its own, `StreamUp` and `StreamDown`, for a host's agent stream.
@@ -15,28 +17,7 @@ from typing import Any
 
 from orchestrator.plan.names import name_of_stem, task_name
 from training.telemetry.schema import KIND_HEARTBEAT, KIND_HOST_SAMPLE, KIND_PROGRESS, KIND_TASK_STATE
-
-
-@dataclass(frozen=True, slots=True)
-class TaskStateEvent:
-    t: float
-    host: str
-    job: str
-    task: int
-    state: str  # starting | running | exited | restarting
-    pid: int | None = None
-    exit_code: int | None = None
-    restarts: int = 0
-    signal: int | None = None  # the signal that ended the process, when one did
-    final: bool = False  # never started again
-    stopped_by: str | None = None  # ended for good by "user", "run" or "stop": never a failure
-    restarts_left: int | None = None  # of its restart budget
-    restart_reason: str | None = None  # while restarting: "failure" or "group"
-    error: str | None = None  # why it could not run at all
-
-    @property
-    def held(self) -> bool:
-        return self.stopped_by == "user"
+from training.telemetry.task_record import TaskRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,10 +56,16 @@ class GpuSample:
 
 @dataclass(frozen=True, slots=True)
 class PsTcp:
+    """A measured task's traffic as its host's supervisor measured it (training/telemetry/traffic.py)."""
+
     port: int
-    bytes_in: int  # monotonic counters, PS side of every connection to the port
+    bytes_in: int  # monotonic counters, the task's side of every connection it serves or opened
     bytes_out: int
     peers: dict[str, tuple[int, int]] = field(default_factory=dict)  # peer ip -> (in, out)
+    in_Bps: float | None = None  # the current rates, smoothed on the host (None: one sample so far)
+    out_Bps: float | None = None
+    peer_rates: dict[str, tuple[float, float]] = field(default_factory=dict)  # peer ip -> (in, out) B/s
+    t: float | None = None  # the host's time of the measurement (None: the sample's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +120,7 @@ class StreamDown:
     reason: str = ""
 
 
-Event = TaskStateEvent | ProgressEvent | HostSampleEvent | HeartbeatEvent | StreamUp | StreamDown
+Event = TaskRecord | ProgressEvent | HostSampleEvent | HeartbeatEvent | StreamUp | StreamDown
 
 
 class Malformed(ValueError):
@@ -225,10 +212,15 @@ def _ps_tcp(raw: Any) -> dict[str, PsTcp]:
         if not isinstance(v, dict):
             continue
         peers: dict[str, tuple[int, int]] = {}
+        rates: dict[str, tuple[float, float]] = {}
         for ip, pv in (v.get("peers") or {}).items():
             if isinstance(pv, dict):
-                peers[str(ip)] = (int(pv.get("in", 0)), int(pv.get("out", 0)))
-        out[name_of_stem(str(name))] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)), peers)
+                peers[str(ip)] = (int(pv.get("bytes_in", 0)), int(pv.get("bytes_out", 0)))
+                rin, rout = _num(pv, "in_Bps"), _num(pv, "out_Bps")
+                if rin is not None and rout is not None:
+                    rates[str(ip)] = (rin, rout)
+        out[name_of_stem(str(name))] = PsTcp(int(v.get("port", 0)), int(v.get("bytes_in", 0)), int(v.get("bytes_out", 0)),
+                                             peers, _num(v, "in_Bps"), _num(v, "out_Bps"), rates, _num(v, "t"))
     return out
 
 
@@ -240,18 +232,12 @@ def from_dict(d: dict[str, Any]) -> Event | None:
     if t is None or not isinstance(host, str) or not isinstance(kind, str):
         raise Malformed("missing t/host/kind")
     try:
-        if kind in (KIND_PROGRESS, KIND_TASK_STATE):
+        if kind == KIND_TASK_STATE:
+            return TaskRecord.from_json(d)  # the one decoder of a task's record (also its state file's)
+        if kind == KIND_PROGRESS:
             job, task = d.get("job"), _int(d, "task")
             if not isinstance(job, str) or task is None:
                 raise Malformed("task event without job/task")
-            if kind == KIND_TASK_STATE:
-                state = d.get("state")
-                if not isinstance(state, str):
-                    raise Malformed("task_state without state")
-                return TaskStateEvent(t, host, job, task, state, _int(d, "pid"), _int(d, "exit_code"),
-                                      _int(d, "restarts", 0) or 0, _int(d, "signal"), d.get("final") is True,
-                                      _str(d, "stopped_by"), _int(d, "restarts_left"), _str(d, "restart_reason"),
-                                      _str(d, "error"))
             return ProgressEvent(t, host, job, task, _int(d, "local_step", 0) or 0, _int(d, "global_step", 0) or 0,
                                  _int(d, "examples"), _num(d, "loss"), _num(d, "interval_s"),
                                  _ps_bytes(d.get("ps_bytes")), d.get("coordinator") is True)

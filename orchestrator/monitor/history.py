@@ -235,13 +235,17 @@ class RunHistory:
         if utils:
             h.gpu.add(t, sum(utils) / len(utils))
         for name, m in tcp.items():
+            measured = m.t if m.t is not None else remote_t  # (the supervisor's measurement's own time)
             prev = self._counters.get(name)
-            self._counters[name] = (remote_t, m.bytes_in, m.bytes_out)
-            if prev is None or remote_t <= prev[0] or m.bytes_in < prev[1] or m.bytes_out < prev[2]:
-                continue  # the first sample, an older one, or counters that restarted
-            t0 = t - (remote_t - prev[0])
-            self.traffic_in.spread(t0, t, m.bytes_in - prev[1])
-            self.traffic_out.spread(t0, t, m.bytes_out - prev[2])
+            if prev is not None and measured <= prev[0]:
+                continue  # a measurement seen already, or an older one
+            self._counters[name] = (measured, m.bytes_in, m.bytes_out)
+            if prev is None or m.bytes_in < prev[1] or m.bytes_out < prev[2]:
+                continue  # the first sample, or counters that restarted
+            t1 = t - (remote_t - measured)
+            t0 = t1 - (measured - prev[0])
+            self.traffic_in.spread(t0, t1, m.bytes_in - prev[1])
+            self.traffic_out.spread(t0, t1, m.bytes_out - prev[2])
 
 
 def record_progress(history: RunHistory, ev: ProgressEvent, task: str, t: float,

@@ -1,4 +1,6 @@
 """ClusterState, the one reducer: typed events and a clock in, one frozen TaskState per task out.
+A task's state arrives as its supervisor's TaskRecord (training/telemetry/task_record.py), from an agent's
+stream or from one read of its state file alike; the reducer keeps the last one (views.TaskTrack).
 
 `ClusterState.apply(event, now)` folds one event into the working state (O(1), mutable for speed: 1024
 tasks at 1 Hz) and `ClusterState.tick(now)` judges every task and the run and hands out the snapshots:
@@ -27,7 +29,6 @@ from orchestrator.monitor.events import (
     PsTcp,
     StreamDown,
     StreamUp,
-    TaskStateEvent,
 )
 from orchestrator.monitor.gpu_use import GPU_SETTLE_S, cuda_gpus, on_cpu_suspected
 from orchestrator.monitor.history import RunHistory, record_progress
@@ -51,6 +52,7 @@ from orchestrator.monitor.views import (
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.names import task_name
 from training.run.roles import reports_progress
+from training.telemetry.task_record import TaskRecord
 
 WARMUP_INTERVALS = 3
 
@@ -129,7 +131,7 @@ class ClusterState:
             host.t_heard = now
         if isinstance(ev, ProgressEvent):
             self._progress(ev, host)
-        elif isinstance(ev, TaskStateEvent):
+        elif isinstance(ev, TaskRecord):
             self._task_state(ev, host)
         elif isinstance(ev, HostSampleEvent):
             self._host_sample(ev, host, now)
@@ -179,20 +181,17 @@ class ClusterState:
                     ps = self.ps[ps_name] = PsTraffic(ps_name, "")
                 ps._by_worker[name] = (t, b.pushed / interval, b.pulled / interval)
 
-    def _task_state(self, ev: TaskStateEvent, host: HostView) -> None:
+    def _task_state(self, ev: TaskRecord, host: HostView) -> None:
         tv = self.add_task(ev.job, ev.task, ev.host)
         t = host.local(ev.t)
         if tv.t_state is not None and t < tv.t_state:
-            return  # an older line (files replayed out of order): the newer state stands
+            return  # an older record (files replayed out of order): the newer state stands
+        prev = tv.record
         if ev.state != "running":
             tv.t_running = None
-        elif tv.t_running is None or tv.proc_state != "running" or (ev.pid is not None and ev.pid != tv.pid):
+        elif tv.t_running is None or prev is None or prev.state != "running" or (ev.pid is not None and ev.pid != tv.pid):
             tv.t_running = t  # a new process: `on CPU?` waits for it to settle
-        tv.proc_state, tv.t_state, tv.state_written_at = ev.state, t, ev.t
-        tv.restarts = max(ev.restarts, tv.restarts)
-        tv.stopped_by, tv.restarts_left, tv.error = ev.stopped_by, ev.restarts_left, ev.error
-        tv.final, tv.signal = ev.final or ev.state == "exited", ev.signal
-        tv.restart_reason = ev.restart_reason if ev.state == "restarting" else None
+        tv.record, tv.t_state = ev, t
         if ev.pid is not None:
             tv.pid = ev.pid
         # Python's convention: a process ended by signal N has exit code -N.
@@ -252,12 +251,12 @@ class ClusterState:
             ps = self.ps.get(name)
             if ps is None:
                 ps = self.ps[name] = PsTraffic(name, ev.host)
-            _measure(ps, ev.host, m, ev.t, t)
+            _measure(ps, host, m, ev.t)
         for name, m in ev.allreduce_tcp.items():
             worker = self.allreduce.get(name)
             if worker is None:
                 worker = self.allreduce[name] = PsTraffic(name, ev.host)
-            _measure(worker, ev.host, m, ev.t, t)
+            _measure(worker, host, m, ev.t)
 
     def note(self, t: float, text: str) -> None:
         """An `info` line in the event log from outside the events (a Slurm job's end: monitor.slurm_watch)."""
@@ -359,22 +358,15 @@ class ClusterState:
         return window_buckets(self.tracks[name].loss_history, self.now, buckets, window_s, fill_forward=True)
 
 
-def _measure(traffic: PsTraffic, host: str, m: PsTcp, remote_t: float, t: float) -> None:
-    """One task's measured traffic from its kernel counters: rates between two samples, smoothed."""
-    traffic.host, traffic.port = host, m.port
-    prev = traffic._prev
-    if prev is not None and remote_t > prev[0] and m.bytes_in >= prev[1] and m.bytes_out >= prev[2]:
-        dt = remote_t - prev[0]
-        rin, rout = (m.bytes_in - prev[1]) / dt, (m.bytes_out - prev[2]) / dt
-        traffic.measured_in = ema(traffic.measured_in, rin, dt)
-        traffic.measured_out = ema(traffic.measured_out, rout, dt)
-        traffic.t_measured = t
-        append_window(traffic.history, t, rin + rout)
-        peers: dict[str, tuple[float, float]] = {}
-        for ip, (pin, pout) in m.peers.items():
-            pp = traffic._prev_peers.get(ip, (0, 0))  # the agent's counters start at 0 for a new peer
-            if pin >= pp[0] and pout >= pp[1]:
-                peers[ip] = ((pin - pp[0]) / dt, (pout - pp[1]) / dt)
-        traffic.peers = peers
-    traffic._prev = (remote_t, m.bytes_in, m.bytes_out)
-    traffic._prev_peers = dict(m.peers)
+def _measure(traffic: PsTraffic, host: HostView, m: PsTcp, remote_t: float) -> None:
+    """One task's measured traffic: its rates as its host measured and smoothed them (training/telemetry/
+    traffic.py), so a view of one read and the dashboard show the same numbers."""
+    traffic.host, traffic.port = host.name, m.port
+    if m.in_Bps is None or m.out_Bps is None:
+        return  # one sample so far on the host: no rate yet
+    t = host.local(m.t if m.t is not None else remote_t)
+    if traffic.t_measured is not None and t <= traffic.t_measured:
+        return  # a measurement seen already (the agent samples more often than the supervisor measures)
+    traffic.measured_in, traffic.measured_out, traffic.t_measured = m.in_Bps, m.out_Bps, t
+    traffic.peers = dict(m.peer_rates)
+    append_window(traffic.history, t, m.in_Bps + m.out_Bps)

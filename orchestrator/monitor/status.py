@@ -2,7 +2,8 @@
 
 Each host is read in ONE command that starts no Python there (orchestrator/run/read_host.py), all hosts
 at once (transport.fan_out), one connection each. What a read saw is folded into the dashboard's own
-reducer (ClusterState) as the events it stands for: the task state files as task_state, the newest
+reducer (ClusterState) as the events it stands for: the task state files as the TaskRecords they are
+(training/telemetry/task_record.py: the same record an agent streams), the newest
 progress lines as progress (two of them give the current rates), the facts as a host_sample. So the
 commands that print a run, and the live dashboard, judge every task by the same functions and print
 the same TaskStates (task_state.py). A task whose supervisor and processes are gone is `lost`; a host
@@ -17,7 +18,7 @@ from typing import Any, cast
 
 from orchestrator.errors import HostError
 from orchestrator.monitor import slurm_watch
-from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, TaskStateEvent, from_dict
+from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, from_dict
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.task_state import RunState
 from orchestrator.monitor.views import run_state
@@ -28,7 +29,7 @@ from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
 from orchestrator.transport.fan_out import fan_out
-from training.telemetry.state_files import TaskStateFile
+from training.telemetry.traffic import TRAFFIC_KEYS
 
 READ_INTERVAL_S = 1.0  # what a read's facts and progress are judged against (the supervisor's pace)
 
@@ -52,14 +53,10 @@ def read_hosts(record: records.RunRecord, *, timeout: float = 15.0,
     return fan_out(names, one, shardable=True)
 
 
-def _task_event(t: TaskStateFile) -> TaskStateEvent:
-    return TaskStateEvent(t.updated_at, t.host, t.job, t.task, t.state, t.pid, t.exit_code, t.restarts, t.signal,
-                          t.final, t.stopped_by, t.restarts_left, t.restart_reason, t.error)
-
-
 def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
-    """The host_sample a read stands for. While the supervisor lives its facts are current; once it is
-    dead they are stale, and each task's processes are the ones the read found carrying its id."""
+    """The host_sample a read stands for. While the supervisor lives its facts are current (its measured
+    PS traffic with its current rates included: training/telemetry/traffic.py); once it is dead they are
+    stale, and each task's processes are the ones the read found carrying its id."""
     tasks = {stem: dict(f) for stem, f in (seen.facts.get("tasks") or {}).items() if isinstance(f, dict)}
     gpus = seen.facts.get("gpus")  # its GPUs, and each task's memory on them, as its supervisor read them
     if seen.processes is not None:
@@ -70,15 +67,17 @@ def _facts(name: str, seen: HostReading, remote_now: float) -> dict[str, Any]:
             f["procs"] = live.count(stem)
             f.pop("gpu_mem", None)  # nobody reads the GPUs for a dead supervisor: its figures are old
         gpus = None
+    traffic = {} if seen.processes is not None else {
+        key: seen.facts[key] for key in TRAFFIC_KEYS if isinstance(seen.facts.get(key), dict)}
     sup = seen.supervisor
     supervisor = {"alive": seen.supervisor_alive, "state": sup.state if sup else None,
                   "outcome": sup.outcome if sup else None}
     return {"kind": "host_sample", "t": remote_now, "host": name, "tasks": tasks, "supervisor": supervisor,
-            **({"gpus": gpus} if isinstance(gpus, list) else {})}
+            **({"gpus": gpus} if isinstance(gpus, list) else {}), **traffic}
 
 
 def _events(name: str, seen: HostReading, remote_now: float) -> list[Event]:
-    events: list[Event] = [_task_event(t) for t in seen.tasks]
+    events: list[Event] = list(seen.tasks)  # each task's record, as its state file holds it
     for line in [*(x for lines in seen.progress.values() for x in lines), _facts(name, seen, remote_now)]:
         try:
             ev = from_dict(line)

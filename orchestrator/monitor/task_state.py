@@ -1,7 +1,8 @@
 """A task as every reader sees it: `TaskState`, one frozen snapshot per task, and its one name.
 
-The reducer (reducer.py) folds events into its own working state and, at each tick, hands out one
-`TaskState` per task; `status`, `dash` (the TUI, `--once`, `--json`, Prometheus), `start --wait` and
+Built from the supervisor's TaskRecord (training/telemetry/task_record.py, the wire record) and what the
+reducer judged of it. The reducer (reducer.py) folds events into its own working state and, at each
+tick, hands out one `TaskState` per task; `status`, `dash` (the TUI, `--once`, `--json`, Prometheus), `start --wait` and
 the mode bench read only these, so no two of them can judge a task differently. `TaskState.to_json`
 is a task's one JSON shape (`status --json` and `dash --once --json` print the same document).
 
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
+
+from training.telemetry.task_record import held_by_user
 
 # What a task is doing, as a word (DESIGN.md "Liveness states"); `not-started` only where its host has
 # no run dir: the run never got there.
@@ -88,8 +91,8 @@ class TaskState:
 
     @property
     def held(self) -> bool:
-        """Stopped for good by the user (training/supervisor/hold.py): never a failure."""
-        return self.stopped_by == "user"
+        """Stopped for good by the user: decided where its record is (training/telemetry/task_record.py)."""
+        return held_by_user(self.stopped_by)
 
     def to_json(self) -> dict[str, Any]:
         return {

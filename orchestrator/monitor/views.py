@@ -1,7 +1,8 @@
 """The reducer's working state per host, task and PS, and its judgements as pure functions of them.
 
-`TaskTrack` is what the reducer keeps of a task between events (rates, histories, the facts); readers
-never see it: `snapshot` turns it into the frozen `TaskState` (task_state.py) they all read. Liveness
+`TaskTrack` is what the reducer keeps of a task between events: its supervisor's last TaskRecord (the
+wire record, training/telemetry/task_record.py, kept as it came) and what progress and the host's facts
+add (rates, histories, CPU); readers never see it: `snapshot` turns it into the frozen `TaskState` (task_state.py) they all read. Liveness
 (DESIGN.md "Liveness states") is `host_reachable` and `task_liveness`, a task's failure `task_failed`,
 the run's state `run_state`: functions of the recorded times and the clock; nothing here reads a clock
 itself. `ema` and `window_buckets` turn uneven samples into smoothed rates and sparkline buckets.
@@ -18,6 +19,7 @@ from orchestrator.monitor.events import GpuSample
 from orchestrator.monitor.gpu_use import task_gpu_use
 from orchestrator.monitor.task_state import Liveness, Reports, RunState, TaskState
 from orchestrator.plan.names import task_name
+from training.telemetry.task_record import TaskRecord
 
 STALE_INTERVALS = 3  # a value older than this many intervals no longer counts as current
 EMA_TAU_S = 3.0  # smoothing time constant for rates
@@ -76,19 +78,12 @@ class TaskTrack:
     # Whether this task writes progress events itself (the built-in trainers do; servers never; a user's
     # program may: then "maybe", and liveness falls back to its processes' CPU until it does).
     reports: Reports = "yes"
-    # from the supervisor's task_state
-    proc_state: str | None = None
-    pid: int | None = None
-    exit_code: int | None = None
-    signal: int | None = None
-    final: bool = False
-    restarts: int = 0
-    restarts_left: int | None = None
-    restart_reason: str | None = None
-    stopped_by: str | None = None
-    error: str | None = None
-    t_state: float | None = None
-    state_written_at: float | None = None  # the same moment on the host's clock, as its supervisor wrote it
+    # from the supervisor: its last record of the task as it is (None: none yet), and what the reducer
+    # judged of the records so far
+    record: TaskRecord | None = None
+    pid: int | None = None  # its last known process (a record while it restarts names none)
+    exit_code: int | None = None  # of its last process, a signal N as -N; kept while it restarts
+    t_state: float | None = None  # local time of the record
     down: bool = False  # exited or restarting since it last ran (for the "running again" log line)
     # from progress
     local_step: int | None = None
@@ -140,16 +135,17 @@ def task_liveness(task: TaskTrack, host: HostView, now: float) -> Liveness:
     CPU time moves, stalled when it does not (or when it is SIGSTOPped)."""
     if not host_reachable(host, now):
         return "unreachable"
-    if task.proc_state is None and host.absent:
+    proc_state = task.record.state if task.record is not None else None
+    if proc_state is None and host.absent:
         return "not-started"
-    if task.proc_state == "exited":
+    if proc_state == "exited":
         return "exited"
     if host.supervisor_alive is False and task.procs == 0:
         return "lost"
     window = STALE_INTERVALS * host.interval_s
     since = task.t_state  # progress older than the supervisor's last word is the previous process's
     progress = task.t_progress is not None and (since is None or task.t_progress >= since)
-    if task.proc_state == "restarting" and not progress:
+    if proc_state == "restarting" and not progress:
         return "restarting"
     if task.sigstopped:
         return "stalled"
@@ -159,12 +155,12 @@ def task_liveness(task: TaskTrack, host: HostView, now: float) -> Liveness:
             return "stalled"
         return "running"
     if task.reports == "no":
-        return "running" if task.proc_state == "running" and task.procs != 0 else "starting"
+        return "running" if proc_state == "running" and task.procs != 0 else "starting"
     if task.reports == "yes":
         return "starting"  # a trainer's start-up ends with its first step
     # A program that reports nothing (yet): running while its CPU time moves (its first window after its
     # supervisor started it included), stalled when it does not.
-    if task.proc_state != "running":
+    if proc_state != "running":
         return "starting"
     last_work = max(t for t in (since, task.t_cpu_moved) if t is not None) if since or task.t_cpu_moved else None
     return "running" if last_work is not None and now - last_work <= window else "stalled"
@@ -172,7 +168,8 @@ def task_liveness(task: TaskTrack, host: HostView, now: float) -> Liveness:
 
 @dataclass
 class PsTraffic:
-    """Traffic of one PS task: measured by the host's kernel, and accounted by the workers."""
+    """Traffic of one PS task: measured by the host's kernel (rates its supervisor made), and accounted by
+    the workers."""
 
     name: str
     host: str
@@ -183,8 +180,6 @@ class PsTraffic:
     peers: dict[str, tuple[float, float]] = field(default_factory=dict)  # ip -> (in, out) bytes/s
     accounted_in: float | None = None  # sum over live workers (pushed to this PS)
     accounted_out: float | None = None  # (pulled from this PS)
-    _prev: tuple[float, int, int] | None = None  # remote t, bytes_in, bytes_out
-    _prev_peers: dict[str, tuple[int, int]] = field(default_factory=dict)
     # worker name -> (local t, in rate, out rate) from that worker's last progress
     _by_worker: dict[str, tuple[float, float, float]] = field(default_factory=dict)
     history: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=240))  # (t, in+out)
@@ -229,9 +224,13 @@ def window_buckets(history: deque[tuple[float, float]], now: float, buckets: int
 def task_failed(task: TaskTrack, host: HostView) -> bool:
     """Ended for good with an error (a signal counts), not by the user, the run or a stop."""
     stopped = host.supervisor_state == "stopped"  # `tfcluster stop` ended it, whatever its code says
-    return task.proc_state == "exited" and task.exit_code not in (0, None) and task.stopped_by is None and not stopped
+    rec = task.record
+    return (rec is not None and rec.state == "exited" and task.exit_code not in (0, None)
+            and rec.stopped_by is None and not stopped)
 
 
+# What a task not recorded yet shows: no state, nothing ended, no restart.
+_NO_RECORD = TaskRecord(0.0, "", "", 0, "")
 # Rates are of the current process: none while it is down, starting again or gone.
 NO_RATES = ("restarting", "exited", "lost", "starting", "not-started")
 
@@ -239,12 +238,14 @@ NO_RATES = ("restarting", "exited", "lost", "starting", "not-started")
 def snapshot(t: TaskTrack, host: HostView) -> TaskState:
     """The frozen TaskState of a track as the last tick judged it (built per task per tick: TaskState.of)."""
     rates = t.liveness not in NO_RATES
+    rec = t.record or _NO_RECORD
     return TaskState.of({
         "name": t.name, "job": t.job, "index": t.task, "host": t.host, "gpus": t.gpus, "state": t.liveness,
-        "process_state": t.proc_state, "pid": t.pid, "exit_code": t.exit_code, "signal": t.signal,
-        "final": t.final, "failed": task_failed(t, host), "stopped_by": t.stopped_by, "restarts": t.restarts,
-        "restarts_left": t.restarts_left, "restart_reason": t.restart_reason, "error": t.error,
-        "updated_at": t.state_written_at, "reports": t.reports, "coordinator": t.coordinator,
+        "process_state": rec.state or None, "pid": t.pid, "exit_code": t.exit_code, "signal": rec.signal,
+        "final": rec.final or rec.state == "exited", "failed": task_failed(t, host), "stopped_by": rec.stopped_by,
+        "restarts": rec.restarts, "restarts_left": rec.restarts_left,
+        "restart_reason": rec.restart_reason if rec.state == "restarting" else None, "error": rec.error,
+        "updated_at": rec.t if t.record is not None else None, "reports": t.reports, "coordinator": t.coordinator,
         "local_step": t.local_step, "global_step": t.global_step, "examples": t.examples, "loss": t.loss,
         "steps_per_s": t.steps_per_s if rates else None, "examples_per_s": t.examples_per_s if rates else None,
         "progress_at": t.t_progress, "age_s": t.age_s, "cpu_s": t.cpu_s,

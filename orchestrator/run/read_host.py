@@ -14,9 +14,10 @@ It reads:
 
 Output: `@@tfc <word> ...` lines, and `head`/`tail`'s own `==> <path> <==` headers before each file's
 lines (`/dev/null` is always among the files, so there is a header even for one file). `decode` is its
-one typed decoder: state files through training/telemetry/state_files.py; facts and progress lines
-stay raw JSON for the monitor's event decoder (orchestrator/monitor/events.py). A damaged file is
-named in `damaged` and skipped; it never hides the others.
+one typed decoder: state files through training/telemetry/state_files.py (a task's is its TaskRecord:
+training/telemetry/task_record.py); facts and progress lines stay raw JSON for the monitor's event
+decoder (orchestrator/monitor/events.py). A damaged file is named in `damaged` and skipped; it never
+hides the others.
 """
 
 from __future__ import annotations
@@ -30,13 +31,9 @@ from orchestrator.errors import HostError
 from orchestrator.run.sh_procs import PROC_FUNCTIONS, parse_process
 from orchestrator.transport.base import CommandResult
 from training.run.layout import RUN_DIR_ENV
-from training.telemetry.state_files import (
-    RunProcess,
-    StateFileError,
-    SupervisorStateFile,
-    TaskStateFile,
-    decode_state_line,
-)
+from training.telemetry.state_files import RunProcess, SupervisorStateFile, decode_state_line
+from training.telemetry.task_record import TaskRecord
+from training.telemetry.wire import StateFileError
 
 PROGRESS_LINES = 3  # per task: two progress events give a rate (and a line being written may be cut)
 MARK = "@@tfc "
@@ -76,7 +73,7 @@ class HostReading:
     now: float | None = None  # the host's clock when it was read
     supervisor: SupervisorStateFile | None = None
     supervisor_alive: bool | None = None  # None: no supervisor state file (yet)
-    tasks: tuple[TaskStateFile, ...] = ()
+    tasks: tuple[TaskRecord, ...] = ()
     facts: dict[str, Any] = field(default_factory=dict)  # the facts file, raw (its "tasks" by file stem)
     progress: dict[str, tuple[dict[str, Any], ...]] = field(default_factory=dict)  # stem -> newest lines
     processes: tuple[RunProcess, ...] | None = None  # counted from /proc: only when the supervisor is dead

@@ -38,12 +38,9 @@ from orchestrator.transport.base import Session, remote_path
 from orchestrator.transport.factory import Opener
 from orchestrator.transport.fan_out import fan_out
 from training.run.layout import RUN_DIR_ENV, host_module
-from training.telemetry.state_files import (
-    StateFileError,
-    SupervisorStateFile,
-    TaskStateFile,
-    decode_state_line,
-)
+from training.telemetry.state_files import SupervisorStateFile, decode_state_line
+from training.telemetry.task_record import TaskRecord
+from training.telemetry.wire import StateFileError
 
 ProgressFn = Callable[[str, str, int, int], None]  # host, phase, done, total
 LAUNCHER_SOURCE = standalone_source("training.launcher")
@@ -235,7 +232,7 @@ class HostStart:
             raise
 
     def _await_ready(self, session: Session) -> None:
-        states: dict[str, TaskStateFile] = {}
+        states: dict[str, TaskRecord] = {}
         alive = False
         names = set(self.host.tasks)
         while True:
@@ -246,7 +243,7 @@ class HostStart:
                 self.outcome.supervisor_pid = int(line[4:])
             elif line.startswith("{"):
                 state = self._decode(line)
-                if isinstance(state, TaskStateFile):
+                if isinstance(state, TaskRecord):
                     states[task_name(state.job, state.task)] = state
                     self.progress("wait", self._ready(names, states), len(names))
             elif line == "ALIVE":
@@ -264,13 +261,13 @@ class HostStart:
         raise HostError(self.host.name, "timeout", f"tasks not running within {self.ctx.timeout:g}s")
 
     @staticmethod
-    def _decode(line: str) -> TaskStateFile | SupervisorStateFile | None:
+    def _decode(line: str) -> TaskRecord | SupervisorStateFile | None:
         try:
             return decode_state_line(json.loads(line))
         except (ValueError, StateFileError):
             return None  # not ours, or damaged: the final snapshot says it again
 
-    def _ready(self, names: set[str], states: dict[str, TaskStateFile]) -> int:
+    def _ready(self, names: set[str], states: dict[str, TaskRecord]) -> int:
         """How many of the host's tasks run (or already ended with exit 0); one that failed for good
         fails the host."""
         ready = 0

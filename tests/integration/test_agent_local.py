@@ -1,5 +1,6 @@
-"""The agent as a real process: measures real TCP traffic on a loopback "PS" port with ss, tails events
-files, and stops on SIGTERM and when its reader goes away."""
+"""The agent as a real process: sends the real TCP traffic of a loopback "PS" port as the supervisor's
+facts writer measured it from the kernel (training/telemetry/traffic.py), tails events files, and stops
+on SIGTERM and when its reader goes away."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from typing import Any
 import pytest
 
 from orchestrator.run.local_ports import free_port_block
+from tests.helpers.waiting import wait_for
+from training.run.layout import RunLayout
+from training.telemetry.host_facts import FactsWriter
+from training.telemetry.traffic import PS_KEY, TaskTraffic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,14 +49,20 @@ def read_until(proc: subprocess.Popen[str], pred: Any, timeout: float = 15.0) ->
     raise AssertionError(f"condition not met; last lines: {seen[-5:]}")
 
 
-def test_agent_measures_ps_port_traffic_and_tails_events(tmp_path: Path) -> None:
+def test_agent_sends_measured_ps_port_traffic_and_tails_events(tmp_path: Path) -> None:
     port = free_port_block(1)
     (tmp_path / "events").mkdir()
+    layout = RunLayout(str(tmp_path))
+    os.makedirs(os.path.dirname(layout.facts_file("h0")))
+    # What the host's supervisor keeps (training/supervisor/core.py): the facts, with its PS's traffic
+    facts = FactsWriter(layout, "h0", {"ps-0": port}, find_gpus=False,
+                        traffic=TaskTraffic(PS_KEY, {"ps-0": port}, set()))
     server = socket.create_server(("127.0.0.1", port))
-    proc = start_agent(tmp_path, "--ps-port", f"ps-0={port}")
+    facts.update()  # the baseline
+    proc = start_agent(tmp_path)
     conns: list[socket.socket] = []
     try:
-        read_until(proc, lambda e: e["kind"] == "host_sample")  # baseline taken
+        read_until(proc, lambda e: e["kind"] == "host_sample")
         client = socket.create_connection(("127.0.0.1", port))
         peer, _ = server.accept()
         conns += [client, peer]
@@ -72,6 +83,13 @@ def test_agent_measures_ps_port_traffic_and_tails_events(tmp_path: Path) -> None
         reader.start()
         exchange()
         reader.join(10)
+
+        def written() -> bool:  # (the PS's bytes out count once the peer acknowledged them)
+            facts.update()
+            with open(layout.facts_file("h0")) as f:
+                return bool(json.load(f)["ps_tcp"]["ps-0"]["bytes_out"] >= 700_000)
+
+        wait_for(written, 10, "the facts to hold the bytes sent", interval=0.05)
         with open(tmp_path / "events" / "worker-0.jsonl", "w") as f:
             f.write(json.dumps({"v": 1, "t": time.time(), "host": "h0", "kind": "progress", "job": "worker",
                                 "task": 0, "local_step": 1, "global_step": 1, "examples": 1}) + "\n")
@@ -82,8 +100,8 @@ def test_agent_measures_ps_port_traffic_and_tails_events(tmp_path: Path) -> None
 
         seen = read_until(proc, measured)
         sample = seen[-1]["ps_tcp"]["ps-0"]
-        assert sample["port"] == port
-        assert sample["peers"]["127.0.0.1"]["in"] >= 300_000
+        assert sample["port"] == port and sample["in_Bps"] > 0 and sample["out_Bps"] > 0
+        assert sample["peers"]["127.0.0.1"]["bytes_in"] >= 300_000
         assert any(e["kind"] == "progress" for e in seen)  # the events file was tailed
         assert any(e["kind"] == "heartbeat" for e in seen)
         proc.send_signal(signal.SIGTERM)

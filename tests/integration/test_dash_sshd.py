@@ -2,8 +2,9 @@
 worker:1 on m2).
 
 - The built-in TensorFlow model (the only TensorFlow run here; its two workers paced): `dash --once --json`
-  shows the workers' step rates and the PS traffic the trainers account, and the live dashboard's
-  Collector (one agent per host over SSH) measures ps:0's traffic in the kernel.
+  shows the workers' step rates, the PS traffic the trainers account and the PS traffic ps:0's host
+  measured in the kernel (its supervisor keeps the rate: one read suffices), and the live dashboard's
+  Collector (one agent per host over SSH) and Prometheus show that same measurement (within 10 %).
 - A plain-Python program reporting through tfcluster_report on every task (tests/helpers/plain_trainer.py,
   run through `[training] command`; no TensorFlow): a SIGKILLed worker shows as exited/restarting within 3
   intervals in the live Collector, then running again with its restart counted and logged; and
@@ -17,12 +18,14 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from orchestrator.monitor.collect import Collector
+from orchestrator.monitor.prometheus import render
 from orchestrator.monitor.state_json import state_json
 from orchestrator.plan.from_file import plan_file
 from orchestrator.run import launch
@@ -66,32 +69,51 @@ def test_dash_shows_the_builtin_models_step_rates_and_ps_traffic(machines: Machi
     def healthy() -> dict[str, Any] | None:
         snap = snapshot()
         tasks = {t["name"]: t for t in snap["tasks"]}
-        ps = {p["name"]: p for p in snap["ps"]}
+        ps = {p["name"]: p for p in snap["ps"]}["ps:0"]
         ok = (all(tasks[w]["state"] == "running" and (tasks[w]["steps_per_s"] or 0) > 0
                   for w in ("worker:0", "worker:1"))
               and tasks["ps:0"]["state"] == "running"
-              and (ps["ps:0"]["accounted_in_Bps"] or 0) > 0 and (ps["ps:0"]["accounted_out_Bps"] or 0) > 0)
+              and all((ps[f"{how}_{way}_Bps"] or 0) > 0 for how in ("accounted", "measured") for way in ("in", "out")))
         return snap if ok else None
 
-    # One read: the rates and the accounted PS traffic come from the workers' newest progress events.
-    snap = wait_for(healthy, 180, "dash --once --json to show a training cluster", interval=1.0)
+    # One read: the rates and the accounted PS traffic come from the workers' newest progress events, the
+    # measured PS traffic from the rates ps:0's supervisor keeps of the kernel's counters (its facts).
+    snap = wait_for(healthy, 180, "dash --once --json to show a training cluster and its PS traffic", interval=1.0)
     assert snap["totals"]["counts"]["running"] == 3 and snap["totals"]["global_step"] > 0
     assert all(h["reachable"] for h in snap["hosts"])
-    # The live dashboard's collector (one agent per host). The kernel's counters need two samples apart:
-    # the measured PS traffic is the agents', not one read's.
+    # The live dashboard's collector (one agent per host) shows the same measurement, as does Prometheus.
     collector = Collector.for_record(runs.load(run_id), INTERVAL).start()
     try:
         def measured() -> dict[str, Any] | None:
             ps0 = state_json(collector.poll())["ps"][0]
             return ps0 if (ps0["measured_in_Bps"] or 0) > 0 and (ps0["measured_out_Bps"] or 0) > 0 else None
 
-        ps0 = wait_for(measured, 30, "the agents to measure ps:0's traffic")
+        ps0 = wait_for(measured, 30, "the agents to send ps:0's measured traffic")
         assert ps0["name"] == "ps:0" and ps0["host"] == "m0" and ps0["peers"], ps0
         assert (ps0["accounted_in_Bps"] or 0) > 0 and (ps0["accounted_out_Bps"] or 0) > 0
+        exported = [line for line in render(collector.poll()).splitlines()
+                    if line.startswith('tfcluster_ps_bytes_per_second{ps="ps:0"') and 'source="measured"' in line]
+        assert len(exported) == 2 and all(float(line.rsplit(" ", 1)[1]) > 0 for line in exported), exported
+        live, once = _same_traffic(collector, snapshot)
+        for key in ("measured_in_Bps", "measured_out_Bps"):
+            assert abs(once[key] - live[key]) <= 0.10 * live[key], (key, once, live)
     finally:
         collector.close()
     stopped = cli(state_dir, "stop", run_id)  # the checks are done: the TensorFlow run ends now
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def _same_traffic(collector: Collector, snapshot: Callable[[], dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """ps:0's traffic as the live collector and `dash --once --json` show it, read at the same moment: the
+    collector before and after the one read; a read while the rate moved by more than 10 % between
+    the two (training is bursty at start) is made again. (live, once)"""
+    for _ in range(5):
+        before = state_json(collector.poll())["ps"][0]
+        once = {p["name"]: p for p in snapshot()["ps"]}["ps:0"]
+        after = state_json(collector.poll())["ps"][0]
+        if all(abs(after[k] - before[k]) <= 0.10 * before[k] for k in ("measured_in_Bps", "measured_out_Bps")):
+            return after, once
+    raise AssertionError(f"ps:0's measured rate never held still for one read: {before} then {after}")
 
 
 # Fields that move with time between two reads of the same run; every other field must be equal.

@@ -234,7 +234,7 @@ def test_the_agent_sends_the_supervisors_gpu_reading_without_querying_again(tmp_
     gpus = parse_gpus(GPU_CSV)[:2]
     Path(layout.facts_file("g")).write_text(json.dumps({"host": "g", "t": 1.0, "gpus": gpus, "tasks": {
         "worker-0": {"procs": 1, "cpu_s": 1.0, "stopped": False, "gpu_mem": {"0": 3000.0}}}}))
-    agent = Agent(layout.root, "g", 1.0, StringIO(), ps_ports={})
+    agent = Agent(layout.root, "g", 1.0, StringIO())
     agent.gpu_tool = False  # as on this machine: were the facts not used, the sample would have no GPU
     ev = EventParser().parse(agent.sample())
     assert isinstance(ev, HostSampleEvent)

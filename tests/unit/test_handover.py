@@ -65,7 +65,7 @@ def test_the_step_and_the_start_command_meet_and_the_task_gets_the_forwarded_val
     out, _ = hand.communicate(timeout=30)
     lines = out.splitlines()
     assert hand.returncode == 0 and lines[0] == f"PID {step.pid}" and lines[-1] == "ALIVE", lines
-    assert any(json.loads(line).get("state") == "running" for line in lines if line.startswith('{"kind":"task"'))
+    assert any(json.loads(line).get("state") == "running" for line in lines if line.startswith('{"kind":"task_state"'))
     assert Path(layout.root, handover.GO_FILE).exists()
     assert not Path(layout.root, handover.FIFO_IN).exists() and not Path(layout.root, handover.FIFO_OUT).exists()
     seen = Path(layout.code, "seen")

@@ -23,7 +23,8 @@ from orchestrator.run.read_host import HostReading, decode, read_script
 from orchestrator.transport.base import CommandResult
 from tests.helpers.state_events import feed, hb, progress, task_state
 from training.run.layout import RUN_DIR_ENV, RunLayout
-from training.telemetry.state_files import SupervisorStateFile, TaskStateFile
+from training.telemetry.state_files import SupervisorStateFile
+from training.telemetry.task_record import TaskRecord
 
 HOST = "m0"
 NOW = time.time()
@@ -158,7 +159,7 @@ def _reading(*tasks: tuple[str, int, str, dict[str, object]], outcome: str | Non
              progress: dict[int, list[int]] | None = None) -> HostReading:
     """A read of m0 with a live supervisor, built from what its files would say: task states, each
     task's facts, and worker i's newest progress lines (`progress`: i -> local steps a second apart)."""
-    states = tuple(TaskStateFile.decode({"host": HOST, "job": job, "task": i, "state": state, "updated_at": NOW - 60,
+    states = tuple(TaskRecord.from_json({"host": HOST, "job": job, "task": i, "state": state, "updated_at": NOW - 60,
                                          **fields}) for job, i, state, fields in tasks)  # (a state is written once)
     lines = {f"worker-{i}": tuple({"v": 1, "kind": "progress", "t": NOW - len(steps) + k, "host": HOST,
                                    "job": "worker", "task": i, "local_step": step, "global_step": step,

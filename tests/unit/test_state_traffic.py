@@ -3,35 +3,41 @@ each multi-worker-mirrored worker's measured all-reduce traffic. Pure: events in
 
 from __future__ import annotations
 
-import pytest
-
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.state_json import state_json
 from tests.helpers.state_events import T0, feed, hb, progress
 from training.telemetry.schema import make_event
 
 
-def test_measured_ps_traffic_rates_and_peers() -> None:
+def _measured(i: int, rate_in: float | None, rate_out: float | None, **more: object) -> dict[str, object]:
+    """One host measurement as the supervisor writes it (training/telemetry/traffic.py)."""
+    return {"port": 2222, "t": T0 + i, "bytes_in": 1000 * i, "bytes_out": 4000 * i, "in_Bps": rate_in,
+            "out_Bps": rate_out, **more}
+
+
+def test_measured_ps_traffic_is_the_hosts_rate_and_peers() -> None:
+    """The host measured and smoothed the rates: the reducer shows them as they are (a view of one read
+    and the dashboard show the same numbers), none before the host's second sample."""
     st = ClusterState(now=T0)
-    for i in range(3):
-        t = T0 + i
-        feed(st, hb("p", t))
-        feed(st, make_event("host_sample", "p", t=t, cpu_pct=10.0, mem_pct=20.0, gpus=[], ps_tcp={
-            "ps-0": {"port": 2222, "bytes_in": 1000 * i, "bytes_out": 4000 * i,
-                     "peers": {"127.0.0.2": {"in": 1000 * i, "out": 4000 * i}}}}))
+    feed(st, hb("p", T0))
+    feed(st, make_event("host_sample", "p", t=T0, cpu_pct=10.0, mem_pct=20.0, gpus=[],
+                        ps_tcp={"ps-0": _measured(0, None, None)}))
     ps = st.ps["ps:0"]
-    assert (ps.measured_in, ps.measured_out) == (pytest.approx(1000.0), pytest.approx(4000.0))
-    assert ps.peers == {"127.0.0.2": (pytest.approx(1000.0), pytest.approx(4000.0))}
+    assert (ps.measured_in, ps.measured_out, ps.port, ps.host) == (None, None, 2222, "p")
+    peers = {"127.0.0.2": {"bytes_in": 1000, "bytes_out": 4000, "in_Bps": 900.0, "out_Bps": 3900.0}}
+    feed(st, hb("p", T0 + 1))
+    feed(st, make_event("host_sample", "p", t=T0 + 1, cpu_pct=10.0, mem_pct=20.0, gpus=[],
+                        ps_tcp={"ps-0": _measured(1, 1000.0, 4000.0, peers=peers)}))
+    assert (ps.measured_in, ps.measured_out) == (1000.0, 4000.0)
+    assert ps.peers == {"127.0.0.2": (900.0, 3900.0)}
     assert st.hosts["p"].cpu_pct == 10.0
-    # a peer first seen in this sample counts from 0 (the agent's counters start there)
-    feed(st, make_event("host_sample", "p", t=T0 + 2.5, cpu_pct=10.0, mem_pct=20.0, gpus=[], ps_tcp={
-        "ps-0": {"port": 2222, "bytes_in": 2500, "bytes_out": 8000,
-                 "peers": {"127.0.0.2": {"in": 2000, "out": 8000}, "127.0.0.4": {"in": 500, "out": 0}}}}))
-    assert ps.peers["127.0.0.4"] == (pytest.approx(1000.0), 0.0)
-    # counters going backwards (agent restarted) do not produce a negative rate
-    feed(st, make_event("host_sample", "p", t=T0 + 3, cpu_pct=1.0, mem_pct=1.0,
-                        ps_tcp={"ps-0": {"port": 2222, "bytes_in": 5, "bytes_out": 5}}))
-    assert ps.measured_in == pytest.approx(1000.0)
+    assert state_json(st)["ps"][0]["measured_in_Bps"] == 1000.0
+    # the agent samples on its own clock: the same measurement again changes nothing
+    feed(st, make_event("host_sample", "p", t=T0 + 1.5, cpu_pct=1.0, mem_pct=1.0,
+                        ps_tcp={"ps-0": _measured(1, 5.0, 5.0)}))
+    assert ps.measured_in == 1000.0
+    st.tick(T0 + 1 + 2 * 3 + 0.5)  # no new measurement for two staleness windows: no current rate
+    assert ps.measured_in is None
 
 
 def test_measured_allreduce_traffic_per_worker() -> None:
@@ -40,11 +46,12 @@ def test_measured_allreduce_traffic_per_worker() -> None:
     for i in range(3):
         feed(st, hb("a", T0 + i))
         feed(st, make_event("host_sample", "a", t=T0 + i, cpu_pct=1.0, mem_pct=1.0, allreduce_tcp={
-            "worker-0": {"port": 2300, "bytes_in": 3000 * i, "bytes_out": 2000 * i}}))
+            "worker-0": {"port": 2300, "t": T0 + i, "bytes_in": 3000 * i, "bytes_out": 2000 * i,
+                         "in_Bps": 3000.0 if i else None, "out_Bps": 2000.0 if i else None}}))
     w = st.allreduce["worker:0"]
-    assert (w.measured_in, w.measured_out) == (pytest.approx(3000.0), pytest.approx(2000.0))
+    assert (w.measured_in, w.measured_out) == (3000.0, 2000.0)
     assert not st.ps
-    assert state_json(st)["allreduce"][0]["measured_in_Bps"] == pytest.approx(3000.0)
+    assert state_json(st)["allreduce"][0]["measured_in_Bps"] == 3000.0
 
 
 def test_accounted_ps_traffic_sums_fresh_workers() -> None:

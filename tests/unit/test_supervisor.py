@@ -164,11 +164,11 @@ def test_detach_reports_a_running_supervisor_in_its_own_session(tmp_path: Path, 
     pid, states, alive = _report(result.stdout)
     # The launcher has exited; its report was written once every task had been spawned.
     assert alive and states["supervisor:h1"]["state"] == "running" and states["supervisor:h1"]["pid"] == pid
-    assert states["task:ps"]["state"] == states["task:worker"]["state"] == "running"
+    assert states["task_state:ps"]["state"] == states["task_state:worker"]["state"] == "running"
     sup = psutil.Process(pid)
     assert os.getsid(pid) == pid and os.getpgid(pid) == pid  # own session, group leader
     assert sup.ppid() != os.getpid()  # detached: not our child any more (the launcher exited)
-    tasks = [psutil.Process(states[f"task:{j}"]["pid"]) for j in ("ps", "worker")]
+    tasks = [psutil.Process(states[f"task_state:{j}"]["pid"]) for j in ("ps", "worker")]
     assert all(os.getpgid(t.pid) == pid for t in tasks)  # in the supervisor's group: stop kills it
     assert all(t.environ()[RUN_DIR_ENV] == layout.root for t in [sup, *tasks])
     assert all(Path(t.cwd()) == Path(layout.code) for t in tasks)

@@ -33,7 +33,8 @@ from tests.helpers.supervisor_runs import (
 from tests.helpers.waiting import wait_for
 from training.run.layout import RunLayout
 from training.supervisor.hold import task_pids
-from training.telemetry.state_files import HoldReport, TaskStateFile
+from training.telemetry.state_files import HoldReport
+from training.telemetry.task_record import TaskRecord
 
 BACKOFF = 0.2
 LOOP = "import time\nwhile True: time.sleep(0.05)\n"  # a task that runs until stopped
@@ -95,7 +96,7 @@ def test_a_held_task_is_final_not_restarted_and_the_others_go_on(tmp_path: Path,
     st = read_task_state(layout, "worker", 1)
     assert st["state"] == "exited" and st["final"] and st["held"] is True
     assert st["signal"] == signal.SIGTERM and st["restarts"] == 0 and _starts(layout, "worker", 1) == 1
-    assert TaskStateFile.decode(st).stopped_by == "user"  # the orchestrator's decoder reads it
+    assert TaskRecord.from_json(st).held  # the one decoder reads it (and decides `held` itself)
     mine = [e for e in supervisor_events(layout) if e.get("job") == "worker" and e.get("task") == 1]
     assert (mine[-1]["state"], mine[-1]["held"], mine[-1]["final"]) == ("exited", True, True)
     assert not any(e["state"] == "restarting" for e in mine)

@@ -7,11 +7,12 @@ from __future__ import annotations
 import pytest
 from textual_plotext import PlotextPlot
 
-from orchestrator.monitor.events import HeartbeatEvent, ProgressEvent, TaskStateEvent
+from orchestrator.monitor.events import HeartbeatEvent, ProgressEvent
 from orchestrator.monitor.history import CAPACITY, MAX_TASK_LINES, Series
 from testkit.synthetic import Scenario, build
 from tests.helpers.dash import make_app, sync
 from tests.helpers.waiting import async_wait_for
+from training.telemetry.task_record import TaskRecord
 from tui.app import DashboardApp
 from tui.screens.task import TaskScreen
 from tui.widgets.graph_data import Graph, Line, frame, next_window, window_label
@@ -66,7 +67,7 @@ def test_graphs_of_a_dashboard_opened_late_start_at_the_recorded_history() -> No
     for host in ("h0", "h1", "p0"):
         st.apply(HeartbeatEvent(opened, host, 1.0), opened)
     for _, ev in events:
-        if isinstance(ev, ProgressEvent | TaskStateEvent):
+        if isinstance(ev, ProgressEvent | TaskRecord):
             st.apply(ev, opened)  # the backlog
     st.tick(opened)
     fr = frame(st, 600.0, 60)

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from textual.widgets import DataTable, Label, RichLog, Static
 
-from orchestrator.monitor.events import TaskStateEvent
 from orchestrator.monitor.reducer import ClusterState
 from tests.doubles import RecordingActions
 from tests.helpers.dash import make_app, sync
+from training.telemetry.task_record import TaskRecord
 from tui.app import DashboardApp
 from tui.screens.confirm import ConfirmScreen
 from tui.screens.task import TaskScreen
@@ -341,7 +341,8 @@ async def test_ps_task_screen_shows_measured_accounted_and_peers() -> None:
         assert isinstance(app.screen, TaskScreen) and app.screen.task_name == "ps:0"
         head = str(app.screen.query_one("#task-head", Static).render())
         assert "in 425.0 kB/s (accounted 400.0 kB/s)" in head
-        assert "127.0.0.2 200k/205k" in head and "127.0.0.3" in head
+        # each peer's rate is smoothed as the PS's own (its host's measurement): together they make the PS's
+        assert "127.0.0.2 213k/218k" in head and "127.0.0.3 213k/218k" in head
 
 
 @sync
@@ -350,7 +351,7 @@ async def test_a_task_stopped_for_good_shows_stopped_and_the_log_says_by_whom() 
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         last = max([a for a, _ in source._pending] + [clock.now])  # replayed arrivals never go back in time
-        source.push(last, TaskStateEvent(last, "h1", "worker", 1, "exited", pid=4242, signal=15, stopped_by="user"))
+        source.push(last, TaskRecord(last, "h1", "worker", 1, "exited", pid=4242, signal=15, stopped_by="user"))
         clock.now = last + 0.5
         app.refresh_state()
         await pilot.pause()

@@ -24,24 +24,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--host", required=True, help="this host's name from hosts.toml")
     ap.add_argument("--interval", type=float, default=1.0)
-    ap.add_argument("--ps-port", action="append", default=None, metavar="NAME=PORT",
-                    help="PS task port to measure (default: this host's PS tasks from run.json)")
-    ap.add_argument("--peer-port", action="append", type=int, default=None, metavar="PORT",
-                    help="another task's port the PS connects to (default: every other task's, from run.json)")
     ap.add_argument("--exit-on-stdin-eof", action="store_true",
                     help="stop when stdin closes (for callers that keep stdin open for the agent's lifetime)")
     args = ap.parse_args(argv)
     if args.interval <= 0:
         ap.error("--interval must be > 0")
-    ports = None
-    if args.ps_port:
-        ports = {}
-        for spec in args.ps_port:
-            name, _, port = spec.partition("=")
-            if not port.isdigit():
-                ap.error(f"--ps-port {spec!r}: expected NAME=PORT")
-            ports[name] = int(port)
-    agent = Agent(args.run_dir, args.host, args.interval, sys.stdout, ports, set(args.peer_port or ()))
+    agent = Agent(args.run_dir, args.host, args.interval, sys.stdout)
 
     def on_signal(signum: int, frame: object) -> None:
         agent.stop.set()

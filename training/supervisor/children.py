@@ -84,7 +84,6 @@ class Task:
         "exit_signal",
         "exited_at",
         "final",
-        "held",
         "history",
         "index",
         "job",

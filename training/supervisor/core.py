@@ -22,7 +22,9 @@ from typing import TYPE_CHECKING
 
 from ..run.layout import RUN_DIR_ENV, RunLayout
 from ..telemetry.host_facts import FactsWriter
-from ..telemetry.schema import KIND_TASK_STATE, dumps, make_event
+from ..telemetry.schema import dumps
+from ..telemetry.task_record import HISTORY_KEPT, TaskRecord, held_by_user
+from ..telemetry.traffic import TaskTraffic
 from . import notes
 from .children import Child, Task, spawn
 from .ending import end_processes, kill_leftovers
@@ -116,23 +118,19 @@ class Supervisor:
                 os.write(self.ready_fd, (json.dumps(data, separators=(",", ":")) + "\n").encode())
 
     def _record(self, task: Task, state: str) -> None:
+        """The task's state changed: its one record (training/telemetry/task_record.py), written as an
+        event line, as its state file and, with --detach, to `start`: the same document each time."""
         task.state = state
-        now = time.time()
-        fields: dict[str, Any] = {
-            "state": state, "pid": task.pid, "restarts": task.restarts, "exit_code": task.exit_code,
-            "signal": task.exit_signal, "final": task.final, "stopped_by": task.stopped_by,
-            "held": task.stopped_by == "user", "restarts_left": task.budget.left,
-            "restart_reason": task.restart_reason if state == "restarting" else None, "error": task.error,
-        }
-        self._events.write(dumps(make_event(KIND_TASK_STATE, self.host, job=task.job, task=task.index, t=now,
-                                            **fields)) + "\n")
+        restarting = state == "restarting"
+        record = TaskRecord(
+            time.time(), self.host, task.job, task.index, state, pid=task.pid, exit_code=task.exit_code,
+            restarts=task.restarts, signal=task.exit_signal, final=task.final, stopped_by=task.stopped_by,
+            restarts_left=task.budget.left, restart_reason=task.restart_reason if restarting else None,
+            error=task.error, started_at=task.started_at, exited_at=task.exited_at,
+            next_start=task.next_start if restarting else None, history=tuple(task.history[-HISTORY_KEPT:]))
+        data = record.to_json()
+        self._events.write(dumps(data) + "\n")
         self._events.flush()
-        data = {
-            "kind": "task", "host": self.host, "job": task.job, "task": task.index, **fields,
-            "started_at": task.started_at, "exited_at": task.exited_at,
-            "next_start": task.next_start if state == "restarting" else None,
-            "history": task.history[-20:], "updated_at": now,
-        }
         write_json_atomic(self.layout.task_state_file(task.job, task.index), data)
         self._push(data)
 
@@ -223,7 +221,7 @@ class Supervisor:
     def _final(self, task: Task, code: int | None, sig: int | None) -> None:
         task.exit_code, task.exit_signal = code, sig
         task.final = True
-        if task.stopped_by == "user":  # in its own log, where the user looks for why it ended
+        if held_by_user(task.stopped_by):  # in its own log, where the user looks for why it ended
             self._note(task, notes.held(task.label))
         self._record(task, "exited")
         self.view.task_final(task.name, code, task.stopped_by)
@@ -327,7 +325,8 @@ class Supervisor:
         self._write_self()
         self._signal_ready()
         tailers = self._progress_tailers()
-        facts = FactsWriter(self.layout, self.host, {t.name: t.port for t in self.tasks})
+        facts = FactsWriter(self.layout, self.host, {t.name: t.port for t in self.tasks},
+                            traffic=TaskTraffic.for_plan(self.run["plan"], self.host))
         # The first look one interval after the tasks started, not at once: they have used no CPU and
         # listen nowhere yet, and the first look reads every process's environment (once per pid), work
         # that would compete with the hosts still starting when many share a machine.

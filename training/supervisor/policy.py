@@ -32,6 +32,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..telemetry.task_record import held_by_user
+
 if TYPE_CHECKING:
     from typing import Any
 
@@ -97,7 +99,7 @@ def outcome(plan: dict[str, Any], finals: dict[str, dict[str, Any]]) -> str | No
     for final in finals.values():
         if final.get("stopped_by") is None and final.get("code") != 0:
             return "failed"
-    if any(finals.get(name, {}).get("stopped_by") == "user" for name in needed_for_the_run(plan)):
+    if any(held_by_user(finals.get(name, {}).get("stopped_by")) for name in needed_for_the_run(plan)):
         return "stopped"
     wanted = waited_for(plan)
     if not wanted or not wanted <= finals.keys():

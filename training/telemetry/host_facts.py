@@ -8,9 +8,12 @@ whether the supervisor itself still lives (`read_facts`); `status` reads the sam
 (orchestrator/run/read_host.py): the dashboard and `status` judge liveness from the very same facts
 (orchestrator/monitor/views.py). Where the host has GPUs (NVML or nvidia-smi: gpu_use.py) the file also
 holds them (`gpus`: utilisation, memory, temperature, power) and each task's `gpu_mem`, the MiB its own
-processes hold on each GPU index ({}: none; absent: the GPUs were not read). A facts file that stopped
-changing because its supervisor died is no news: the supervisor's death is, and the run's processes are
-then counted again from /proc (and its GPU figures dropped: nobody reads the GPUs for it any more).
+processes hold on each GPU index ({}: none; absent: the GPUs were not read). On a host that runs a PS
+task (or a multi-worker-mirrored worker) it also holds that task's measured traffic, counters and
+current rates (`ps_tcp` or `allreduce_tcp`: traffic.py), so one read of the file has them. A facts
+file that stopped changing because its supervisor died is no news: the supervisor's death is, and the
+run's processes are then counted again from /proc (and its GPU and traffic figures dropped: nobody
+measures them for it any more).
 Stdlib only.
 """
 
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING
 from ..run.layout import RUN_DIR_ENV, RunLayout
 from .gpu_use import GpuSampler, attribute, pids_visible
 from .task_cpu import TaskCpu
+from .traffic import TRAFFIC_KEYS, TaskTraffic
 
 if TYPE_CHECKING:
     from typing import Any
@@ -53,7 +57,8 @@ class FactsWriter:
     """The supervisor's: `update(now)` samples its host's tasks and rewrites the facts file."""
 
     def __init__(self, layout: RunLayout, host: str, ports: dict[str, int | None], proc: str = "/proc",
-                 gpus: GpuSampler | None = None, find_gpus: bool = True) -> None:
+                 gpus: GpuSampler | None = None, find_gpus: bool = True,
+                 traffic: TaskTraffic | None = None) -> None:
         self.layout = layout
         self.host = host
         self.ports = ports  # this host's task names -> their TF port (None: no server)
@@ -61,6 +66,7 @@ class FactsWriter:
         self.cpu = TaskCpu(layout.root, proc)
         self.facts: dict[str, dict[str, Any]] = {}
         self.gpus = gpus if gpus is not None or not find_gpus else GpuSampler.if_present()
+        self.traffic = traffic  # None: no task of this host is measured
 
     def update(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -83,11 +89,13 @@ class FactsWriter:
             }
             if matched:
                 self.facts[name]["gpu_mem"] = held.get(name, {})
+        doc: dict[str, Any] = {"host": self.host, "t": now, "tasks": self.facts}
+        if gpus is not None:
+            doc["gpus"] = gpus.gpus
+        if self.traffic is not None:
+            doc[self.traffic.key] = self.traffic.sample(now, self.cpu.pids_of)
         tmp = f"{self.layout.facts_file(self.host)}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
-            doc: dict[str, Any] = {"host": self.host, "t": now, "tasks": self.facts}
-            if gpus is not None:
-                doc["gpus"] = gpus.gpus
             f.write(json.dumps(doc, separators=(",", ":")))
         os.replace(tmp, self.layout.facts_file(self.host))
 
@@ -111,6 +119,9 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
         out["tasks"] = doc.get("tasks", {})
         if "gpus" in doc:
             out["gpus"] = doc["gpus"]
+        for key in TRAFFIC_KEYS:
+            if key in doc:
+                out[key] = doc[key]
     except (OSError, ValueError):
         pass
     try:
@@ -124,6 +135,8 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
     if not alive:
         # No supervisor reads the GPUs any more: what the file says of them is old
         out.pop("gpus", None)
+        for key in TRAFFIC_KEYS:
+            out.pop(key, None)  # nor measures the traffic: its last rates are not current
         for facts in out["tasks"].values():
             if isinstance(facts, dict):
                 facts.pop("gpu_mem", None)

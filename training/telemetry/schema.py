@@ -15,24 +15,22 @@ if TYPE_CHECKING:  # typing costs the supervisor's start-up time on every host
 
 SCHEMA_VERSION = 1
 
-KIND_TASK_STATE = "task_state"  # state, pid, exit_code, restarts, signal, final, held
-# task_state fields: signal = the signal that ended the process (exit_code is then null); final = it will never
-# be started again; held = the user stopped it for good (its hold file, training/supervisor/hold.py, exists):
-# final and not a failure, whatever its exit code.
+KIND_TASK_STATE = "task_state"  # a TaskRecord (training/telemetry/task_record.py: its fields and meaning)
 KIND_PROGRESS = "progress"  # local_step, global_step, examples, loss, interval_s, ps_bytes
 # progress field meanings (consumers rely on them): local_step and examples are cumulative counts for this
 # task process (examples/s = delta examples / delta t); interval_s = seconds since the previous progress event;
 # ps_bytes = {"ps-0": {"pulled": int, "pushed": int}, ...}: bytes this task read from / wrote to each PS task
 # during that interval (accounted from variable sizes and placement).
-# host_sample.ps_tcp = {"ps-0": {"port": int, "bytes_in": int, "bytes_out": int, "peers": {ip: {"in": int,
-# "out": int}}}}: monotonic byte counters measured by the agent from the kernel, PS side: the connections
-# the PS server accepts on its port and the ones the PS process opens to other tasks' ports (TensorFlow's
-# RecvTensor is issued by the receiver, so gradients reach a PS over connections the PS opened).
+# host_sample.ps_tcp = {"ps-0": {"port": int, "t": float, "bytes_in": int, "bytes_out": int, "in_Bps": float|null,
+# "out_Bps": float|null, "peers": {ip: {"bytes_in", "bytes_out", "in_Bps", "out_Bps"}}}}: what the PS host's
+# supervisor measured from the kernel (training/telemetry/traffic.py), forwarded from its facts file:
+# monotonic byte counters and their smoothed rates, PS side: the connections the PS server accepts on its
+# port and the ones the PS process opens to other tasks' ports (TensorFlow's RecvTensor is issued by the
+# receiver, so gradients reach a PS over connections the PS opened). `allreduce_tcp`: the same for each
+# multi-worker-mirrored worker.
 # heartbeat carries interval_s (the agent's sampling interval).
 KIND_HOST_SAMPLE = "host_sample"  # cpu_pct, mem_pct, gpus, ps_tcp
 KIND_HEARTBEAT = "heartbeat"
-
-TASK_STATES = ("starting", "running", "exited", "restarting")
 
 
 def make_event(kind: str, host: str, *, job: str | None = None, task: int | None = None,

@@ -109,6 +109,10 @@ class TaskCpu:
         known = self._known.get(pid)
         return None if known is None else known[1]
 
+    def pids_of(self, name: str) -> list[int]:
+        """A task's live processes, as of the last sample."""
+        return [pid for pid, (_, task) in self._known.items() if task == name]
+
     def _learn(self, pid: int) -> tuple[tuple[int, int, str] | None, str | None]:
         """Read a process's environment: (its stat, its task name) when it is one of the run's tasks."""
         ours, task_id = _environ_marks(self.proc, pid, self.run_dir)
