@@ -96,7 +96,13 @@ class Bench:
         self.files: dict[int, Path] = {}
         self.port_conflicts: list[str] = []
 
-    def hosts_file(self, n: int) -> Path:
+    def hosts_file(self, n: int, client: str | None = None) -> Path:
+        """n hosts, a ps and a worker each (`client`: their [ssh] client, else the default)."""
+        if client is not None:
+            path: Path = self.m.hosts_toml(self.tmp / f"hosts-{n}-{client}.toml", roles=[["ps", "worker"]] * n,
+                                           training={"command": "sleep 600", "max_restarts": 0, "sync": ["train.py"]},
+                                           host_extra={i: {"ssh": {"client": client}} for i in range(n)})
+            return path
         if n not in self.files:
             self.files[n] = self.m.hosts_toml(self.tmp / f"hosts-{n}.toml", roles=[["ps", "worker"]] * n, training={
                 "command": "sleep 600", "max_restarts": 0, "sync": ["train.py"]})

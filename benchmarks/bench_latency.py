@@ -59,10 +59,12 @@ class Latency:
         self.env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
         self.env |= {"TFCLUSTER_STATE_DIR": str(tmp / "state"), "COLUMNS": "200"}
 
-    def hosts_file(self, name: str, n: int, training: dict[str, object]) -> Path:
-        """The first n machines: a ps on the first, a worker on each of the others."""
+    def hosts_file(self, name: str, n: int, training: dict[str, object], client: str | None = None) -> Path:
+        """The first n machines: a ps on the first, a worker on each of the others (`client`: their [ssh]
+        client, else the default)."""
         roles = [["ps"]] + [["worker"]] * (n - 1)
-        return self.m.hosts_toml(self.tmp / f"hosts-{name}.toml", roles=roles, training=training)
+        extra = {i: {"ssh": {"client": client}} for i in range(n)} if client else None
+        return self.m.hosts_toml(self.tmp / f"hosts-{name}.toml", roles=roles, training=training, host_extra=extra)
 
     def ssh_true(self) -> None:
         m = self.m

@@ -95,10 +95,13 @@ class Rig:
         self.env = {**os.environ, "TFCLUSTER_STATE_DIR": str(root / "state"), "COLUMNS": "200"}
         self.runs = 0
 
-    def hosts_toml(self, sync: list[str]) -> Path:
+    def hosts_toml(self, sync: list[str], client: str | None = None) -> Path:
+        """`client`: the hosts' [ssh] client (else the default)."""
         roles = [["worker"] for _ in self.machines.addresses]
-        return self.machines.hosts_toml(self.root / "hosts.toml", roles=roles, mode="multi-worker-mirrored",
-                                        training={"command": "sleep 600", "sync": sync})
+        extra = {i: {"ssh": {"client": client}} for i in range(len(roles))} if client else None
+        return self.machines.hosts_toml(self.root / f"hosts{'-' + client if client else ''}.toml", roles=roles,
+                                        mode="multi-worker-mirrored", training={"command": "sleep 600", "sync": sync},
+                                        host_extra=extra)
 
     def start_and_stop(self, hosts: Path) -> tuple[float, int, int]:
         """(seconds, start's peak kB, the launchers' peak kB) of one start, then stop --purge."""

@@ -65,7 +65,7 @@ import psutil
 from orchestrator.run.local_ports import free_port_block
 from orchestrator.run.slurm_job import ENDED as ENDED_STATES
 from orchestrator.run.slurm_job import parse_fields
-from testkit.sshd import toml_value
+from testkit.toml_out import toml_value
 from testkit.tools import find_tool, search_path
 
 SLURM_PATH_ENV = "TFCLUSTER_SLURM_PATH"

@@ -17,6 +17,8 @@ API (use it from any integration test; the fixture lives in tests/conftest.py):
         m.new_host_key(i)               # give machine i a fresh host key (restarts it): "key changed"
         m.write_known_hosts(path, exclude=[i])   # a known_hosts without machine i: "key unknown"
         path = m.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["chief", "worker"], ["worker"]])
+        m = sshd_machines(1, user_ca=True)   # sshd also trusts user certificates signed by the set's CA:
+        cert = m.sign_user_key(pub_key_path)  # a login with a key authorised only by its certificate
 
 `hosts_toml` writes a valid hosts.toml for the machines: hosts named m0, m1, ..., `python` = this
 venv's interpreter, each host's workdir (the shared one by default), and an `[ssh]` section that never touches the
@@ -44,7 +46,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import getpass
-import json
 import os
 import shutil
 import signal
@@ -58,6 +59,8 @@ from pathlib import Path
 import psutil
 
 from orchestrator.run.local_ports import free_port_on
+from testkit.ssh_certs import new_user_ca, sign_user_key
+from testkit.toml_out import toml_value
 from testkit.tools import find_tool, search_path
 
 START_TIMEOUT_S = 10.0
@@ -96,26 +99,16 @@ def _keygen(path: Path, comment: str) -> None:
     )
 
 
-def toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, Mapping):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {value!r} as TOML")
 
 
 class Machines:
     """A set of loopback machines, each a real sshd process. Build with `start_machines(n)`."""
 
     def __init__(self, n: int, root: Path, user_key: Path, first_address: int = 2, owns_root: bool = False,
-                 home: str | None = None, sftp: bool = True, shared_workdir: bool = True) -> None:
+                 home: str | None = None, sftp: bool = True, shared_workdir: bool = True,
+                 user_ca: bool = False) -> None:
         self.root = root
+        self.user_ca = new_user_ca(root / "user_ca") if user_ca else None  # trusted by every machine's sshd
         self.shared_workdir = shared_workdir  # one workdir for every machine, as an NFS home
         self.sftp = sftp  # False: sshd without an SFTP subsystem (some hardened servers); exec only
         self.home = home  # None: the login shell skips ~/.bashrc (SHLVL=1); else HOME for every session
@@ -173,6 +166,7 @@ class Machines:
             "LoginGraceTime 30",
             "LogLevel VERBOSE",
             *(["Subsystem sftp internal-sftp"] if self.sftp else []),
+            *([f"TrustedUserCAKeys {self.user_ca}.pub"] if self.user_ca is not None else []),
             # bash sources ~/.bashrc for commands run by sshd when it is a top-level shell (SHLVL < 2).
             # The developer's interactive rc (pyenv init, ...) is not part of a simulated machine and
             # costs each session a second on a loaded box; SHLVL=1 makes bash skip it. With `home`,
@@ -266,6 +260,11 @@ class Machines:
         key_type, key_b64 = Path(str(self._host_key(i)) + ".pub").read_text().split()[:2]
         return f"[{self.addresses[i]}]:{self.port} {key_type} {key_b64}"
 
+    def sign_user_key(self, public_key: str | os.PathLike[str], principal: str | None = None) -> Path:
+        """`<key>-cert.pub`: the key signed by the set's CA (start_machines(user_ca=True)) for `principal`."""
+        assert self.user_ca is not None, "these machines trust no user CA: start_machines(n, user_ca=True)"
+        return sign_user_key(self.user_ca, public_key, principal or self.user)
+
     def write_known_hosts(self, path: str | os.PathLike[str], exclude: Iterable[int] = ()) -> str:
         skip = set(exclude)
         lines = [self.host_key_line(i) for i in range(len(self.addresses)) if i not in skip]
@@ -355,10 +354,11 @@ _next_address = 2
 
 
 def start_machines(n: int, root: Path | None = None, *, home: str | None = None, sftp: bool = True,
-                   shared_workdir: bool = True) -> Machines:
+                   shared_workdir: bool = True, user_ca: bool = False) -> Machines:
     """Start n fresh machines on loopback addresses no other live set in this process uses (`home`: see
     the module docstring; `sftp=False`: their sshd has no SFTP subsystem; `shared_workdir=False`: each
-    machine its own workdir instead of one shared by all)."""
+    machine its own workdir instead of one shared by all; `user_ca=True`: their sshd also accepts user
+    certificates signed by the set's CA, Machines.sign_user_key)."""
     global _next_address
     missing = sshd_available()
     if missing:
@@ -370,7 +370,7 @@ def start_machines(n: int, root: Path | None = None, *, home: str | None = None,
     owns_root = root is None
     root = root or Path(tempfile.mkdtemp(prefix="tfcluster-sshd-"))
     machines = Machines(n, root, _user_key(), first_address=first, owns_root=owns_root, home=home, sftp=sftp,
-                        shared_workdir=shared_workdir)
+                        shared_workdir=shared_workdir, user_ca=user_ca)
     _LIVE.append(machines)
     try:
         machines.start_all()

@@ -79,17 +79,18 @@ def state_dir(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
 
 @pytest.fixture(scope="session")
 def sshd_machines() -> Iterator[Callable[..., Machines]]:
-    """Factory: `sshd_machines(n, shared_workdir=True, home=None)` starts n fresh loopback machines (lazily:
-    nothing runs until called), sharing one workdir as an NFS home does unless `shared_workdir=False` (for
-    tests that need local disks: they say so); `home`: every session's HOME (bash reads its .bashrc).
+    """Factory: `sshd_machines(n, shared_workdir=True, home=None, user_ca=False)` starts n fresh loopback
+    machines (lazily: nothing runs until called), sharing one workdir as an NFS home does unless
+    `shared_workdir=False` (for tests that need local disks: they say so); `home`: every session's HOME (bash
+    reads its .bashrc); `user_ca`: sshd also accepts user certificates (testkit Machines.sign_user_key).
 
     Every sshd started through it is killed at the end of the session."""
     missing = sshd.sshd_available()
 
-    def start(n: int, *, shared_workdir: bool = True, home: str | None = None) -> Machines:
+    def start(n: int, *, shared_workdir: bool = True, home: str | None = None, user_ca: bool = False) -> Machines:
         if missing:
             pytest.fail(missing)
-        return sshd.start_machines(n, shared_workdir=shared_workdir, home=home)
+        return sshd.start_machines(n, shared_workdir=shared_workdir, home=home, user_ca=user_ca)
 
     try:
         yield start

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from orchestrator.config.kinds import HostTransport, SSHClient
 from orchestrator.config.modes import Mode
 from orchestrator.config.slurm_schema import SlurmSection, custom_error
 from orchestrator.config.strict import Strict
@@ -39,16 +40,21 @@ class ClusterSection(Strict):
 class SSHOptions(Strict):
     """SSH settings; `[ssh]` gives defaults, `[hosts.ssh]` overrides them per host. None = not set here."""
 
-    user: str | None = None
+    # The strings below also reach the system's `ssh` (client = "openssh"): one line each.
+    user: OneLine | None = None
     port: Port | None = None
-    identity_file: str | None = None
+    identity_file: OneLine | None = None
     strict_host_key_checking: HostKeyPolicy | None = None
-    known_hosts: str | None = None
+    known_hosts: OneLine | None = None
     connect_timeout: Annotated[float, Field(gt=0, le=600)] | None = None
     keepalive: Annotated[int, Field(ge=0, le=3600)] | None = None
-    proxy_jump: str | None = None
+    proxy_jump: OneLine | None = None
     use_agent: bool | None = None
-    config_file: str | None = None  # ~/.ssh/config by default; "none" disables it
+    config_file: OneLine | None = None  # ~/.ssh/config by default; "none" disables it
+    # Which SSH client carries the commands (orchestrator.config.kinds): "paramiko" (default) or "openssh".
+    client: SSHClient | None = None
+    # openssh: seconds a shared connection (ControlMaster) outlives its last command; 0 = none shared.
+    control_persist: Annotated[int, Field(ge=0, le=86400)] | None = None
 
 
 def _check_env(env: dict[str, str] | None) -> dict[str, str] | None:
@@ -75,7 +81,7 @@ class HostConfig(Strict):
     # multi-worker-mirrored mode (orchestrator.config.rules.gpus_per_task).
     gpus_per_task: Annotated[int, Field(ge=1, le=64)] | None = None
     workers: Annotated[int, Field(ge=1, le=64)] | None = None
-    transport: Literal["ssh", "local"] = "ssh"
+    transport: HostTransport = "ssh"
     ssh: SSHOptions | None = None
     # Per-host overrides of [remote]: loopback "machines" share one filesystem and need their own workdir.
     python: Annotated[OneLine, Field(min_length=1)] | None = None
@@ -201,4 +207,6 @@ SSH_DEFAULTS = SSHOptions(
     connect_timeout=10.0,
     keepalive=15,
     use_agent=True,
+    client="paramiko",
+    control_persist=60,
 )

@@ -11,11 +11,14 @@ file parsed once, and refuses two entries that are one machine once aliases are 
 
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
+import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from orchestrator.config.kinds import transport_kind
 from orchestrator.config.schema import SSH_DEFAULTS, Config, HostConfig, SSHOptions
 from orchestrator.errors import ConfigError
 
@@ -24,6 +27,11 @@ if TYPE_CHECKING:
 
 DEFAULT_CONFIG_FILE = "~/.ssh/config"
 DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
+# ssh config keywords Paramiko keeps but never acts on (it does not follow Include, load a CertificateFile,
+# speak GSSAPI without extra packages, or use a FIDO key provider).
+PARAMIKO_GAPS = {"include": "Include", "certificatefile": "CertificateFile",
+                 "gssapiauthentication": "GSSAPIAuthentication", "securitykeyprovider": "SecurityKeyProvider",
+                 "pkcs11provider": "PKCS11Provider"}
 _POLICY_FROM_OPENSSH = {"yes": "yes", "ask": "yes", "accept-new": "accept-new", "no": "no", "off": "no"}
 
 
@@ -42,6 +50,9 @@ class ResolvedSSH:
     connect_timeout: float
     keepalive: int  # seconds between keepalive packets, 0 = off
     proxy_jump: tuple[ResolvedSSH, ...] = ()
+    # ssh config lines for this host that Paramiko does not act on (PARAMIKO_GAPS), as `Key value`: a
+    # failure to reach the host names them and suggests client = "openssh" (`paramiko_hint`).
+    paramiko_gaps: tuple[str, ...] = ()
 
     @property
     def look_for_keys(self) -> bool:
@@ -52,6 +63,13 @@ class ResolvedSSH:
     def known_hosts_name(self) -> str:
         """How this host is named in known_hosts (OpenSSH: `[host]:port` unless the port is 22)."""
         return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+    def paramiko_hint(self) -> str:
+        """" (the ssh config's <lines> ...: set client = "openssh")", or "" when Paramiko misses nothing."""
+        if not self.paramiko_gaps:
+            return ""
+        return (f" (the ssh config's {'; '.join(self.paramiko_gaps)} is not read by the Paramiko client: "
+                'set `client = "openssh"` in [ssh] to reach the host as `ssh` does)')
 
     def describe(self) -> str:
         via = "".join(f" via {j.user}@{j.hostname}:{j.port}" for j in self.proxy_jump)
@@ -95,11 +113,38 @@ def resolve_hosts(config: Config, source: str) -> HostsSSH:
         except ConfigError as exc:  # the ssh config names no file; this error is about ours
             key = exc.key if exc.key and exc.source == "hosts.toml" else f"hosts[{i}].address"
             raise ConfigError(source, key, exc.message, suggestion=exc.suggestion) from None
+        if transport_kind(host.transport, explicit.client) == "openssh":
+            r = out.resolved[host.name] = _as_openssh_dials(r, host.address, explicit)
         endpoint = (r.hostname.lower(), r.port, tuple((j.hostname.lower(), j.port) for j in r.proxy_jump))
         if endpoint in seen:
             raise ConfigError(source, f"hosts[{i}].address", _same_machine(config, i, seen[endpoint], r))
         seen[endpoint] = i
     return out
+
+
+def _as_openssh_dials(r: ResolvedSSH, address: str, explicit: SSHOptions) -> ResolvedSSH:
+    """`r` with the HostName and Port the system's ssh resolves `address` to (`ssh -G`), for a host reached
+    by client = "openssh": its config may define the alias where Paramiko's parser does not look
+    (Include, Match). Unchanged when ssh cannot say (not installed, a config it refuses: the first command
+    reports that)."""
+    if address.startswith("-"):
+        return r  # not an option for ssh: the transport refuses the address
+    argv = ["ssh", "-G"]
+    if explicit.config_file is not None:
+        argv += ["-F", os.devnull if explicit.config_file.lower() == "none" else _expand(explicit.config_file)]
+    if explicit.port is not None:
+        argv += ["-p", str(explicit.port)]
+    if explicit.user is not None:
+        argv += ["-l", explicit.user]
+    try:
+        done = subprocess.run([*argv, "--", address], capture_output=True, text=True, timeout=10, check=False,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return r
+    said = dict(line.split(" ", 1) for line in done.stdout.splitlines() if " " in line)
+    if done.returncode != 0 or not said.get("hostname") or not said.get("port", "").isdigit():
+        return r
+    return dataclasses.replace(r, hostname=said["hostname"], port=int(said["port"]))
 
 
 def _same_machine(config: Config, i: int, j: int, r: ResolvedSSH) -> str:
@@ -228,11 +273,18 @@ def resolve_ssh(
             jumps.extend(hop_resolved.proxy_jump)  # a jump host's own ProxyJump comes before it
             jumps.append(_without_jumps(hop_resolved))
 
+    gaps = tuple(f"{name} {_one(found[key])}" for key, name in PARAMIKO_GAPS.items()
+                 if found.get(key) and not (key == "gssapiauthentication" and _bool(_one(found[key])) is False))
     return ResolvedSSH(
         alias=address, hostname=hostname, port=port, user=user, identity_files=identity_files,
         use_agent=use_agent, policy=policy, known_hosts=known_hosts, connect_timeout=connect_timeout,
-        keepalive=keepalive, proxy_jump=tuple(jumps),
+        keepalive=keepalive, proxy_jump=tuple(jumps), paramiko_gaps=gaps,
     )
+
+
+def _one(value: object) -> str:
+    """A config value as one string (Paramiko keeps some keys, IdentityFile for one, as lists)."""
+    return " ".join(str(v) for v in value) if isinstance(value, list) else str(value)
 
 
 def _without_jumps(r: ResolvedSSH) -> ResolvedSSH:

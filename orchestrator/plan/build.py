@@ -22,9 +22,10 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from orchestrator.config.kinds import Transport
 from orchestrator.config.schema import SSHOptions
 from orchestrator.config.validate import ValidConfig
-from orchestrator.plan.model import JOB_ORDER, ClusterPlan, HostPlan, Job, TaskPlan, Transport
+from orchestrator.plan.model import JOB_ORDER, ClusterPlan, HostPlan, Job, TaskPlan
 from training.run.layout import host_module
 
 

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, cast, get_args
 
+from orchestrator.config.kinds import Transport
 from orchestrator.config.modes import Mode
 from orchestrator.config.schema import SSHOptions, TrainingSection
 from orchestrator.plan.names import task_name
@@ -18,7 +19,6 @@ from orchestrator.plan.names import task_name
 Job = Literal["chief", "ps", "worker"]
 JOBS: tuple[Job, ...] = get_args(Job)
 JOB_ORDER: tuple[Job, ...] = ("chief", "ps", "worker")  # TF_CONFIG lists jobs in this order
-Transport = Literal["ssh", "local", "slurm"]  # "slurm": a node reached through its job (transport/srun.py)
 
 
 class PlanDecodeError(ValueError):

@@ -1,7 +1,9 @@
 """The Transport contract: run a command on one host, move files, stream lines. One result type.
 
-Implementations: `orchestrator.transport.ssh.SSHTransport` (Paramiko) and
-`orchestrator.transport.local.LocalTransport` (subprocess, for hosts with transport = "local").
+Implementations: `orchestrator.transport.ssh.SSHTransport` (Paramiko), `orchestrator.transport.openssh.
+OpenSSHTransport` (the system's `ssh`, [ssh] client = "openssh"), `orchestrator.transport.local.LocalTransport`
+(subprocess, for hosts with transport = "local") and `orchestrator.transport.srun.SrunTransport` (a Slurm job's
+node); orchestrator.transport.factory builds them from one registry.
 A command either runs to its end (`run`, `run_shell`), streams its stdout (`stream`), or holds a
 conversation (`open_session`: stdin written and stdout read while it runs). Every command runs under
 /bin/sh, or under the user's login shell first when the host says `login_shell` (`login_wrap`).

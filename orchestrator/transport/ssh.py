@@ -4,7 +4,7 @@ Connections go through the host's ProxyJump chain, with one more try where it ca
 (orchestrator.transport.connect_policy); the client socket acknowledges at once and remembers a reset
 (ssh_channel.ClientSocket); host keys and identities are checked by orchestrator.transport.ssh_keys;
 every Paramiko or socket failure becomes a HostError in orchestrator.transport.ssh_faults. A command
-runs under /bin/sh whatever the login shell (ssh_channel.sh_wrap; under `$SHELL -l` first with
+runs under /bin/sh whatever the login shell (shell_wrap.sh_wrap; under `$SHELL -l` first with
 `login_shell`) and is killed with its children when it outlives its timeout. `open_session` keeps a
 command's stdin open for a conversation (ssh_channel.SSHSession: start's one command per host).
 """
@@ -31,17 +31,14 @@ from orchestrator.transport.connect_policy import (
     ConnectFailed,
     worth_another_try,
 )
+from orchestrator.transport.shell_wrap import kill_script, new_session_tag, sh_wrap, split_pid_marker
 from orchestrator.transport.ssh_channel import (
     ClientSocket,
     SSHLineStream,
     SSHSession,
     await_pid,
     drain,
-    kill_script,
-    new_session_tag,
     send_signal,
-    sh_wrap,
-    split_pid_marker,
 )
 from orchestrator.transport.ssh_faults import SSH_FAULTS, dial_error, handshake_error, mapped, tunnel_error
 from orchestrator.transport.ssh_keys import HostKeyPolicy, auth_keys, identity, load_known_hosts

@@ -44,7 +44,7 @@ def dial_error(host: str, s: ResolvedSSH, exc: OSError) -> HostError:
     if isinstance(exc, TimeoutError):
         return HostError(host, "timeout", f"{where}: no answer within {s.connect_timeout:g}s")
     if isinstance(exc, socket.gaierror):
-        return HostError(host, "unreachable", f"cannot resolve {s.hostname}: {exc.strerror}")
+        return HostError(host, "unreachable", f"cannot resolve {s.hostname}: {exc.strerror}{s.paramiko_hint()}")
     return HostError(host, "unreachable", f"{where}: {exc.strerror or exc}")
 
 
@@ -81,7 +81,7 @@ def handshake_error(host: str, s: ResolvedSSH, exc: BaseException, started: floa
     if isinstance(exc, paramiko.AuthenticationException):
         keys = ", ".join(s.identity_files) or "default keys"
         agent = " and the agent" if s.use_agent else ""
-        return HostError(host, "auth-failed", f"{where}: tried {keys}{agent}: {exc}")
+        return HostError(host, "auth-failed", f"{where}: tried {keys}{agent}: {exc}{s.paramiko_hint()}")
     if isinstance(exc, TimeoutError):
         return HostError(host, "timeout", f"{where}: SSH handshake timed out")
     when = "during the SSH handshake" if peer is not None and peer.heard else "before the SSH banner"
@@ -91,7 +91,7 @@ def handshake_error(host: str, s: ResolvedSSH, exc: BaseException, started: floa
     if peer is not None and not peer.heard and _closed(exc):  # e.g. sshd's MaxStartups, under load
         return HostError(host, "unreachable", f"{where}: the connection was closed {when}")
     if "authentication methods available" in text:  # no key at all: no file, empty agent
-        return HostError(host, "auth-failed", f"{where}: no key to offer: {text}")
+        return HostError(host, "auth-failed", f"{where}: no key to offer: {text}{s.paramiko_hint()}")
     cause = exc.__cause__ or exc.__context__
     timed_out = (
         isinstance(cause, TimeoutError)

@@ -16,7 +16,8 @@ import pytest
 
 from orchestrator.run import records
 from testkit.slurm import SlurmCluster
-from testkit.sshd import Machines, toml_value
+from testkit.sshd import Machines
+from testkit.toml_out import toml_value
 from tests.integration.lifecycle_helpers import cli
 from tests.integration.slurm_helpers import assert_nothing_left, job_of, run_id_of, settled, slurm_env
 

@@ -14,7 +14,7 @@ from orchestrator.config.schema import Config
 from orchestrator.plan.from_file import plan_config
 from orchestrator.transport.factory import transport_for
 from orchestrator.transport.local import LocalTransport
-from orchestrator.transport.ssh_channel import sh_wrap
+from orchestrator.transport.shell_wrap import sh_wrap
 
 BASH = shutil.which("bash")
 

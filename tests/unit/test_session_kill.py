@@ -1,4 +1,4 @@
-"""`kill_script` (orchestrator/transport/ssh_channel.py), the SIGKILL a timed-out or closed SSH command gets,
+"""`kill_script` (orchestrator/transport/shell_wrap.py), the SIGKILL a timed-out or closed SSH command gets,
 run under this machine's /bin/sh against real processes: it kills the session's whole group while the
 session's pid carries the session's tag, kills what is left of the group once the pid is gone, and never
 touches a process that got the pid after the session ended (pid_max is 32768 here: a busy suite reuses
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.transport.ssh_channel import SESSION_ENV, kill_script, new_session_tag, sh_wrap
+from orchestrator.transport.shell_wrap import SESSION_ENV, kill_script, new_session_tag, sh_wrap
 from tests.helpers.procs import gone, read_pid, wait_gone
 
 

@@ -16,7 +16,7 @@ import pytest
 from orchestrator.errors import HostError
 from orchestrator.transport.base import shell_command
 from orchestrator.transport.local import LocalTransport
-from orchestrator.transport.ssh_channel import sh_wrap, split_pid_marker
+from orchestrator.transport.shell_wrap import sh_wrap, split_pid_marker
 from tests.helpers.procs import read_pid, wait_gone
 from tests.helpers.quoting import ECHO_ARGV, NASTY
 

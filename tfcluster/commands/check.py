@@ -15,6 +15,7 @@ from tfcluster.common import HostsFile, console, load_plan, widen
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from orchestrator.plan.model import ClusterPlan
     from orchestrator.run.check import CheckReport, HostCheck
 
 MIN_WIDTH = 140
@@ -34,8 +35,14 @@ def check(
         bool, typer.Option("--import-tf", help="Import TensorFlow on each host now (slow), even when its answer is "
                            "cached or the plan does not need it (the built-in trainers and the TF2 modes always check it).")
     ] = False,
+    close: Annotated[
+        bool, typer.Option("--close", help='Close the hosts\' shared ssh connections (client = "openssh") and exit.')
+    ] = False,
 ) -> None:
-    """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock."""
+    """Connect to every host in parallel and check SSH, python, TensorFlow, GPUs, ports, disk and clock.
+
+    With client = "openssh" at a terminal, each host's shared connection is opened first, one host at a
+    time, so a password or second factor can be typed once; later commands reuse it without asking."""
     from rich.markup import escape
 
     from orchestrator.run.check import local_tf_version, run_check
@@ -45,6 +52,11 @@ def check(
 
     plan = load_plan(hosts_file)
     out = widen(console(), MIN_WIDTH)
+    if close:
+        _close_shared(plan)
+        return
+    if not as_json and sys.stdin.isatty() and sys.stderr.isatty():
+        _open_shared(plan)
 
     def progress(row: HostCheck) -> None:
         if not as_json and out.is_terminal:
@@ -62,6 +74,34 @@ def check(
         print_report(out, report)
     unreachable = any(h.failure in ("refused", "timeout", "unreachable") for h in report.hosts)
     raise typer.Exit(exit_codes.UNREACHABLE if unreachable else exit_codes.OK if report.ready else exit_codes.FAILED)
+
+
+def _close_shared(plan: ClusterPlan) -> None:
+    from rich.markup import escape
+
+    from orchestrator.transport.shared import close_shared
+
+    closed = close_shared(plan.hosts)
+    console().print(escape(f"closed the shared ssh connections to {', '.join(closed)}") if closed
+                    else "no shared ssh connection was open")
+
+
+def _open_shared(plan: ClusterPlan) -> None:
+    """Open the shared connections before the parallel probes, with the terminal (one host at a time)."""
+    from rich.markup import escape
+
+    from orchestrator.transport.shared import Opened, open_interactively
+
+    err = console(stderr=True)
+
+    def said(row: Opened) -> None:
+        if row.error is not None:
+            err.print(f"  {escape(row.error.one_line())}")
+        else:
+            err.print(f"  {escape(row.host)}: {'reusing the' if row.reused else 'opened a'} shared ssh connection; "
+                      "later commands reuse it without asking while it lasts (`check --close` or `stop` closes it)")
+
+    open_interactively(plan.hosts, on_opened=said)
 
 
 def _yes_no(value: bool | None, failure: str | None = None) -> str:

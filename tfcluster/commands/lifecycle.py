@@ -18,8 +18,11 @@ from orchestrator.config.modes import Mode
 from tfcluster.common import HostsFile, LatestRunId, console, widen
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from orchestrator.monitor.reducer import ClusterState
     from orchestrator.monitor.task_state import TaskState
+    from orchestrator.plan.model import HostPlan
     from orchestrator.run.records import RunRecord
 
 MIN_WIDTH = 140  # for the tables when stdout is a pipe
@@ -182,6 +185,7 @@ def stop(
             left = left or "none"
             table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
     widen(console(), MIN_WIDTH).print(table)
+    _close_shared(record.plan.hosts)
     cancelled = record.slurm is None or record.slurm.state in ENDED
     if record.slurm is not None:
         console().print(escape(record.notes[-1] if record.notes else f"Slurm job {record.slurm.job_id}"))
@@ -191,6 +195,17 @@ def stop(
     code = exit_codes.for_hosts(failures + ([] if cancelled else [None]))
     if code:
         raise typer.Exit(code)
+
+
+def _close_shared(hosts: Sequence[HostPlan]) -> None:
+    """The run is over: its hosts' shared ssh connections (client = "openssh") are closed too."""
+    from rich.markup import escape
+
+    from orchestrator.transport.shared import close_shared
+
+    closed = close_shared(hosts, end_sessions=False)  # another run's `dash` through them goes on
+    if closed:
+        console().print(escape(f"closed the shared ssh connections to {', '.join(closed)}"))
 
 
 def job_text(job: dict[str, str]) -> str:
