@@ -2,8 +2,8 @@
 
 Each host gets its own thread: it connects (the host's connect timeout), then runs ONE command, a
 Python probe given to the host's `python` with `-c` (all values shell-quoted by the transport). The
-command first prints the remote clock (`date`) on a line of its own marked CLOCK_MARKER (a login shell
-may print lines of its own before it: `echo` in `.bashrc`), then the probe prints one JSON report: Python and
+command first prints the remote clock (`date`) on a line of its own (orchestrator/run/probe_stream.py reads
+it, and gives a first import of TensorFlow a budget of its own), then the probe prints one JSON report: Python and
 TensorFlow versions (and, for the built-in trainers and the TF2 modes, whether TensorFlow imports:
 cached on the host), GPUs (`nvidia-smi -L`; for the built-in trainers also whether TensorFlow sees the
 GPUs the plan gives the host's tasks: orchestrator/run/check_gpus.py), whether each planned port can be
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from orchestrator.plan.checkpoints import checkpoint_hosts, shards_into_shared_d
 from orchestrator.plan.model import ClusterPlan, HostPlan, TaskPlan
 from orchestrator.run.check_gpus import gpu_shortfall_problem, planned_gpu_indexes, tf_gpu_check
 from orchestrator.run.inline_source import standalone_source
+from orchestrator.run.probe_stream import DATE_COMMAND, read_probe
 from orchestrator.run.shared_dirs import shared_workdirs, sharing_notes
 from orchestrator.transport.base import Transport
 from orchestrator.transport.fan_out import fan_out
@@ -41,8 +41,6 @@ TF_DISTRIBUTIONS = (
 )
 LOW_DISK_BYTES = 1 << 30  # below this, warn: checkpoints and logs go to the workdir
 CLOCK_WARN_S = 1.0  # telemetry ages and liveness compare remote timestamps with the local clock
-CLOCK_MARKER = "tfcluster-clock: "  # the line the remote clock is read from, whatever the shell prints first
-DATE_COMMAND = f'echo "{CLOCK_MARKER}$(date +%s.%N 2>/dev/null)"'
 _CONNECT_REASONS = ("refused", "timeout", "unreachable")
 TF2_MODES = ("multi-worker-mirrored", "parameter-server-strategy")
 ImportTf = Literal["always", "cached", "never"]
@@ -216,36 +214,13 @@ def _probe(
     result: HostCheck, host: HostPlan, transport: Transport, argv: list[str], *, timeout: float,
     clock: Callable[[], float],
 ) -> None:
-    sent = clock()
-    stream = transport.stream(argv)
-    timed_out = threading.Event()
-
-    def kill() -> None:
-        timed_out.set()
-        stream.close()
-
-    watchdog = threading.Timer(timeout, kill)  # the stream has no timeout of its own
-    watchdog.daemon = True
-    watchdog.start()
-    lines: list[str] = []
-    remote, clock_line_at = 0.0, 0.0
-    try:
-        for line in stream.lines():
-            if line.startswith(CLOCK_MARKER) and not clock_line_at:
-                clock_line_at, remote = clock(), _remote_clock(line)
-            else:
-                lines.append(line)
-    finally:
-        watchdog.cancel()
-        stream.close()
-    if timed_out.is_set():
-        raise HostError(host.name, "timeout", f"probe did not finish within {timeout:g}s")
-    if remote > 0:
+    out = read_probe(host.name, transport, argv, timeout=timeout, clock=clock)
+    if out.remote_clock > 0:
         # The remote clock was read between `sent` and `clock_line_at`: the offset lies in that
         # window; the output's one-way trip is short, so the late end is the estimate.
-        result.clock_offset_s = remote - clock_line_at
-        result.clock_bounds_s = (remote - clock_line_at, remote - sent)
-    body = [line for line in lines if line.strip()]
+        result.clock_offset_s = out.remote_clock - out.clock_line_at
+        result.clock_bounds_s = (out.remote_clock - out.clock_line_at, out.remote_clock - out.sent)
+    body = [line for line in out.lines if line.strip()]
     if any(line.startswith("tfcluster-probe: python not found") for line in body):
         result.problems.append(f"python not found: {host.python}")
         return
@@ -257,18 +232,10 @@ def _probe(
         except ValueError:
             continue
     if report is None:
-        tail = (getattr(stream, "stderr_tail", "") or "\n".join(body)).strip().splitlines()[-3:]
+        tail = (out.stderr_tail or "\n".join(body)).strip().splitlines()[-3:]
         result.problems.append(f"probe failed under {host.python}: " + " | ".join(tail) if tail else "no output")
         return
     _apply_report(result, report, host.control_port)
-
-
-def _remote_clock(line: str) -> float:
-    """The seconds on a CLOCK_MARKER line; 0 when `date` could not say (no %N: "1700000000.N")."""
-    try:
-        return float(line[len(CLOCK_MARKER):])
-    except ValueError:
-        return 0.0
 
 
 def _compare_disk(result: HostCheck, ship_bytes: int | None) -> None:

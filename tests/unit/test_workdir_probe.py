@@ -82,16 +82,21 @@ def test_the_tf_import_answer_is_cached_per_python_and_tensorflow_files(tmp_path
             "print(json.dumps(h.tf_report(['tensorflow'], 'cached', sys.argv[2])))")
     env = {**os.environ, "COUNT": str(count), "PYTHONPATH": str(Path(host_probe.__file__).parents[2])}
 
+    said: list[bool] = []
+
     def check() -> list[object]:
         out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "site"), str(tmp_path / "cache")],
                              check=True, capture_output=True, text=True, env=env)
-        return list(json.loads(out.stdout))
+        *before, report = out.stdout.splitlines()
+        said.append(before == [host_probe.IMPORTING_TF])  # said before a real import (check's budget for it)
+        return list(json.loads(report))
 
     first = check()
     assert first[0] is False and "libcudart.so.12" in str(first[2]), first
     assert check() == first and count.read_text() == "x"  # cached: imported once
     os.utime(init, (1, 1))
     assert check() == first and count.read_text() == "xx"  # TensorFlow's files changed: imported again
+    assert said == [True, False, True]
 
 
 def test_the_builtin_trainers_and_tf2_modes_check_that_tensorflow_imports() -> None:

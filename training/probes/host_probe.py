@@ -5,7 +5,8 @@ Not shipped as a file: `tfcluster check` sends this module's source to the host'
 "import_tf": "always" | "cached" | "never", "skip_keras": true when the plan's tasks import TensorFlow
 without Keras' eager load (a built-in model: training/task.py), "tf_distributions": [...], "checkpoint_dir": null or the
 absolute shared checkpoint directory to try and identify like the workdir}. So it must run on any Python
-3.6+, use only the standard library, and print exactly one JSON object: Python and TensorFlow versions,
+3.6+, use only the standard library, and print exactly one JSON object (before a real import of
+TensorFlow, also the line IMPORTING_TF): Python and TensorFlow versions,
 GPUs (`nvidia-smi -L`), whether each planned port can be bound, the workdir (usable, its id, this
 machine's id: training/probes/workdir_probe.py), free disk, and the time.
 
@@ -31,6 +32,8 @@ from typing import Any  # noqa: F401 - named in type comments
 from .gpu_check import TeeStderr, likely_cause, planned_gpus, visible_gpus  # inlined when sent
 from .port_probe import port_problem  # inlined when sent (orchestrator/run/inline_source.py)
 from .workdir_probe import machine_id, try_write, workdir_id, workdir_report  # inlined too
+
+IMPORTING_TF = "tfcluster-probe: importing tensorflow"  # said before a real import, which takes seconds
 
 
 def tf_report(distributions, import_tf, cache_dir, gpus=""):
@@ -107,6 +110,7 @@ def import_tensorflow(cache_dir, origin, gpus=""):
                 return dict(cached["answer"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
+    print(IMPORTING_TF, flush=True)  # `check` gives the import time of its own (orchestrator/run/probe_stream.py)
     answer = _import_and_list(gpus)
     if path is not None and cache_dir is not None and "tf_gpu_cause" not in answer:
         try:
