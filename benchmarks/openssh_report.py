@@ -58,16 +58,12 @@ def to_markdown(r: dict[str, Any]) -> str:
     if channel:
         lines += ["## the SSH part alone (in process, no CLI start-up)", "", "| what | median | / ssh host true |",
                   "|---|---|---|"]
-        for name, v in channel["medians_s"].items():
-            ratio = channel["ratios_to_ssh_true"].get(name)
-            lines.append(f"| {name} | {v:.3f} s | {'' if ratio is None else f'{ratio}x'} |")
+        lines += _median_rows(channel["medians_s"], channel["ratios_to_ssh_true"])
         lines += ["", f"Load average: {channel['loads']}.", ""]
     start = r.get("start")
     if start:
         lines += [f"## start of {start['hosts']} hosts", "", "| what | median | / ssh fan-out |", "|---|---|---|"]
-        for name, v in start["medians_s"].items():
-            ratio = start["ratios_to_ssh_fan_out"].get(name)
-            lines.append(f"| {name} | {v:.3f} s | {'' if ratio is None else f'{ratio}x'} |")
+        lines += _median_rows(start["medians_s"], start["ratios_to_ssh_fan_out"])
         lines += ["", f"Target ({start['target']}): {_verdict(start['meets'])}. Load average: {start['loads']}.", ""]
     ship = r.get("ship")
     if ship:
@@ -89,3 +85,9 @@ def to_markdown(r: dict[str, Any]) -> str:
     lines += [f"Machine: {r['machine']['cpus']} CPUs, Python {r['machine']['python']}, {r['machine']['openssh']}; "
               f"measured {r['measured_at']}.", ""]
     return "\n".join(lines)
+
+
+def _median_rows(medians: dict[str, float], ratios: dict[str, float]) -> list[str]:
+    """`| what | median | ratio |` rows: each median with its ratio to the reference ("" where none)."""
+    return [f"| {name} | {v:.3f} s | {'' if ratios.get(name) is None else f'{ratios[name]}x'} |"
+            for name, v in medians.items()]

@@ -11,30 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config.schema import SSHOptions
 from orchestrator.config.ssh_config import resolve_ssh
 from orchestrator.errors import HostError
 from orchestrator.transport.ssh import SSHTransport
 from testkit.sshd import Machines
 from tests.helpers.procs import read_pid, wait_gone
 from tests.helpers.quoting import ECHO_ARGV, NASTY
+from tests.helpers.ssh_clients import ssh_options
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 
-def options(m: Machines, **extra: object) -> SSHOptions:
-    base: dict[str, object] = {
-        "user": m.user, "port": m.port, "identity_file": m.identity_file, "known_hosts": m.known_hosts,
-        "config_file": "none", "use_agent": False, "connect_timeout": 5.0,
-    }
-    base.update(extra)
-    return SSHOptions.model_validate(base)
-
-
 @pytest.fixture
 def ssh(machines: Machines) -> Iterator[SSHTransport]:
-    transport = SSHTransport("m0", resolve_ssh(machines.addresses[0], options(machines)))
+    transport = SSHTransport("m0", resolve_ssh(machines.addresses[0], ssh_options(machines)))
     yield transport
     transport.close()
 
@@ -66,22 +57,9 @@ def test_timeout_kills_the_remote_command(ssh: SSHTransport, tmp_path: Path) -> 
     assert ssh.run(["true"]).ok  # the connection is still usable
 
 
-def test_stream_lines_and_close_kills(ssh: SSHTransport, tmp_path: Path) -> None:
-    stream = ssh.stream(["/bin/sh", "-c", "for i in 1 2 3; do echo line $i; done; echo warn >&2; exit 2"])
-    assert list(stream.lines()) == ["line 1", "line 2", "line 3"]
-    assert stream.exit_code == 2
-    stream.close()
-    pidfile = tmp_path / "stream.pid"
-    forever = ssh.stream(["/bin/sh", "-c", f"echo $$ > {pidfile}; echo start; exec sleep 60"])
-    lines = forever.lines()
-    assert next(lines) == "start"
-    forever.close()
-    wait_gone(read_pid(pidfile))
-
-
 def test_proxy_jump_through_another_machine(machines: Machines) -> None:
     jump = f"{machines.user}@{machines.addresses[1]}:{machines.port}"
-    settings = resolve_ssh(machines.addresses[0], options(machines, proxy_jump=jump))
+    settings = resolve_ssh(machines.addresses[0], ssh_options(machines, proxy_jump=jump))
     assert [j.hostname for j in settings.proxy_jump] == [machines.addresses[1]]
     logins = {i: machines.log_file(i).read_text().count("Accepted publickey") for i in (0, 1)}
     with SSHTransport("m0", settings) as via:
@@ -93,7 +71,7 @@ def test_proxy_jump_through_another_machine(machines: Machines) -> None:
 
 
 def test_dead_jump_host_is_refused(machines: Machines) -> None:
-    settings = resolve_ssh(machines.addresses[0], options(machines, proxy_jump=f"127.0.0.1:{machines.port}"))
+    settings = resolve_ssh(machines.addresses[0], ssh_options(machines, proxy_jump=f"127.0.0.1:{machines.port}"))
     with pytest.raises(HostError) as info:
         SSHTransport("m0", settings).connect()
     assert info.value.reason == "refused"
@@ -101,7 +79,7 @@ def test_dead_jump_host_is_refused(machines: Machines) -> None:
 
 def test_connection_lost_while_streaming(sshd_machines: Callable[[int], Machines]) -> None:
     m = sshd_machines(1)
-    transport = SSHTransport("m0", resolve_ssh(m.addresses[0], options(m)))
+    transport = SSHTransport("m0", resolve_ssh(m.addresses[0], ssh_options(m)))
     stream = transport.stream(["/bin/sh", "-c", "while true; do echo tick; sleep 0.1; done"])
     lines = stream.lines()
     assert next(lines) == "tick"
@@ -126,7 +104,7 @@ def test_key_from_a_real_ssh_agent(
         env = {**os.environ, "SSH_AUTH_SOCK": str(sock)}
         monkeypatch.setenv("SSH_AUTH_SOCK", str(sock))
         monkeypatch.setenv("HOME", str(tmp_path))
-        settings = resolve_ssh(machines.addresses[0], options(machines, identity_file=None, use_agent=True))
+        settings = resolve_ssh(machines.addresses[0], ssh_options(machines, identity_file=None, use_agent=True))
         assert settings.identity_files == () and settings.use_agent
         with pytest.raises(HostError) as info:  # the agent holds no key yet
             SSHTransport("m0", settings).connect()
@@ -146,7 +124,7 @@ def test_unusable_identity_file_is_auth_failed(machines: Machines, tmp_path: Pat
         key.write_text("not a key\n")
     elif kind == "encrypted":  # no agent holds it, and no passphrase can be asked for
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "secret", "-f", str(key)], check=True)
-    settings = resolve_ssh(machines.addresses[0], options(machines, identity_file=str(key)))
+    settings = resolve_ssh(machines.addresses[0], ssh_options(machines, identity_file=str(key)))
     with pytest.raises(HostError) as info:
         SSHTransport("m0", settings).connect()
     assert info.value.reason == "auth-failed" and str(key) in info.value.detail
