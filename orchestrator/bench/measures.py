@@ -92,11 +92,13 @@ def _add(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a + b
 
 
-def _span(series: Sequence[HostSample], window: Window) -> tuple[HostSample, HostSample] | None:
-    inside = [s for s in series if window.holds(s.t)]
-    if len(inside) < 2 or inside[-1].t <= inside[0].t:
+def _span(hosts: Sequence[HostSample], window: Window) -> tuple[HostSample, HostSample] | None:
+    """The first and the last of these samples whose readings were made inside the window, timed when the
+    host's supervisor read them (the agent may forward one reading twice, up to a second late)."""
+    readings = {h.t_read: h for h in hosts if window.holds(h.t_read)}
+    if len(readings) < 2:
         return None
-    return inside[0], inside[-1]
+    return readings[min(readings)], readings[max(readings)]
 
 
 def task_rates(series: Sequence[ProgressSample], window: Window) -> tuple[float | None, float | None, float | None]:
@@ -123,16 +125,15 @@ def cpu_pct(hosts: Sequence[HostSample], task: str, window: Window) -> float | N
     if span is None:
         return None
     first, last = span
-    return float(100.0 * max(0.0, last.task_cpu_s[task] - first.task_cpu_s[task]) / (last.t - first.t))
+    return float(100.0 * max(0.0, last.task_cpu_s[task] - first.task_cpu_s[task]) / (last.t_read - first.t_read))
 
 
 def ps_measured(hosts: Sequence[HostSample], ps: str, window: Window) -> tuple[float | None, float | None]:
-    series = [h for h in hosts if ps in h.ps_tcp]
-    span = _span(series, window)
+    span = _span([h for h in hosts if ps in h.ps_tcp], window)
     if span is None:
         return None, None
     first, last = span
-    dt = last.t - first.t
+    dt = last.t_read - first.t_read
     (in0, out0), (in1, out1) = first.ps_tcp[ps], last.ps_tcp[ps]
     if in1 < in0 or out1 < out0:  # the PS restarted: its counters began again
         return None, None

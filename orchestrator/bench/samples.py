@@ -51,17 +51,27 @@ class HostSample:
     cpu_pct: float | None
     ps_tcp: dict[str, tuple[int, int]]  # ps name -> (bytes_in, bytes_out) counters, PS side
     task_cpu_s: dict[str, float]  # task name -> CPU seconds (a counter)
+    # When the host's supervisor read both counters (this machine's clock; None: unknown, the sample's own
+    # time). The agent forwards the supervisor's newest reading, made once a second, so the sample's time
+    # can be a second later than the reading's, and two samples can carry one reading.
+    t_facts: float | None = None
+
+    @property
+    def t_read(self) -> float:
+        return self.t if self.t_facts is None else self.t_facts
 
     def to_json(self) -> list[Any]:
         return [round(self.t, 4), self.host, self.cpu_pct, {k: list(v) for k, v in self.ps_tcp.items()},
-                {k: round(v, 3) for k, v in self.task_cpu_s.items()}]
+                {k: round(v, 3) for k, v in self.task_cpu_s.items()},
+                None if self.t_facts is None else round(self.t_facts, 4)]
 
     @classmethod
     def from_json(cls, raw: list[Any]) -> HostSample:
-        t, host, cpu, ps, tasks = raw
+        t, host, cpu, ps, tasks, *rest = raw  # (a report from before t_facts has five fields)
+        t_facts = rest[0] if rest else None
         return cls(float(t), str(host), None if cpu is None else float(cpu),
                    {str(k): (int(v[0]), int(v[1])) for k, v in dict(ps).items()},
-                   {str(k): float(v) for k, v in dict(tasks).items()})
+                   {str(k): float(v) for k, v in dict(tasks).items()}, None if t_facts is None else float(t_facts))
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,8 @@ class CellSamples:
             "progress_fields": ["t", "task", "local_step", "global_step", "examples", "loss", "interval_s",
                                 "ps_bytes {ps: [pulled, pushed]}", "coordinator"],
             "progress": [p.to_json() for p in self.progress],
-            "host_fields": ["t", "host", "cpu_pct", "ps_tcp {ps: [bytes_in, bytes_out]}", "task_cpu_s {task: s}"],
+            "host_fields": ["t", "host", "cpu_pct", "ps_tcp {ps: [bytes_in, bytes_out]}", "task_cpu_s {task: s}",
+                            "t_facts"],
             "hosts": [h.to_json() for h in self.hosts],
             "state_fields": ["t", "task", "state", "exit_code", "restarts"],
             "states": [s.to_json() for s in self.states],
@@ -133,7 +144,8 @@ class RecordingState(ClusterState):
             elif isinstance(ev, HostSampleEvent):
                 out.hosts.append(HostSample(t, ev.host, ev.cpu_pct,
                                             {k: (m.bytes_in, m.bytes_out) for k, m in ev.ps_tcp.items()},
-                                            {k: f.cpu_s for k, f in ev.tasks.items()}))
+                                            {k: f.cpu_s for k, f in ev.tasks.items()},
+                                            None if ev.facts_t is None else ev.facts_t + offset))
             elif isinstance(ev, TaskRecord):
                 out.states.append(StateSample(t, task_name(ev.job, ev.task), ev.state, ev.exit_code, ev.restarts))
         for series in (out.progress, out.hosts, out.states):

@@ -94,6 +94,7 @@ class HostSampleEvent:
     allreduce_tcp: dict[str, PsTcp] = field(default_factory=dict)  # multi-worker-mirrored workers' traffic
     supervisor_state: str | None = None  # its state file's word (None: not known)
     outcome: str | None = None  # the run's outcome as the supervisor decided it
+    facts_t: float | None = None  # when the supervisor wrote the facts (tasks, traffic) this sample carries
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +249,7 @@ def from_dict(d: dict[str, Any]) -> Event | None:
             return HostSampleEvent(t, host, _num(d, "cpu_pct"), _num(d, "mem_pct"), _gpus(d.get("gpus")),
                                    _ps_tcp(d.get("ps_tcp")), _task_facts(d.get("tasks")),
                                    alive if isinstance(alive, bool) else None, _ps_tcp(d.get("allreduce_tcp")),
-                                   _str(sup, "state"), _str(sup, "outcome"))
+                                   _str(sup, "state"), _str(sup, "outcome"), _num(d, "facts_t"))
         if kind == KIND_HEARTBEAT:
             return HeartbeatEvent(t, host, _num(d, "interval_s"))
     except (TypeError, ValueError, AttributeError) as exc:

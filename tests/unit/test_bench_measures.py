@@ -8,8 +8,10 @@ import pytest
 from orchestrator.bench.measures import (
     Window,
     cell_figures,
+    cpu_pct,
     kill_figures,
     loss_curve,
+    ps_measured,
     task_rates,
     time_to_loss,
 )
@@ -63,6 +65,25 @@ def test_cell_figures_sum_the_trainers_and_compare_ps_traffic() -> None:
     assert figs.cpu_pct["worker:0"] == pytest.approx(50.0)
     assert figs.client_cpu_pct is None  # no client in between-graph
     assert figs.time_to_target_loss_s is not None and 2.0 <= figs.time_to_target_loss_s <= 5.0
+
+
+def test_counters_are_timed_when_the_supervisor_read_them_not_when_the_agent_forwarded_them() -> None:
+    # The supervisor reads ps:0's bytes and the tasks' CPU once a second (at .9 past); the agent samples
+    # twice a second and forwards the newest reading, so its own times run up to a second late and
+    # repeat a reading.
+    rate, cpu = 1_000_000.0, 0.5
+    hosts = []
+    for k in range(20):
+        read = T0 - 0.1 + int(k * 0.5)  # the supervisor's newest reading at the agent's sample
+        since = read - T0 + 0.1
+        hosts.append(HostSample(T0 + k * 0.5, "m0", 50.0, {"ps:0": (int(rate * since), int(rate * since))},
+                                {"ps:0": cpu * since}, read))
+    window = Window(T0, T0 + 4.2)
+    assert ps_measured(hosts, "ps:0", window) == (pytest.approx(rate), pytest.approx(rate))
+    assert cpu_pct(hosts, "ps:0", window) == pytest.approx(100 * cpu)
+    # The report keeps the reading's time; a report written before it existed still reads.
+    assert HostSample.from_json(hosts[3].to_json()).t_facts == pytest.approx(hosts[3].t_facts)
+    assert HostSample.from_json([T0, "m0", None, {"ps:0": [1, 2]}, {}]).t_read == T0
 
 
 def test_in_graph_towers_step_at_the_client_rate_and_the_client_cpu_is_reported() -> None:

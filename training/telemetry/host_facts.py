@@ -117,6 +117,8 @@ def read_facts(layout: RunLayout, host: str, proc: str = "/proc") -> dict[str, A
         with open(layout.facts_file(host), encoding="utf-8") as f:
             doc = json.load(f)
         out["tasks"] = doc.get("tasks", {})
+        if isinstance(doc.get("t"), int | float):
+            out["facts_t"] = doc["t"]  # when the supervisor read them: a rate over facts is timed by it
         if "gpus" in doc:
             out["gpus"] = doc["gpus"]
         for key in TRAFFIC_KEYS:

@@ -28,6 +28,8 @@ KIND_PROGRESS = "progress"  # local_step, global_step, examples, loss, interval_
 # port and the ones the PS process opens to other tasks' ports (TensorFlow's RecvTensor is issued by the
 # receiver, so gradients reach a PS over connections the PS opened). `allreduce_tcp`: the same for each
 # multi-worker-mirrored worker.
+# host_sample.tasks and supervisor come from the supervisor's facts file (host_facts.py), and facts_t is when
+# it wrote them (the host's time): counters in them (tasks' cpu_s, ps_tcp) were read then, not at `t`.
 # heartbeat carries interval_s (the agent's sampling interval).
 KIND_HOST_SAMPLE = "host_sample"  # cpu_pct, mem_pct, gpus, ps_tcp
 KIND_HEARTBEAT = "heartbeat"
