@@ -258,6 +258,7 @@ def measure_ship(rounds: int, sizes: list[int], hosts: int = 3) -> dict[str, Any
                         samples.setdefault(f"{what} ship", []).append(cold - warm)
                     print(f"ship {mb} MB round {r + 1}: { {k: round(v[-1], 2) for k, v in samples.items()} }",
                           flush=True)
+                rig.purge()
                 big.unlink()
                 med = {k: _med(v) for k, v in samples.items()}
                 out["sizes"][str(mb)] = {"medians_s": med, "samples_s": samples,

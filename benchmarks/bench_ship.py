@@ -7,7 +7,8 @@ Per size, interleaved rounds of:
 - `scp`: `scp -q` of the file to the 3 hosts in parallel (OpenSSH's client, the test key), timed from
   outside; each scp's peak memory (`/usr/bin/time -f %M`);
 - `start-cold`: `tfcluster start` with the file not yet in any host's cache (the host caches keep
-  tfcluster's own package: only the file travels), then `tfcluster stop --purge`;
+  tfcluster's own package: only the file travels), then `tfcluster stop` (its files kept: a purge would
+  clean the cache of the file, which no run would then use, and the warm start would ship it again);
 - `start-warm`: the same start again right after (the file cached on every host: nothing travels).
 Shipping time = start-cold minus start-warm of the same round: what the file adds to a start. Memory:
 the `start` process's peak RSS (`/usr/bin/time -f %M`) and every host launcher's peak (VmHWM of the
@@ -94,6 +95,7 @@ class Rig:
         self.root = root
         self.env = {**os.environ, "TFCLUSTER_STATE_DIR": str(root / "state"), "COLUMNS": "200"}
         self.runs = 0
+        self.kept: list[str] = []  # stopped runs whose files stay until `purge`
 
     def hosts_toml(self, sync: list[str], client: str | None = None) -> Path:
         """`client`: the hosts' [ssh] client (else the default)."""
@@ -104,7 +106,8 @@ class Rig:
                                         host_extra=extra)
 
     def start_and_stop(self, hosts: Path) -> tuple[float, int, int]:
-        """(seconds, start's peak kB, the launchers' peak kB) of one start, then stop --purge."""
+        """(seconds, start's peak kB, the launchers' peak kB) of one start, then a stop that keeps the run's
+        files: the cache keeps what they use, so the next start of the same files finds them cached."""
         self.runs += 1
         run = f"ship-{self.runs}"
         peaks = LauncherPeaks()
@@ -115,11 +118,19 @@ class Rig:
         finally:
             peaks.done.set()
             peaks.join()
-        _timed([sys.executable, "-m", "tfcluster", "stop", run, "--purge", "--grace", "1"], self.env)
+        _timed([sys.executable, "-m", "tfcluster", "stop", run, "--grace", "1"], self.env)
+        self.kept.append(run)
         return seconds, rss, peaks.peak_kb
+
+    def purge(self) -> None:
+        """Remove the stopped runs' files (and, by stop's cache clean-up, what only they used)."""
+        for run in self.kept:
+            _timed([sys.executable, "-m", "tfcluster", "stop", run, "--purge", "--grace", "1"], self.env)
+        self.kept.clear()
 
     def forget(self) -> None:
         """Every host's cache without the user's files (their blobs and trees); tfcluster's package stays."""
+        self.purge()
         for i in range(len(self.machines.addresses)):
             cache = Path(self.machines.workdir(i)) / "cache"
             if not cache.is_dir():
@@ -172,6 +183,7 @@ def measure_size(rig: Rig, mb: int, rounds: int) -> dict[str, Any]:
             samples.append(sample)
             print(f"{mb} MB round {r + 1}: {sample}", flush=True)
     finally:
+        rig.purge()
         big.unlink()
     later = samples[1:] or samples
     med = {k: statistics.median(s[k] for s in later) for k in samples[0] if k != "round"}
@@ -236,6 +248,7 @@ def measure_verify(rig: Rig, rounds: int) -> dict[str, Any]:
         require_quiet(f"bench_ship verify round {r + 1}")
         for name, sync in (variants.items() if r % 2 == 0 else reversed(list(variants.items()))):
             out[name].append(rig.start_and_stop(rig.hosts_toml(sync))[0])
+    rig.purge()
     shutil.rmtree(small)
     big.unlink()
     med = {k: statistics.median(v) for k, v in out.items()}
