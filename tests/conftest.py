@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import suppress
 from pathlib import Path
@@ -34,6 +35,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # reset to the default at exec, so the CLIs get Python's KeyboardInterrupt as at a terminal.
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The user's own state dir is never the suite's, even for what runs before the `state_dir` fixture
+    # isolates a test (a fixture it evaluates first, a session fixture): a run recorded there would
+    # appear in the user's `tfcluster ls`.
+    os.environ["TFCLUSTER_STATE_DIR"] = tempfile.mkdtemp(prefix="tfcluster-test-state-")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the marks (make test: --dist loadgroup)
