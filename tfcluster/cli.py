@@ -18,7 +18,7 @@ from orchestrator.errors import TfclusterError
 from tfcluster.common import console, interrupt_on_hangup
 
 # Each module registers its commands; listed here so `--help` has a stable order.
-COMMAND_MODULES = ("plan", "check", "lifecycle", "dash", "results", "demo", "bench", "export")
+COMMAND_MODULES = ("plan", "check", "lifecycle", "resize", "dash", "results", "demo", "bench", "export")
 
 app = typer.Typer(
     name="tfcluster",

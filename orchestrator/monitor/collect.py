@@ -22,6 +22,7 @@ from orchestrator.errors import HostError, TfclusterError
 from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.pump import StreamPump
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.resize_notes import say_resizes
 from orchestrator.plan.model import HostPlan
 from orchestrator.plan.names import task_name
 from orchestrator.run.records import RunRecord
@@ -196,6 +197,7 @@ class Collector:
             pythons[h.name] = rec.python or h.python
         state = ClusterState.from_plan(record.plan, record.run_id, interval)
         state.record_status = record.status
+        say_resizes(state, record)
         return cls(state, hosts, run_dirs, pythons, interval, opener)
 
     def start(self) -> Collector:

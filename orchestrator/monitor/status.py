@@ -20,6 +20,7 @@ from orchestrator.errors import HostError
 from orchestrator.monitor import slurm_watch
 from orchestrator.monitor.events import Event, HeartbeatEvent, Malformed, from_dict
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.resize_notes import say_resizes
 from orchestrator.monitor.task_state import RunState
 from orchestrator.monitor.views import run_state
 from orchestrator.plan.names import file_stem
@@ -124,6 +125,7 @@ def read_run(record: records.RunRecord, *, timeout: float = 15.0, opener: Opener
     now = time.time()
     st = ClusterState.from_plan(record.plan, record.run_id, interval_s=READ_INTERVAL_S, now=now)
     st.record_status = record.status
+    say_resizes(st, record)
     for h in record.hosts:
         fold(st, h.name, readings.get(h.name), now)
     st.tick(now)

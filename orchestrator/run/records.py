@@ -101,6 +101,9 @@ class RunRecord:
     start_pid: int | None = None
     start_machine: str = ""
     slurm: SlurmJob | None = None  # the run's Slurm job, if its machines are one
+    # `tfcluster resize` history, oldest first: {"at": unix time, "added": [...], "removed": [...], "moved":
+    # [...], "hosts_added": [...], "hosts_removed": [...], "restarted": [...]} (orchestrator/run/resize.py)
+    resizes: list[dict[str, Any]] = field(default_factory=list)
 
     def host(self, name: str) -> HostRecord:
         for h in self.hosts:
@@ -109,7 +112,7 @@ class RunRecord:
         raise KeyError(name)
 
     def replace_plan(self, plan: ClusterPlan) -> None:
-        """The plan changed before anything ran (`start --auto-ports` re-planned its ports)."""
+        """The plan changed: before anything ran (`start --auto-ports` re-planned its ports), or by a resize."""
         self.plan = plan
         self.__dict__.pop("plan_json", None)
 
@@ -129,6 +132,7 @@ class RunRecord:
             "created": self.created, "plan": self.plan_json, "hosts": [vars(h).copy() for h in self.hosts],  # flat: no asdict deep copy
             "status": self.status, "notes": list(self.notes), "start_pid": self.start_pid,
             "start_machine": self.start_machine, **({"slurm": vars(self.slurm).copy()} if self.slurm else {}),
+            **({"resizes": [dict(r) for r in self.resizes]} if self.resizes else {}),
         }
 
     @classmethod
@@ -145,6 +149,7 @@ class RunRecord:
                 plan=ClusterPlan.from_json(data["plan"]), hosts=[_host_record(h) for h in data["hosts"]],
                 status=summary.status, notes=[str(n) for n in data.get("notes", [])],
                 start_pid=summary.start_pid, start_machine=summary.start_machine, slurm=_slurm_job(data.get("slurm")),
+                resizes=_resizes(data.get("resizes", [])),
             )
         except PlanDecodeError as exc:
             raise RecordError(f"its plan: {exc}") from None
@@ -228,6 +233,12 @@ def _slurm_job(raw: object) -> SlurmJob | None:
         raise RecordError("`slurm` is not an object")
     return SlurmJob(job_id=_text(raw["job_id"], "slurm.job_id"), submit_host=_text(raw.get("submit_host", ""), "slurm"),
                     state=_text(raw.get("state", ""), "slurm.state"), reason=_text(raw.get("reason", ""), "slurm.reason"))
+
+
+def _resizes(raw: object) -> list[dict[str, Any]]:
+    if not isinstance(raw, list) or not all(isinstance(r, dict) for r in raw):
+        raise RecordError("`resizes` is not a list of objects")
+    return [dict(r) for r in raw]
 
 
 def _host_record(raw: object) -> HostRecord:

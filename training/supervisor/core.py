@@ -35,6 +35,7 @@ from .log_cap import LogCap
 from .policy import RestartBudget, restart_cannot_fix, restarts_as_group, waits_for_gpu_check
 from .ports import port_taken
 from .procfs import TASK_ID_ENV, signal_pids
+from .resize import RunFileWatch, apply_resize
 from .run_view import RunView
 from .subreaper import become_subreaper, reap_orphans
 
@@ -76,12 +77,9 @@ class Supervisor:
         self.settle = float(opts["settle"])
         self.nice = int(opts["nice"])
         self.mode: str = plan.get("mode", "between-graph")
-        self.tasks = [
-            Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]),
-                 port=t.get("port") if t.get("in_cluster", True) else None,
-                 budget=RestartBudget(max_restarts, window))
-            for t in plan["tasks"] if t["host"] == host
-        ]
+        self.budget_args = (max_restarts, window)
+        self.tasks = [self.new_task(t) for t in plan["tasks"] if t["host"] == host]
+        self.resize = RunFileWatch(self.layout.run_file, self.run)  # a resize's new run.json (resize.py)
         self.view = RunView(self.run, host)
         self.epoch = 0  # group restarts seen (multi-worker-mirrored)
         self.state = "starting"
@@ -99,13 +97,18 @@ class Supervisor:
         os.chdir(self.layout.code)  # the tasks' working directory (posix_spawn has no cwd of its own)
         self._events = open(self.layout.supervisor_events_file(host), "a", encoding="utf-8")  # noqa: SIM115
 
+    def new_task(self, t: dict[str, Any]) -> Task:
+        """A task of run.json's plan, as this supervisor runs it."""
+        return Task(job=t["job"], index=int(t["index"]), command=list(t["command"]), env=dict(t["env"]),
+                    port=t.get("port") if t.get("in_cluster", True) else None, budget=RestartBudget(*self.budget_args))
+
     # -- records
     def _write_self(self) -> None:
         data = {
             "kind": "supervisor", "host": self.host, "run_id": self.run.get("run_id"), "pid": os.getpid(),
             "pgid": os.getpgid(0), "state": self.state, "outcome": self.view.outcome, "epoch": self.epoch,
             "started_at": self.started_at, "ended_at": self.ended_at, "tasks": [t.name for t in self.tasks],
-            "subreaper": self.subreaper, "updated_at": time.time(),
+            "subreaper": self.subreaper, "updated_at": time.time(), "resize_serial": self.resize.serial,
         }
         write_json_atomic(self.layout.supervisor_state_file(self.host), data)
         self._push(data)
@@ -333,6 +336,8 @@ class Supervisor:
         next_facts = time.monotonic() + FACTS_EVERY_S
         while not self.stop_requested:
             if time.monotonic() >= next_facts:
+                if self.resize.changed():  # `tfcluster resize`: take on and drop tasks (resize.py)
+                    facts, tailers = apply_resize(self, facts, tailers)
                 facts.update()
                 reap_orphans({t.pid for t in self.tasks if t.pid})
                 next_facts = time.monotonic() + FACTS_EVERY_S

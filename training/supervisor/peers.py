@@ -113,6 +113,17 @@ class PeerChannel:
                 self._pending[peer] = []
                 self._gone.add(peer)
 
+    def set_peers(self, peers: dict[str, tuple[str, int]]) -> None:
+        """A resize (training/supervisor/resize.py): the run's hosts are now these. A new peer is told
+        from now on; a peer that left is told nothing more."""
+        with self._lock:
+            for name in peers.keys() - self.peers.keys():
+                self._pending[name] = []
+            for name in self.peers.keys() - peers.keys():
+                self._pending.pop(name, None)
+            self.peers = dict(peers)
+        self._wake.set()
+
     def undelivered(self) -> int:
         with self._lock:
             return sum(len(v) for v in self._pending.values())
@@ -126,22 +137,23 @@ class PeerChannel:
         return not self.undelivered()
 
     def _send_loop(self) -> None:
-        next_try = dict.fromkeys(self.peers, 0.0)
-        delay = dict.fromkeys(self.peers, 0.2)
+        next_try: dict[str, float] = {}
+        delay: dict[str, float] = {}
         while not self._stop.is_set():
             self._wake.wait(0.5)
             self._wake.clear()
-            for name, address in self.peers.items():
+            for name, address in list(self.peers.items()):  # a resize may change them meanwhile
                 with self._lock:
-                    batch = list(self._pending[name])
-                if not batch or time.monotonic() < next_try[name]:
+                    batch = list(self._pending.get(name, ()))
+                delay.setdefault(name, 0.2)
+                if not batch or time.monotonic() < next_try.get(name, 0.0):
                     continue
                 acked = self._deliver(address, batch)
                 if acked is None:  # refused while ending: its supervisor is gone, nobody to tell
                     self.forget(name)
                     continue
                 with self._lock:
-                    if name not in self._gone:
+                    if name not in self._gone and name in self._pending:
                         self._pending[name] = [m for m in self._pending[name] if m[0] not in acked]
                 if len(acked) < len(batch):
                     next_try[name] = time.monotonic() + delay[name]

@@ -56,8 +56,7 @@ class RunView:
                                   "end; start the run again with this tfcluster")
             log(self.channel_error)
             return
-        peers = {name: (h.get("dial_address") or h["address"], int(h["control_port"]))
-                 for name, h in hosts.items() if name != self.host and h.get("control_port")}
+        peers = self._peers()
         listen = (me.get("dial_address") or me["address"], int(me["control_port"]))
         try:
             self.channel = PeerChannel(self.run_id, self.host, self.key, listen, peers, log, marks_file)
@@ -65,6 +64,20 @@ class RunView:
             # Another program (another run?) holds our control port: tell the peers, hear nothing.
             self.channel_error = f"port {listen[1]} (this host's supervisor) is in use by another process on {self.host}"
             self.channel = PeerChannel(self.run_id, self.host, self.key, None, peers, log, marks_file)
+
+    def _peers(self) -> dict[str, tuple[str, int]]:
+        return {h["name"]: (h.get("dial_address") or h["address"], int(h["control_port"]))
+                for h in self.plan.get("hosts", []) if h["name"] != self.host and h.get("control_port")}
+
+    def replan(self, run: dict[str, Any]) -> None:
+        """A resize (training/supervisor/resize.py): the run's plan is now run.json's; the policy decides
+        over its tasks (a removed task's exit is no longer news), the peers are its hosts."""
+        self.plan = run["plan"]
+        names = {f"{t['job']}-{t['index']}" for t in self.plan.get("tasks", [])}
+        self.finals = {name: final for name, final in self.finals.items() if name in names}
+        if self.channel is not None:
+            self.channel.set_peers(self._peers())
+        self._decide()
 
     def task_final(self, name: str, code: int | None, stopped_by: str | None) -> None:
         self.finals[name] = {"code": code, "stopped_by": stopped_by}

@@ -41,6 +41,7 @@ class SupervisorStateFile:
     updated_at: float | None = None
     outcome: str | None = None  # the run's, once the success policy decided: finished | failed | stopped
     epoch: int = 0  # group restarts seen (multi-worker-mirrored)
+    resize_serial: int = 0  # the newest `tfcluster resize` it has applied (training/supervisor/resize.py)
 
     @classmethod
     def decode(cls, raw: object) -> SupervisorStateFile:
@@ -53,7 +54,7 @@ class SupervisorStateFile:
             run_id=take(d, "run_id", str, None), started_at=take(d, "started_at", NUMBER, None),
             ended_at=take(d, "ended_at", NUMBER, None), updated_at=take(d, "updated_at", NUMBER, None),
             outcome=take(d, "outcome", str, None),
-            epoch=take(d, "epoch", int, 0),
+            epoch=take(d, "epoch", int, 0), resize_serial=take(d, "resize_serial", int, 0),
         )
 
 

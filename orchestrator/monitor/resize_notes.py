@@ -1,0 +1,15 @@
+"""A run's resizes (`tfcluster resize`, orchestrator/run/resize.py) as lines of the dashboard's event log:
+a worker joining or leaving is news there, as `status`, `dash --once` and the live dashboard show it. The
+run record is their source (records.RunRecord.resizes): one line per resize, at its time."""
+
+from __future__ import annotations
+
+from orchestrator.monitor.reducer import ClusterState
+from orchestrator.run.records import RunRecord
+
+
+def say_resizes(st: ClusterState, record: RunRecord) -> None:
+    for entry in record.resizes:
+        at, lines = entry.get("at"), entry.get("lines")
+        if isinstance(at, int | float) and isinstance(lines, list) and lines:
+            st.note(float(at), "resize: " + "; ".join(str(line) for line in lines))
