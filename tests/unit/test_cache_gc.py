@@ -5,6 +5,8 @@ against a real process holding the cache the way a start does."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -14,7 +16,7 @@ import pytest
 
 from tests.helpers.local_start import file_sets, prepared
 from training.run import cache_gc
-from training.run.content_cache import Busy
+from training.run.content_cache import CACHED_MTIME, USES_FILE, Busy, Scratch, build, publish
 
 REPO = Path(__file__).resolve().parents[2]
 HOLDER = """\
@@ -72,3 +74,31 @@ def test_the_cleaner_removes_nothing_while_a_start_holds_the_cache(
         holder.wait(timeout=30)
         holder.stdout.close()
     assert cache_gc.clean(str(tmp_path)).files == 1 and not blob.exists()
+
+
+def test_a_blob_published_twice_keeps_the_first_file_the_trees_link(tmp_path: Path) -> None:
+    """Two hosts sharing a workdir both found a file missing and both shipped it (stress round of 2026-12-07:
+    the cleaner then freed the package's cached names while a run still used it). The second publish keeps
+    the first's file, so a tree built from it links the name the cache holds, and the cleaner keeps it."""
+    cache = tmp_path / "work" / "cache"
+    cache.mkdir(parents=True)
+    data = b"shipped by two hosts\n"
+    sha = hashlib.sha256(data).hexdigest()
+    scratch = Scratch(str(cache))
+    try:
+        for host in ("m0", "m1"):
+            tmp = scratch.name()
+            Path(tmp).write_bytes(data)
+            os.utime(tmp, (CACHED_MTIME, CACHED_MTIME))
+            publish(tmp, str(cache / sha), scratch)
+            if host == "m0":  # m0 builds the tree from its file before m1's arrives
+                build(str(cache), str(cache / "trees" / "t1"), [["data.txt", sha, 0o600]], scratch, False)
+    finally:
+        scratch.close()
+    assert os.stat(cache / sha).st_ino == os.stat(cache / "trees" / "t1" / "data.txt").st_ino
+    assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]
+    run_dir = tmp_path / "work" / "runs" / "r1" / "m0"
+    run_dir.mkdir(parents=True)
+    (run_dir / USES_FILE).write_text(json.dumps({"tree": "t1"}))
+    cache_gc.clean(str(tmp_path / "work"))
+    assert _blobs(cache) == {sha}

@@ -202,13 +202,24 @@ def cache_lock(cache: str, exclusive: bool, wait: float) -> Iterator[bool]:
 
 
 def publish(tmp: str, final: str, scratch: Scratch) -> None:
-    """Rename a finished file or tree into place; another host may have published the same meanwhile: keep theirs."""
+    """Put a finished file or tree in place; another host may have published the same meanwhile: keep theirs.
+    A file is hard-linked, never renamed: a rename replaces a name silently, and the trees the other host
+    built link the file it replaced, which the cleaner would then count unused (a tree's rename fails on
+    theirs, which is not empty)."""
     try:
-        os.rename(tmp, final)
+        if os.path.isdir(tmp):
+            os.rename(tmp, final)
+        else:
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                pass
+            except OSError:
+                os.rename(tmp, final)  # no hard links on this filesystem (the same bytes replace the same bytes)
     except OSError:
         if not os.path.exists(final):
             raise
-        _remove(tmp)
+    _remove(tmp)
     scratch.done(tmp)
 
 
