@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from orchestrator.monitor.events import EventParser, HeartbeatEvent, StreamDown, StreamUp
+from orchestrator.monitor.events import EventParser, HeartbeatEvent, ProgressEvent, PsBytes, StreamDown, StreamUp
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.state_json import state_json
 from orchestrator.monitor.task_state import TaskState
@@ -242,6 +242,25 @@ def test_parser_counts_malformed_and_ignores_unknown() -> None:
     ev = p.parse(json.dumps({"v": 1, "kind": "heartbeat", "t": 1, "host": "a", "extra": {"x": 1}}))
     assert isinstance(ev, HeartbeatEvent) and ev.host == "a"
     assert p.parse("") is None and p.malformed == 4
+
+
+def test_parser_reads_what_the_json_module_reads() -> None:
+    """The parser's fast JSON decoder refuses what Python's json accepts (NaN, numbers beyond 64 bits,
+    bytes that are not UTF-8, blank lines with spaces): those lines read as before, never malformed."""
+    p = EventParser()
+    line = '{"kind":"progress","t":1,"host":"a","job":"worker","task":0,"local_step":2,"loss":NaN}'
+    ev = p.parse(line)
+    assert isinstance(ev, ProgressEvent) and ev.loss is None and ev.local_step == 2
+    big = '{"kind":"progress","t":1,"host":"a","job":"worker","task":0,"global_step":%d}' % 2**70
+    ev = p.parse(big.encode())
+    assert isinstance(ev, ProgressEvent) and ev.global_step == 2**70
+    ev = p.parse(b'{"kind":"heartbeat","t":1,"host":"a\xff"}')
+    assert isinstance(ev, HeartbeatEvent) and ev.host == "a\ufffd"
+    assert p.parse("   \n") is None and p.parse(b"") is None
+    stored = '{"kind":"progress","t":1,"host":"a","job":"worker","task":0,"ps_bytes":{"ps-1":[3,4],"0":[1,2]}}'
+    ev = p.parse(stored)
+    assert isinstance(ev, ProgressEvent) and ev.ps_bytes == {"ps:1": PsBytes(3, 4), "ps:0": PsBytes(1, 2)}
+    assert p.malformed == 0 and p.unknown == 0
 
 
 def test_to_json_is_serialisable() -> None:
