@@ -173,6 +173,8 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
     from orchestrator.monitor.status import fold, read_hosts
     from orchestrator.plan.slurm import before_allocation
     from orchestrator.run import records
+    from orchestrator.run.remove_worker import WorkerRemover
+    from orchestrator.run.resizable import resize_refusal
     from orchestrator.run.slurm_end import opener_for, placed
 
     record = placed(records.resolve(run), lambda said: print(said, file=sys.stderr, flush=True))
@@ -200,8 +202,10 @@ def open_dashboard(run: str | None, *, readonly: bool = False, interval: float =
             source = watched
         from tui.app import DashboardApp
 
+        # A run that can be resized: `x` on a worker also offers removing it (orchestrator/run/remove_worker.py)
+        removal = None if resize_refusal(record) else WorkerRemover(record.run_id)
         DashboardApp(source, CollectorActions(collector), readonly=readonly, interval=interval,
-                     restart_policy=restart_policy(record), open_tensorboard=board).run()
+                     restart_policy=restart_policy(record), open_tensorboard=board, removal=removal).run()
     finally:
         board.close()
         watched.close()  # the collector with it

@@ -34,8 +34,9 @@ from orchestrator.monitor.source import StateSource, TaskActions
 from orchestrator.plan.names import job_and_index
 from tui.messages import WIDE_TERMINAL, FrameCost, Settings, StateUpdated
 from tui.screens.confirm import ConfirmScreen
+from tui.screens.stop_or_remove import offer_stop_or_remove
 from tui.screens.task import TaskScreen
-from tui.task_actions import RestartPolicy, Verb, perform, question
+from tui.task_actions import RestartPolicy, Verb, WorkerRemoval, perform, question
 from tui.widgets.event_log import EventLog
 from tui.widgets.graph_data import next_window, window_label
 from tui.widgets.graphs import GraphsPanel
@@ -70,8 +71,9 @@ class DashboardApp(App[None]):
 
     def __init__(self, source: StateSource, actions: TaskActions | None = None, *, readonly: bool = False,
                  interval: float = 1.0, poll_on_timer: bool = True, restart_policy: RestartPolicy | None = None,
-                 open_tensorboard: Callable[[], str] | None = None) -> None:
+                 open_tensorboard: Callable[[], str] | None = None, removal: WorkerRemoval | None = None) -> None:
         super().__init__()
+        self.removal = removal  # a run that can be resized: `x` on a worker also offers removing it
         self.open_tensorboard = open_tensorboard  # the run's TensorBoard URL, opening it if need be (slow: a thread)
         self.source = source
         self.actions = actions
@@ -304,10 +306,14 @@ class DashboardApp(App[None]):
         self._confirm_action("kill")
 
     def action_stop_task(self) -> None:
+        name, removal = self.selected_task(), self.removal
+        if name is not None and removal is not None and not self.readonly and removal.can_remove(name):
+            offer_stop_or_remove(self, name, removal, lambda: self._confirm_action("stop", name))
+            return
         self._confirm_action("stop")
 
-    def _confirm_action(self, verb: Verb) -> None:
-        name = self.selected_task()
+    def _confirm_action(self, verb: Verb, name: str | None = None) -> None:
+        name = name or self.selected_task()
         if name is None:
             return
         if self.readonly or self.actions is None:

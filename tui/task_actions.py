@@ -5,7 +5,9 @@
 - kill (`k`): SIGKILL; restarted by the policy too;
 - stop for good (`x`): the orchestrator writes the task's hold file, then SIGTERMs it; the supervisor
   never starts a held task again (DESIGN.md "Stop for good"); the dialog says whether the run goes on
-  without it or ends `stopped` (training/supervisor/policy.py).
+  without it or ends `stopped` (training/supervisor/policy.py); on a worker of a run that can be resized
+  (a `WorkerRemoval` given, orchestrator/run/remove_worker.py), `x` first offers the choice: stop it, or
+  remove it from the run (a resize: tui/screens/stop_or_remove.py), whose dialog lists what the resize does.
 
 The dialog names the policy and, under `on-failure`, how many restarts are left, so the user knows
 before saying yes whether a kill is a restart.
@@ -14,7 +16,7 @@ before saying yes whether a kill is a restart.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from orchestrator.monitor.source import TaskActions
 from orchestrator.monitor.task_state import TaskState
@@ -30,6 +32,27 @@ class RestartPolicy:
     restart: str  # "on-failure" | "never"
     max_restarts: int
     needed: frozenset[str] = frozenset()
+
+
+class WorkerRemoval(Protocol):
+    """Removing a worker from a run that can be resized (orchestrator/run/remove_worker.py WorkerRemover)."""
+
+    def can_remove(self, name: str) -> bool:
+        """Cheap (no host): whether `x` on this row offers "remove from the run"."""
+        ...
+
+    def preview(self, name: str) -> list[str]:
+        """What the resize would do, a line each; raises (one line) when it cannot be done."""
+        ...
+
+    def remove(self, name: str) -> str:
+        """Do it (seconds: called off the UI thread); one line for the user, or raises."""
+        ...
+
+
+def removal_question(name: str, lines: list[str]) -> str:
+    """The removal's confirm question: what the resize does (a moved worker is said to restart)."""
+    return f"Remove {name} from the run (a resize)? It does: " + "; ".join(lines) + "."
 
 
 def question(verb: Verb, name: str, task: TaskState | None, policy: RestartPolicy | None) -> str:

@@ -104,6 +104,8 @@ class RunRecord:
     # `tfcluster resize` history, oldest first: {"at": unix time, "added": [...], "removed": [...], "moved":
     # [...], "hosts_added": [...], "hosts_removed": [...], "restarted": [...]} (orchestrator/run/resize.py)
     resizes: list[dict[str, Any]] = field(default_factory=list)
+    # A resize under way (or killed half-way): its new hosts, so that `stop` finds them (run/resize_pending.py)
+    pending_resize: dict[str, Any] | None = None
 
     def host(self, name: str) -> HostRecord:
         for h in self.hosts:
@@ -133,6 +135,7 @@ class RunRecord:
             "status": self.status, "notes": list(self.notes), "start_pid": self.start_pid,
             "start_machine": self.start_machine, **({"slurm": vars(self.slurm).copy()} if self.slurm else {}),
             **({"resizes": [dict(r) for r in self.resizes]} if self.resizes else {}),
+            **({"pending_resize": dict(self.pending_resize)} if self.pending_resize else {}),
         }
 
     @classmethod
@@ -146,10 +149,10 @@ class RunRecord:
             return cls(
                 run_id=summary.run_id, config_path=_text(data["config_path"], "config_path"),
                 cluster=summary.cluster, mode=summary.mode, created=summary.created,
-                plan=ClusterPlan.from_json(data["plan"]), hosts=[_host_record(h) for h in data["hosts"]],
+                plan=ClusterPlan.from_json(data["plan"]), hosts=[decode_host(h) for h in data["hosts"]],
                 status=summary.status, notes=[str(n) for n in data.get("notes", [])],
                 start_pid=summary.start_pid, start_machine=summary.start_machine, slurm=_slurm_job(data.get("slurm")),
-                resizes=_resizes(data.get("resizes", [])),
+                resizes=_resizes(data.get("resizes", [])), pending_resize=_pending(data.get("pending_resize")),
             )
         except PlanDecodeError as exc:
             raise RecordError(f"its plan: {exc}") from None
@@ -241,7 +244,13 @@ def _resizes(raw: object) -> list[dict[str, Any]]:
     return [dict(r) for r in raw]
 
 
-def _host_record(raw: object) -> HostRecord:
+def _pending(raw: object) -> dict[str, Any] | None:
+    if raw is not None and not isinstance(raw, dict):
+        raise RecordError("`pending_resize` is not an object")
+    return dict(raw) if raw else None
+
+
+def decode_host(raw: object) -> HostRecord:
     if not isinstance(raw, dict):
         raise RecordError("a host entry is not an object")
     pid = raw.get("supervisor_pid")

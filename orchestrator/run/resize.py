@@ -5,14 +5,17 @@ order, each step undone when a later one fails, so a failed resize leaves the ru
 1. the run's data (its peer channel's key) is read from a running host's run.json;
 2. new hosts are prepared and launched exactly as `start` does a host (orchestrator.run.start_host: the
    code shipped, the ports checked free, run.json with the new plan, the supervisor launched, its tasks
-   running): undone by stopping them and removing their run dirs;
+   running); just before they are launched the record is saved with them pending (run/resize_pending.py:
+   `stop` then visits them too, even when this process is killed); undone by stopping them and removing
+   their run dirs, and the record saved without them (but with any whose stop could not be verified);
 3. every kept host gets the new run.json and its supervisor takes on its new tasks and drops its removed
    ones (training/supervisor/resize.py), acknowledged in its state; the tasks it dropped are then looked
    for in /proc: verified gone. Undone by giving the hosts the old plan back (a dropped task starts again,
    an added one ends);
 4. hosts that leave are stopped as `stop` stops a host, verified, and their run dirs removed;
-5. the record is saved with the new plan, its hosts, and a history entry (records.RunRecord.resizes).
-Nothing is saved before step 5: until then the record is the run as it was.
+5. the record is saved with the new plan, its hosts, and a history entry (records.RunRecord.resizes), no
+   longer pending. Until then the record's plan and hosts are the run as it was.
+A run whose record has a resize pending (one under way, or killed half-way) is not resized again.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +31,7 @@ from orchestrator.errors import HostError, UsageError
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.names import file_stem
 from orchestrator.plan.resize_diff import Resize
-from orchestrator.run import records
+from orchestrator.run import records, resize_pending
 from orchestrator.run.launch import forwarded_env
 from orchestrator.run.port_check import PortsTaken, ports_to_try, refusal
 from orchestrator.run.remote import RemoteRun, with_retry
@@ -43,9 +47,10 @@ from orchestrator.transport.fan_out import fan_out
 class ResizeFailed(HostError):
     """The resize failed on a host; `undone` says what was undone (the run is as it was where verified)."""
 
-    def __init__(self, error: HostError, undone: str) -> None:
+    def __init__(self, error: HostError, undone: str, unverified: Sequence[str] = ()) -> None:
         super().__init__(error.host, error.reason, f"{error.detail or 'failed'} (resize undone: {undone})")
         self.undone = undone
+        self.unverified = tuple(unverified)  # new hosts whose stop could not be verified: still pending
 
 
 @dataclass
@@ -76,6 +81,9 @@ def restarted_by(change: Resize, restart_all: bool) -> list[str]:
 def resize(record: records.RunRecord, change: Resize, config_path: str, options: ResizeOptions | None = None,
            opener: Opener = transport_for) -> ResizeResult:
     options = options or ResizeOptions()
+    busy = resize_pending.under_way(record)
+    if busy:
+        raise UsageError(f"{busy}; nothing changed")
     t0 = time.monotonic()
     deadline = t0 + options.timeout
     new, old = change.new, change.old
@@ -93,14 +101,25 @@ def resize(record: records.RunRecord, change: Resize, config_path: str, options:
         restart = [_stems(change)[n] for n in (*change.moved, *restarted)]
         new_files = RunFiles({**data, "resize": {"serial": serial, "restart": restart}}, new)
         _ports_free_on_kept(change, remotes, options, deadline)
-        joined = _start_new_hosts(record, change, config_path, new_files, options, opener, deadline)
+
+        def pending(run_dirs: dict[str, str]) -> None:
+            resize_pending.mark(record, new, run_dirs)
+            records.save(record)
+
         try:
-            _apply_on_kept(change, remotes, new_files, serial, restarted, options, deadline)
-        except (HostError, KeyboardInterrupt) as exc:  # Ctrl-C too: the run is given back as it was
-            undone = _give_back(change, remotes, data, serial + 1, options)
-            undone += "; " + _stop_new(record, new, joined, options, opener)
-            error = exc if isinstance(exc, HostError) else HostError(kept[0], "cancelled", "interrupted")
-            raise ResizeFailed(error, undone) from None
+            joined = _start_new_hosts(record, change, config_path, new_files, options, opener, deadline, pending)
+            try:
+                _apply_on_kept(change, remotes, new_files, serial, restarted, options, deadline)
+            except (HostError, KeyboardInterrupt) as exc:  # Ctrl-C too: the run is given back as it was
+                undone = _give_back(change, remotes, data, serial + 1, options)
+                stopped, dirty = _stop_new(record, new, joined, options, opener)
+                error = exc if isinstance(exc, HostError) else HostError(kept[0], "cancelled", "interrupted")
+                raise ResizeFailed(error, f"{undone}; {stopped}", dirty) from None
+        except ResizeFailed as failed:
+            if record.pending_resize is not None:  # the record says the run as it was, and what may be left
+                resize_pending.keep_only(record, failed.unverified)
+                records.save(record)
+            raise
         left = _verify_dropped(change, remotes, options)
         gone = stop_hosts(record, change.hosts_removed, grace=options.grace, timeout=options.op_timeout,
                           purge=True, opener=opener)
@@ -139,8 +158,10 @@ def _ports_refusal(taken: dict[str, list[tuple[str, int, str]]]) -> PortsTaken:
 
 
 def _start_new_hosts(record: records.RunRecord, change: Resize, config_path: str, files: RunFiles,
-                     options: ResizeOptions, opener: Opener, deadline: float) -> dict[str, HostOutcome]:
-    """Step 2: the new hosts prepared and launched as `start` does; on a failure nothing of them is left."""
+                     options: ResizeOptions, opener: Opener, deadline: float,
+                     before_launch: Callable[[dict[str, str]], None]) -> dict[str, HostOutcome]:
+    """Step 2: the new hosts prepared and launched as `start` does; on a failure nothing of them is left.
+    `before_launch` gets each prepared host's run dir (the record marks them pending)."""
     if not change.hosts_added:
         return {}
     new = change.new
@@ -165,25 +186,31 @@ def _start_new_hosts(record: records.RunRecord, change: Resize, config_path: str
                 raise _ports_refusal(taken)
             raise ResizeFailed(error, "nothing was started: the new hosts' run dirs removed")
         try:
+            before_launch({n: runner.outcomes[n].run_dir for n in names})
+        except BaseException:  # the record could not say where they would run: they never do
+            runner.release()
+            raise
+        try:
             runner.launch(names, extend=max(runner.outcomes[n].ship_s for n in names))
         except KeyboardInterrupt:
-            undone = _stop_new(record, new, runner.outcomes, options, opener)
-            raise ResizeFailed(HostError(names[0], "cancelled", "interrupted"), undone) from None
+            undone, dirty = _stop_new(record, new, runner.outcomes, options, opener)
+            raise ResizeFailed(HostError(names[0], "cancelled", "interrupted"), undone, dirty) from None
     finally:
         ctx.cancel.set()
         runner.close()
     launched_failed = [runner.outcomes[n].error for n in names if runner.outcomes[n].error is not None]
     if launched_failed and launched_failed[0] is not None:
-        raise ResizeFailed(launched_failed[0], _stop_new(record, new, runner.outcomes, options, opener))
+        raise ResizeFailed(launched_failed[0], *_stop_new(record, new, runner.outcomes, options, opener))
     return runner.outcomes
 
 
 def _stop_new(record: records.RunRecord, new: ClusterPlan, outcomes: dict[str, HostOutcome],
-              options: ResizeOptions, opener: Opener) -> str:
-    """Stop and remove what was started on new hosts; says what its own verification saw."""
+              options: ResizeOptions, opener: Opener) -> tuple[str, list[str]]:
+    """Stop and remove what was started on new hosts; says what its own verification saw, and which hosts
+    it could not verify."""
     started = [n for n, o in outcomes.items() if o.run_dir]
     if not started:
-        return "no new host was started"
+        return "no new host was started", []
     probe = dataclasses.replace(record, plan=new, hosts=[
         records.HostRecord(name=n, workdir=new.host(n).workdir, run_dir=outcomes[n].run_dir, started=True)
         for n in started])
@@ -195,7 +222,7 @@ def _stop_new(record: records.RunRecord, new: ClusterPlan, outcomes: dict[str, H
     if dirty:
         said += ("; " if said else "") + f"COULD NOT VERIFY the stop on {', '.join(dirty)}: " + "; ".join(
             f"{n}: {result[n].error or 'processes left'}" if n in result else f"{n}: not reached" for n in dirty)
-    return said
+    return said, dirty
 
 
 def _apply_on_kept(change: Resize, remotes: dict[str, RemoteRun], files: RunFiles, serial: int,
@@ -267,6 +294,7 @@ def _record(record: records.RunRecord, change: Resize, joined: dict[str, HostOut
                                             supervisor_pid=out.supervisor_pid, started=True))
     record.replace_plan(change.new)
     record.hosts = hosts
+    record.pending_resize = None  # its hosts are the run's now
     record.resizes.append({"at": time.time(), "hosts_file": os.path.abspath(config_path), **change.summary(),
                            "restarted": restarted, "lines": change.lines()})
     record.notes.append("resized: " + "; ".join(change.lines()))

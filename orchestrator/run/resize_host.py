@@ -2,8 +2,8 @@
 over the host's transport (no Python started there):
 - `run_data`: the run's data from the host's run.json (its id, times, supervisor options and the peer
   channel's key, which only the hosts keep), so new hosts join with the same key;
-- `push`: a new run.json, written private and renamed into place (the supervisor reads it whole or not
-  at all: training/supervisor/resize.py);
+- `push`: a new run.json, written private under a name of its own writer and renamed into place (the
+  supervisor reads it whole or not at all: training/supervisor/resize.py);
 - `await_resized`: the host's read (orchestrator/run/read_host.py) until its supervisor says it applied
   the resize, and every task it started for it has run `settle` seconds (or ended with exit 0);
 - `left_running`: which of the given tasks still have a process on the host (from /proc, sh_procs.py);
@@ -15,6 +15,7 @@ over the host's transport (no Python started there):
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from collections.abc import Sequence
@@ -51,12 +52,18 @@ def run_data(remote: RemoteRun, timeout: float) -> dict[str, Any]:
 def push(remote: RemoteRun, content: bytes, timeout: float) -> None:
     """Replace the host's run.json: written 0600 beside it, then renamed over it."""
     path = remote.layout.run_file
-    tmp = f"{path}.resize.tmp"
-    script = (f"umask 077\ncat > {shlex.quote(tmp)} && chmod 600 {shlex.quote(tmp)} && "
-              f"mv -f -- {shlex.quote(tmp)} {shlex.quote(path)}\n")
+    # Unique per writer: every host's workdir may be one shared (NFS) directory, and two resizes may write at
+    # once; the host's name and the writing shell's pid ($$, unique on that host while it runs) tell them apart.
+    tmp = shlex.quote(f"{path}.resize.{_safe(remote.host.name)}.") + '"$$".tmp'
+    script = f"umask 077\ntmp={tmp}\ncat > \"$tmp\" && chmod 600 \"$tmp\" && mv -f -- \"$tmp\" {shlex.quote(path)}\n"
     result = remote.run_shell(script, timeout, stdin=content)
     if not result.ok:
         raise HostError(remote.host.name, "remote", f"cannot write its run.json: {result.stderr.strip()[-200:]}")
+
+
+def _safe(name: str) -> str:
+    """A host's name as a file name's part (a config name may hold any character)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)
 
 
 def await_resized(remote: RemoteRun, serial: int, fresh: Sequence[tuple[str, int]], deadline: float) -> HostReading:

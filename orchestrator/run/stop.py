@@ -7,6 +7,7 @@ the supervisor's SIGTERM, grace, then SIGKILL of every process carrying the run'
 look at the host's processes, then the run dir removed if nothing is left): the verdict comes from what
 that last look sees running, never from what was signalled. After a purge, the content cache of each
 purged host's workdir is cleaned of what no run left there uses (orchestrator/run/cache_clean.py).
+A resize's pending new hosts (orchestrator/run/resize_pending.py) are stopped too, under the plan they joined.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from orchestrator.run import records, slurm_end
+from orchestrator.run import records, resize_pending, slurm_end
 from orchestrator.run.cache_clean import CacheClean, clean_caches
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.transport.factory import Opener, transport_for
@@ -68,8 +69,12 @@ def stop(record: records.RunRecord, *, grace: float = 10.0, timeout: float = 30.
     job = slurm_end.look(record)
     if job is not None:
         opener = slurm_end.opener_for(record, job)
+    pending = resize_pending.probe(record)
     result = stop_hosts(record, [h.name for h in record.hosts], grace=grace, timeout=timeout, purge=purge,
                         opener=opener)
+    if pending is not None:  # a resize's new hosts, launched or about to be: never left running unseen
+        result.update(stop_hosts(pending, [h.name for h in pending.hosts], grace=grace, timeout=timeout,
+                                 purge=purge, opener=opener))
     if job is not None and not job.ended:
         record.notes.append(slurm_end.cancel(record, slurm_end.STOPPED))
     if all(r.ok for r in result.values()):
@@ -78,7 +83,9 @@ def stop(record: records.RunRecord, *, grace: float = 10.0, timeout: float = 30.
     if purge and all(r.ok for r in result.values()):
         records.remove(record.run_id)
     if purge and job is None:  # a Slurm run's nodes are not reachable once its job is cancelled
-        purged = [h for h in record.plan.hosts if h.name in result and result[h.name].ok]
+        known = {h.name for h in record.plan.hosts}
+        joined = [h for h in pending.plan.hosts if h.name not in known] if pending else []
+        purged = [h for h in (*record.plan.hosts, *joined) if h.name in result and result[h.name].ok]
         for name, cleaned in clean_caches(purged, timeout=timeout, opener=opener).items():
             result[name].cache = cleaned
     return result

@@ -159,7 +159,7 @@ def stop(
     from rich.markup import escape
     from rich.table import Table
 
-    from orchestrator.run import records
+    from orchestrator.run import records, resize_pending
     from orchestrator.run.slurm_job import ENDED
     from orchestrator.run.stop import stop as stop_run
     from tfcluster import exit_codes
@@ -169,21 +169,22 @@ def stop(
     table = Table(header_style="bold", title=f"stop {record.run_id}")
     for col in ("host", "result", "killed", "left running"):
         table.add_column(col)
-    for h in record.hosts:
-        r = result.get(h.name)
+    # A resize's new hosts too (run/resize_pending.py): a resize killed half-way may have left tasks there.
+    for name in [*(h.name for h in record.hosts), *resize_pending.pending_hosts(record)]:
+        r = result.get(name)
         if r is None:
-            table.add_row(h.name, "nothing started", "-", "-")
+            table.add_row(name, "nothing started", "-", "-")
         elif r.error:
             # "unreachable" only when the connection failed; a command that failed there is not that
             what = "unreachable" if r.reason in exit_codes.CONNECT_REASONS else "not stopped"
-            table.add_row(h.name, f"[red]{what}[/]: {escape(r.error)}", "-", "?")
+            table.add_row(name, f"[red]{what}[/]: {escape(r.error)}", "-", "?")
         else:
             what = "no run dir" if r.absent else ("stopped, purged" if r.purged else "stopped")
             left = ", ".join(f"{p.pid} {p.args[:40]}" for p in r.remaining)
             if r.unsure:  # a process that dropped the run's marker may be left there: never say "none"
                 left = "; ".join(x for x in (left, f"unknown: {r.unsure}") if x)
             left = left or "none"
-            table.add_row(h.name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
+            table.add_row(name, what if r.ok else f"[red]{what}[/]", str(len(r.killed)), escape(left))
     widen(console(), MIN_WIDTH).print(table)
     _close_shared(record.plan.hosts)
     cancelled = record.slurm is None or record.slurm.state in ENDED

@@ -27,14 +27,14 @@ from ..telemetry.task_record import HISTORY_KEPT, TaskRecord, held_by_user
 from ..telemetry.traffic import TaskTraffic
 from . import notes
 from .children import Child, Task, spawn
-from .ending import end_processes, kill_leftovers
+from .ending import end_processes, kill_leftovers, term_wait_kill
 from .exit_reason import exit_reason
 from .files import write_json_atomic
 from .hold import is_held
 from .log_cap import LogCap
 from .policy import RestartBudget, restart_cannot_fix, restarts_as_group, waits_for_gpu_check
 from .ports import port_taken
-from .procfs import TASK_ID_ENV, signal_pids
+from .procfs import TASK_ID_ENV
 from .resize import RunFileWatch, apply_resize
 from .run_view import RunView
 from .subreaper import become_subreaper, reap_orphans
@@ -238,12 +238,7 @@ class Supervisor:
         members = [t for t in self.tasks if restarts_as_group(self.mode, t.job) and not t.final and t is not failed]
         for task in members:
             self._note(task, notes.group_restart(epoch, cause))
-        running = [t for t in members if t.state == "running" and t.proc is not None]
-        signal_pids([t.pid for t in running if t.pid is not None], signal.SIGTERM)
-        deadline = time.monotonic() + GROUP_KILL_GRACE_S
-        while time.monotonic() < deadline and any(t.proc.poll() is None for t in running if t.proc):
-            time.sleep(0.05)
-        signal_pids([t.pid for t in running if t.proc and t.proc.poll() is None and t.pid], signal.SIGKILL)
+        term_wait_kill([t.proc for t in members if t.state == "running" and t.proc is not None], GROUP_KILL_GRACE_S)
         self._write_self()
 
     def _reap(self) -> None:

@@ -3,7 +3,8 @@ every process of its group and (as the subreaper, training/supervisor/subreaper.
 descendant, however it left the session or cleared its environment; `grace` for them to exit; then
 SIGKILL to the tasks' processes (they carry a task marker), the group and the whole tree, until
 nothing of it is left. Never the launcher still relaying our states to `start`: it is our parent, in
-another group, and carries the run marker only. Stdlib only.
+another group, and carries the run marker only. `term_wait_kill` ends some tasks only (a group restart,
+a resize dropping or restarting tasks: training/supervisor/core.py, resize.py). Stdlib only.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from .procfs import run_processes, signal_pids
 from .subreaper import descendants, end_descendants, reap_orphans, signal_tree
+
+if TYPE_CHECKING:
+    from .children import Child
 
 KILL_ROUNDS_S = 5.0  # how long the tree gets to be gone after SIGKILL (a process in D state waits for I/O)
 
@@ -33,6 +39,17 @@ def end_processes(run_dir: str, task_pids: list[int], grace: float) -> list[int]
         time.sleep(0.05)
     signal_pids([p["pid"] for p in run_processes(run_dir) if p["task"] or p["pgid"] == me], signal.SIGKILL)
     return end_descendants(keep, KILL_ROUNDS_S)
+
+
+def term_wait_kill(children: Sequence[Child], grace: float, also: Iterable[int] = ()) -> None:
+    """SIGTERM to these task processes (and `also`: say, the program a `sh -c` task started), up to `grace`
+    for every one of them to exit, then SIGKILL to each still running. Not reaped here: by the caller's
+    `Child.wait`, or by the supervisor's next look at its tasks."""
+    signal_pids(sorted({c.pid for c in children} | set(also)), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(c.poll() is None for c in children):
+        time.sleep(0.05)
+    signal_pids([c.pid for c in children if c.poll() is None], signal.SIGKILL)
 
 
 def kill_leftovers(run_dir: str, attempt: str) -> None:

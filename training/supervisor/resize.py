@@ -22,15 +22,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
-import time
 from typing import TYPE_CHECKING
 
 from ..telemetry.host_facts import FactsWriter
 from ..telemetry.traffic import TaskTraffic
-from .ending import kill_leftovers
+from .ending import kill_leftovers, term_wait_kill
 from .log_cap import LogCap
-from .procfs import run_processes, signal_pids
+from .procfs import run_processes
 
 if TYPE_CHECKING:
     from typing import Any
@@ -126,15 +124,10 @@ def _end(sup: Supervisor, tasks: list[Task], why: str) -> None:
         sup._note(task, f"{task.label} {why}")
     attempts = {f"{t.name}#{t.restarts}" for t in running}
     marked = [p["pid"] for p in run_processes(sup.layout.root) if p["task"] in attempts]
-    signal_pids(sorted({t.pid for t in running if t.pid} | set(marked)), signal.SIGTERM)
-    deadline = time.monotonic() + sup.grace
-    while time.monotonic() < deadline and any(t.proc is not None and t.proc.poll() is None for t in running):
-        time.sleep(0.05)
+    term_wait_kill([t.proc for t in running if t.proc is not None], sup.grace, also=marked)
     for task in running:
-        kill_leftovers(sup.layout.root, f"{task.name}#{task.restarts}")
+        kill_leftovers(sup.layout.root, f"{task.name}#{task.restarts}")  # a program its `sh -c` left behind
         assert task.proc is not None
-        if task.proc.poll() is None:
-            signal_pids([task.proc.pid], signal.SIGKILL)
         task.proc.wait()
 
 
