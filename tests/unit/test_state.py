@@ -8,7 +8,14 @@ import math
 
 import pytest
 
-from orchestrator.monitor.events import EventParser, HeartbeatEvent, ProgressEvent, PsBytes, StreamDown, StreamUp
+from orchestrator.monitor.events import (
+    EventParser,
+    HeartbeatEvent,
+    ProgressEvent,
+    PsBytes,
+    StreamDown,
+    StreamUp,
+)
 from orchestrator.monitor.reducer import ClusterState
 from orchestrator.monitor.state_json import state_json
 from orchestrator.monitor.task_state import TaskState
@@ -251,7 +258,7 @@ def test_parser_reads_what_the_json_module_reads() -> None:
     line = '{"kind":"progress","t":1,"host":"a","job":"worker","task":0,"local_step":2,"loss":NaN}'
     ev = p.parse(line)
     assert isinstance(ev, ProgressEvent) and ev.loss is None and ev.local_step == 2
-    big = '{"kind":"progress","t":1,"host":"a","job":"worker","task":0,"global_step":%d}' % 2**70
+    big = '{"kind":"progress","t":1,"host":"a","job":"worker","task":0,"global_step":' + str(2**70) + "}"
     ev = p.parse(big.encode())
     assert isinstance(ev, ProgressEvent) and ev.global_step == 2**70
     ev = p.parse(b'{"kind":"heartbeat","t":1,"host":"a\xff"}')
