@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from orchestrator.monitor.reducer import ClusterState
 from tui.format import BARS
 from tui.widgets.graph_data import host_levels
+from tui.widgets.text_table import TextColumn, text_table
 
 HOST_WIDTH = 8
 VALUE_WIDTH = 4  # " 99%"
@@ -51,13 +51,11 @@ class HostsPanel(Static):
             return
         self._shown = key
         self.hosts = tuple(names)
-        table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
-        table.add_column("host", max_width=HOST_WIDTH, no_wrap=True, overflow="ellipsis")
-        for kind in ("cpu", "mem", "gpu")[:kinds]:
-            table.add_column(kind, no_wrap=True)
-        for name, values in levels:
-            table.add_row(name, *(Text(percent_sparkline(v), style="cyan").append(f"{last_value(v):>{VALUE_WIDTH}}")
-                                  for v in values))
+        cols = [TextColumn("host", max_width=HOST_WIDTH), *(TextColumn(kind) for kind in ("cpu", "mem", "gpu")[:kinds])]
+        lines: list[list[Text | str]] = [
+            [name, *(Text(percent_sparkline(v), style="cyan").append(f"{last_value(v):>{VALUE_WIDTH}}") for v in values)]
+            for name, values in levels]
         if more:
-            table.add_row(Text(f"+{more} more", style="dim"))
+            lines.append([Text(f"+{more} more", style="dim")])
+        table = text_table(cols, lines)
         self.update(table)

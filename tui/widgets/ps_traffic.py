@@ -5,16 +5,17 @@ multi-worker-mirrored run has no PS: the panel shows each worker's measured all-
 
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
 from orchestrator.monitor.reducer import ClusterState
 from tui import format as fmt
 from tui.messages import StateUpdated
+from tui.widgets.text_table import TextColumn, text_table
 
 COMPACT_WIDTH = 36  # columns of the panel below 120 columns of terminal
 WIDE_WIDTH = 58  # with the host and peers columns: narrower, and every rate is cut
+PS_HOST_WIDTH = 16  # a longer host name is cut (an ellipsis): one line per PS task
 
 PsRow = tuple[str, str, str, str, str, str, int]  # name, host, measured in, accounted in, measured out, accounted out, peers
 
@@ -62,14 +63,9 @@ class PsTrafficPanel(Static):
         if not rows:
             self.update(Text("no parameter servers", style="dim"), layout=layout)
             return
-        table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
-        table.add_column("task")
-        if wide:
-            table.add_column("host")
-        for label in ("in", "in*", "out", "out*"):
-            table.add_column(label, justify="right")
-        if wide:
-            table.add_column("peers", justify="right")
-        for name, host, mi, ai, mo, ao, peers in rows:
-            table.add_row(*([name] + ([host] if wide else []) + [mi, ai, mo, ao] + ([str(peers)] if wide else [])))
+        cols = [TextColumn("task"), *([TextColumn("host", max_width=PS_HOST_WIDTH)] if wide else []),
+                *(TextColumn(label, "right") for label in ("in", "in*", "out", "out*")),
+                *([TextColumn("peers", "right")] if wide else [])]
+        table = text_table(cols, [[name, *([host] if wide else []), mi, ai, mo, ao, *([str(peers)] if wide else [])]
+                                  for name, host, mi, ai, mo, ao, peers in rows])
         self.update(table, layout=layout)
