@@ -19,8 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 COMMAND = 'command = "{python} prog.py {job} {task}"'
 
 
-def hosts_toml(path: Path, roles: list[list[str]], training: str = COMMAND, extra: str = "") -> Path:
-    out = ["[cluster]", 'name = "demo"', "base_port = 23000", "", "[training]", training, extra, ""]
+def hosts_toml(path: Path, roles: list[list[str]], training: str = COMMAND, extra: str = "",
+               mode: str = "between-graph") -> Path:
+    out = ["[cluster]", 'name = "demo"', f'mode = "{mode}"', "base_port = 23000", "", "[training]", training, extra,
+           ""]
     for i, r in enumerate(roles):
         out += ["[[hosts]]", f'name = "m{i}"', f'address = "127.0.0.{i + 2}"', 'transport = "local"',
                 f'workdir = "{path.parent}/m{i}"', f"roles = {r!r}".replace("'", '"'), ""]
@@ -84,18 +86,42 @@ def test_a_bad_hosts_file_is_refused_naming_it(recorded_run: tuple[Path, bytes],
     assert path.read_bytes() == before
 
 
-def test_a_slurm_run_a_stopped_run_and_a_built_in_model_are_refused(tmp_path: Path, state_dir: Path) -> None:
+def test_a_slurm_run_and_a_stopped_run_are_refused(tmp_path: Path, state_dir: Path) -> None:
     grown = hosts_toml(tmp_path / "grown.toml", [["ps"], ["worker"], ["worker"]])
     hosts = hosts_toml(tmp_path / "hosts.toml", [["ps"], ["worker"]])
     slurm = recorded(hosts, "r-slurm", slurm=records.SlurmJob(job_id="42"))
     stopped = recorded(hosts, "r-stopped", status="stopped")
-    builtin = recorded(hosts_toml(tmp_path / "mlp.toml", [["ps"], ["worker"]], training='model = "mlp"'), "r-mlp")
-    before = {p: p.read_bytes() for p in (slurm, stopped, builtin)}
+    before = {p: p.read_bytes() for p in (slurm, stopped)}
     refused(tfcluster("resize", "r-slurm", str(grown)), "Slurm job", "new job")
     refused(tfcluster("resize", "r-stopped", str(grown)), "is stopped", "only a run started on every host")
-    mlp_grown = hosts_toml(tmp_path / "mlp-grown.toml", [["ps"], ["worker"], ["worker"]], training='model = "mlp"')
-    refused(tfcluster("resize", "r-mlp", str(mlp_grown)), "between-graph run of a built-in model is not built yet")
     assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.parametrize(("mode", "training", "shown"), [
+    ("between-graph", 'model = "mlp"\nsync_replicas = true', "synchronous between-graph"),
+    ("in-graph", 'model = "mlp"', "in-graph"),
+    ("multi-worker-mirrored", 'model = "mlp"', "multi-worker-mirrored"),
+    ("parameter-server-strategy", 'model = "mlp"', "parameter-server-strategy"),
+])
+def test_a_built_in_model_is_refused_but_in_async_between_graph(tmp_path: Path, state_dir: Path, mode: str,
+                                                                 training: str, shown: str) -> None:
+    roles = [["worker"], ["worker"]] if mode == "multi-worker-mirrored" else [["ps"], ["worker"]]
+    path = recorded(hosts_toml(tmp_path / "run.toml", roles, training=training, mode=mode), "r-builtin")
+    before = path.read_bytes()
+    grown = hosts_toml(tmp_path / "grown.toml", [*roles, ["worker"]], training=training, mode=mode)
+    refused(tfcluster("resize", "r-builtin", str(grown)), f"resize of a {shown} run of a built-in model is not built yet")
+    assert path.read_bytes() == before
+
+
+def test_an_async_between_graph_run_of_a_built_in_model_can_be_resized(tmp_path: Path, state_dir: Path) -> None:
+    path = recorded(hosts_toml(tmp_path / "mlp.toml", [["ps"], ["worker"]], training='model = "mlp"'), "r-mlp")
+    before = path.read_bytes()
+    grown = hosts_toml(tmp_path / "mlp-grown.toml", [["ps"], ["worker"], ["worker"]], training='model = "mlp"')
+    refused(tfcluster("resize", "r-mlp", str(grown), "--restart-all", "--yes"), "--restart-all", "nothing changed")
+    res = tfcluster("resize", "r-mlp", str(grown), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["host m2 joins", "worker:1 starts on m2", "dry run: nothing changed"]
+    assert path.read_bytes() == before
 
 
 def test_dry_run_prints_the_change_and_touches_nothing(recorded_run: tuple[Path, bytes], tmp_path: Path) -> None:

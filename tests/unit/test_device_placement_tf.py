@@ -159,3 +159,38 @@ def test_done_queue_is_shared_by_name_per_run_and_placed_on_its_task() -> None:
     assert queue.queue_ref.op.get_attr("shared_name") == f"done_queue_{run_tag('run-a')}_ps1".encode()
     assert queue.queue_ref.op.get_attr("shared_name") != other.queue_ref.op.get_attr("shared_name")
     assert queue.queue_ref.device == "/job:ps/task:1/device:CPU:0"
+
+
+def test_a_joining_tasks_sessions_carry_the_cluster_and_share_the_ps_state() -> None:
+    from training.cluster.devices import session_config
+
+    spec = {"ps": ["h:2"], "worker": ["h:4", "h:5"]}
+    config = session_config(device_filters=["/job:ps", "/job:worker/task:1"], cluster=spec)
+    assert {j.name: dict(j.tasks) for j in config.cluster_def.job} == {"ps": {0: "h:2"},
+                                                                       "worker": {0: "h:4", 1: "h:5"}}
+    assert config.experimental.share_session_state_in_clusterspec_propagation
+    assert not session_config(device_filters=["/job:ps"]).HasField("cluster_def")  # a run never resized
+
+
+def test_the_ps_waits_for_the_finishers_of_its_run_file_as_it_is_now(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from training.cluster.ps import FinisherWatch
+
+    run_file = tmp_path / "run.json"
+
+    def write(spec: dict[str, list[str]] | None, text: str | None = None) -> None:  # replaced, as resize does
+        (tmp_path / "new").write_text(text if text is not None else json.dumps({"plan": {"cluster_spec": spec}}))
+        os.replace(tmp_path / "new", run_file)
+
+    start = {"ps": ["h:2"], "worker": ["h:4"]}
+    write(start)
+    watch = FinisherWatch(str(run_file), "between-graph", start)
+    assert watch.current() == {"worker:0"}
+    write({"ps": ["h:2"], "worker": ["h:4", "h:5"]})  # grown
+    assert watch.current() == {"worker:0", "worker:1"}
+    write(None, '{"plan": ')  # half written or damaged: the last good set
+    assert watch.current() == {"worker:0", "worker:1"}
+    write(start)  # shrunk back: worker:1 never sends its token, and is not waited for
+    assert watch.current() == {"worker:0"}

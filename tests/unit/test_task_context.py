@@ -60,3 +60,12 @@ def test_a_task_the_plan_does_not_have(tmp_path: Path) -> None:
         TaskContext.from_env({**env, "TFCLUSTER_TASK": "9"})
     with pytest.raises(TaskSetupError, match="not a task index"):
         TaskContext.from_env({**env, "TFCLUSTER_TASK": "x"})
+
+
+def test_the_resize_serial_says_whether_the_run_was_resized(tmp_path: Path) -> None:
+    env = write_run(tmp_path / "run")
+    assert TaskContext.from_env(env).resize_serial == 0  # never resized
+    run_file = tmp_path / "run" / "run.json"
+    for resize, serial in (({"serial": 17, "restart": []}, 17), ({"serial": "x"}, 0), (["odd"], 0)):
+        run_file.write_text(json.dumps({**json.loads(run_file.read_text()), "resize": resize}))
+        assert TaskContext.from_env(env).resize_serial == serial

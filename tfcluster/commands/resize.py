@@ -2,8 +2,10 @@
 
 Thin: the hosts file is validated and planned as `start` plans it (orchestrator.plan.from_file), the change
 is orchestrator.plan.resize_diff's, the work orchestrator.run.resize's. Refused in one line on stderr,
-exit 2, before anything is reached: a Slurm run, a run that is not running, a change beyond the workers,
-and (for now) a run of a built-in model. `--dry-run` prints the change and touches nothing.
+exit 2, before anything is reached: what orchestrator.run.resizable refuses (a Slurm run, a run that is not
+running, a built-in model's run in any mode but asynchronous between-graph: the dashboard's "remove this
+worker" asks the same rule), a change beyond the workers, and `--restart-all` for a built-in model's run.
+`--dry-run` prints the change and touches nothing.
 """
 
 from __future__ import annotations
@@ -14,9 +16,6 @@ from typing import Annotated
 import typer
 
 from tfcluster.common import HostsFile, console
-
-BUILTIN_NOT_YET = ("resize of a {mode} run of a built-in model is not built yet (only a run of your own "
-                   "`[training] command` can be resized): nothing changed")
 
 
 def register(app: typer.Typer) -> None:
@@ -40,22 +39,22 @@ def resize(
     from orchestrator.plan.resize_diff import plan_resize
     from orchestrator.plan.slurm import SlurmPlan
     from orchestrator.run import records
+    from orchestrator.run.resizable import resize_refusal
     from orchestrator.run.resize import ResizeOptions, restarted_by
     from orchestrator.run.resize import resize as resize_run
     from tfcluster import exit_codes
 
     record = records.load(run)
-    if record.slurm is not None:
-        raise UsageError(f"run {run} is a Slurm job: a resize needs a new allocation, which is a new job "
-                         "(stop it and start again)")
-    if record.status != "started":  # `partial` too: a host that never started has no supervisor to tell
-        raise UsageError(f"run {run} is {record.shown_status}: only a run started on every host can be resized")
+    if refusal := resize_refusal(record):
+        raise UsageError(refusal)
     planned = any_plan_file(hosts_file)
     if isinstance(planned, SlurmPlan):
         raise UsageError(f"{hosts_file}: slurm: a [slurm] file cannot resize a run started over SSH")
     change = plan_resize(record.plan, planned)
-    if not record.plan.uses_user_command:
-        raise UsageError(BUILTIN_NOT_YET.format(mode=record.plan.mode))
+    if restart_all and not record.plan.uses_user_command:
+        # A restarted ps loses its variables; the built-in tasks that stay need no new TF_CONFIG.
+        raise UsageError("--restart-all restarts your own program's tasks: a built-in model's tasks that stay "
+                         "take the new workers as they run: nothing changed")
     out = console()
     if change.empty:
         out.print(f"run {run}: nothing to change (its workers are as {escape(str(hosts_file))} has them)")

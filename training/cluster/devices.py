@@ -3,7 +3,8 @@
 - `variable_setter`: `tf.compat.v1.train.replica_device_setter` with the cluster, the task's device from
   the plan as `worker_device` (…/device:GPU:0 when the plan gives the task a GPU) and a GreedyByBytes
   `ps_strategy`. Use it with `tf.compat.v1.device(...)` (a device *function*, which `tf.device` refuses).
-- `session_config`: soft placement, device filters. Soft placement only moves the ops that have no GPU
+- `session_config`: soft placement, device filters, and (`cluster`) the session's own cluster for a task that
+  joins a running cluster (ClusterSpec propagation, training/cluster/joining.py). Soft placement only moves the ops that have no GPU
   kernel to the CPU: a task the plan gives GPUs has checked that TensorFlow sees them before it got here
   (training/probes/gpu_check.py, from training/task.py), so a GPU tower never quietly trains on a CPU.
 - `placed_variables` / `placement_lines`: what the graph requested, for the task's log and the telemetry;
@@ -37,12 +38,20 @@ def variable_setter(cluster_spec: Mapping[str, Sequence[str]],
     return setter, strategy
 
 
-def session_config(*, device_filters: Iterable[str] | None = None, cpu_only: bool = False) -> Any:
+def session_config(*, device_filters: Iterable[str] | None = None, cpu_only: bool = False,
+                   cluster: Mapping[str, Sequence[str]] | None = None) -> Any:
     config = v1.ConfigProto(allow_soft_placement=True)
     if device_filters:
         config.device_filters.extend(device_filters)
     if cpu_only:
         config.device_count["GPU"] = 0
+    if cluster is not None:
+        # Every task the session uses resolves the others from this cluster, for this session only: a ps
+        # that started before this task was planned reaches it (to pull its gradients) all the same.
+        config.cluster_def.CopyFrom(tf.train.ClusterSpec({k: list(v) for k, v in cluster.items()}).as_cluster_def())
+        # Without it each such session sees its own fresh resources on the ps: uninitialised variables,
+        # another global step, empty done queues.
+        config.experimental.share_session_state_in_clusterspec_propagation = True
     return config
 
 

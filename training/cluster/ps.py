@@ -17,12 +17,18 @@ End-of-training contract (TF's classic "done queue" pattern, scoped to the run):
   between-graph ps: every worker and the chief; in-graph: the client), then exits 0. A token from a
   restarted task counts once. A finisher that fails for good never sends its token: the run then ends
   through its supervisors instead (the run has failed: training/supervisor/policy.py), which stop this
-  task.
+  task;
+- the expected finishers are those of the plan in the task's run.json *now* (`FinisherWatch`: re-read
+  whenever the file is replaced): `tfcluster resize` replaces it on every kept host (training/supervisor/
+  resize.py), so a worker that joined is waited for and its token counts, and a removed worker, which never
+  sends one, no longer holds this task up (checked at every token and every POLL_S). A token from a task
+  the plan does not name (yet) is kept: it counts once the plan names that task.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import signal
 import threading
@@ -33,6 +39,7 @@ from typing import Any
 import tensorflow as tf
 
 from ..run.context import TaskContext
+from ..run.file_stamp import file_stamp
 from ..run.roles import FINISHER_JOBS, SERVING_JOBS
 from .devices import session_config
 
@@ -68,12 +75,14 @@ def serving_targets(mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> lis
 
 
 def signal_done(master: Callable[[str, int], str], run_id: str, sender: str, targets: Iterable[tuple[str, int]],
-                own_device_filter: str | None, timeout_s: float = 20.0) -> list[tuple[str, int]]:
+                own_device_filter: str | None, timeout_s: float = 20.0,
+                cluster: Mapping[str, Sequence[str]] | None = None) -> list[tuple[str, int]]:
     """Enqueue `sender` on each target's done queue; returns the targets that were signalled.
 
     One short session per target, on `master(job, index)` (this task's own server, or, for a caller
     that has none, the target's), with device filters naming only that target and this task, so a target
-    that is already gone cannot block the others; each attempt runs in a daemon thread bounded by
+    that is already gone cannot block the others (and `cluster`, the sessions' own, for a task that
+    joined a running cluster: training/cluster/joining.py); each attempt runs in a daemon thread bounded by
     `timeout_s` (creating a session to a dead task would otherwise wait forever).
     """
     done: list[tuple[str, int]] = []  # appended from the threads (list.append is atomic)
@@ -84,7 +93,7 @@ def signal_done(master: Callable[[str, int], str], run_id: str, sender: str, tar
         with graph.as_default():
             enqueue = done_queue(run_id, job, index).enqueue([tf.constant(f"{run_id} {sender}")])
         filters = [f"/job:{job}/task:{index}"] + ([own_device_filter] if own_device_filter else [])
-        config = session_config(device_filters=filters)
+        config = session_config(device_filters=filters, cluster=cluster)
         config.operation_timeout_in_ms = int(timeout_s * 1000)
         sess = v1.Session(master(job, index), graph=graph, config=config)
         sess.run(enqueue)
@@ -107,6 +116,31 @@ def _quietly(fn: Any, job: str, index: int) -> None:
         log.warning("could not signal the end of training to %s:%d: %s", job, index, str(e).splitlines()[0])
 
 
+class FinisherWatch:
+    """The finishers this serving task waits for: those of the plan in its run.json, re-read whenever the
+    file is replaced (one stat per look; a file being replaced or damaged keeps the last good set)."""
+
+    def __init__(self, run_file: str, mode: str, cluster_spec: Mapping[str, Sequence[str]]) -> None:
+        self.run_file, self.mode = run_file, mode
+        self.expected = expected_finishers(mode, cluster_spec)
+        self._stamp: tuple[int, int] | None = None  # read at the first look: it may have changed since the task read it
+
+    def current(self) -> set[str]:
+        stamp = file_stamp(self.run_file)
+        if stamp is not None and stamp != self._stamp:
+            try:
+                with open(self.run_file, encoding="utf-8") as f:
+                    spec = json.load(f)["plan"]["cluster_spec"]
+                expected = expected_finishers(self.mode, spec)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                return set(self.expected)  # looked at again next time: the stamp is not taken
+            self._stamp = stamp
+            if expected != self.expected:
+                log.info("the run was resized: waiting for %s", ", ".join(sorted(expected)) or "nobody")
+            self.expected = expected
+        return set(self.expected)
+
+
 def serve(ctx: TaskContext) -> int:
     stop = threading.Event()
 
@@ -121,9 +155,10 @@ def serve(ctx: TaskContext) -> int:
     server = tf.distribute.Server(cluster, job_name=ctx.job, task_index=ctx.index, protocol="grpc",
                                   config=session_config(cpu_only=ctx.job == "ps"), start=True)
     log.info("%s: serving at %s (port %s)", ctx.name, server.target, ctx.task_plan.get("port"))
-    expected = expected_finishers(ctx.mode, ctx.cluster_spec)
-    log.info("%s: will exit once these have finished training: %s", ctx.name, ", ".join(sorted(expected)))
-    finished = wait_for_finishers(server.target, ctx.run_id, ctx.job, ctx.index, expected, stop)
+    watch = FinisherWatch(ctx.layout.run_file, ctx.mode, ctx.cluster_spec)
+    log.info("%s: will exit once these have finished training: %s", ctx.name, ", ".join(sorted(watch.expected)))
+    finished = wait_for_finishers(server.target, ctx.run_id, ctx.job, ctx.index, watch.current, stop)
+    expected = watch.current()
     if stop.is_set():
         log.info("%s: stopped (%d of %d finishers seen)", ctx.name, len(finished & expected), len(expected))
     else:
@@ -132,22 +167,25 @@ def serve(ctx: TaskContext) -> int:
     return 0
 
 
-def wait_for_finishers(target: str, run_id: str, job: str, index: int, expected: set[str],
+def wait_for_finishers(target: str, run_id: str, job: str, index: int, expected: Callable[[], set[str]],
                        stop: threading.Event) -> set[str]:
-    """Dequeue tokens (in a daemon thread: a blocking dequeue cannot be interrupted) until every expected
-    finisher has sent one or `stop` is set. No polling timeout: TF logs every timed-out run as a warning."""
+    """Dequeue tokens (in a daemon thread: a blocking dequeue cannot be interrupted) until every finisher
+    `expected()` names now has sent one, or `stop` is set. Looked at after each token and every POLL_S (a
+    resize may remove the last finisher not done). No dequeue timeout: TF logs every timed-out run as a
+    warning."""
     graph = tf.Graph()
     with graph.as_default():
         token = done_queue(run_id, job, index).dequeue()
     # Only this task's own devices: a session over the whole cluster would wait for every task to be up.
     config = session_config(device_filters=[f"/job:{job}/task:{index}"], cpu_only=True)
-    finished: set[str] = set()
-    all_done = threading.Event()
+    finished: set[str] = set()  # only the drain thread adds; the main thread reads a copy
+    news = threading.Event()  # a token came, or the drain ended
+    drained = threading.Event()
 
     def drain() -> None:
         try:
             with v1.Session(target, graph=graph, config=config) as sess:
-                while not expected <= finished:
+                while True:
                     token_run, _, name = sess.run(token).decode("utf-8", "replace").partition(" ")
                     if token_run != run_id:
                         log.warning("%s:%d: ignored a done token of another run (%s)", job, index, token_run)
@@ -155,11 +193,14 @@ def wait_for_finishers(target: str, run_id: str, job: str, index: int, expected:
                     if name not in finished:
                         log.info("%s:%d: %s finished training", job, index, name)
                     finished.add(name)
+                    news.set()
         except Exception as e:
             log.error("%s:%d: done queue failed: %s", job, index, str(e).splitlines()[0])
-        all_done.set()
+        drained.set()
+        news.set()
 
     threading.Thread(target=drain, daemon=True, name="done-queue").start()
-    while not all_done.wait(POLL_S) and not stop.is_set():
-        pass
+    while not stop.is_set() and not drained.is_set() and not expected() <= set(finished):
+        news.wait(POLL_S)
+        news.clear()
     return set(finished)

@@ -15,7 +15,11 @@ SyncReplicasOptimizer.
   filesystem shared by every machine (an absolute path). Either way a PS that restarts loses its
   variables: the sessions fail over (MonitoredSession recovers from Aborted/Unavailable) and the chief's
   new session restores them from the latest checkpoint.
-- A worker that (re)starts later simply joins: the global step lives on the PS.
+- A worker that (re)starts later simply joins: the global step lives on the PS. In a resized run (`tfcluster
+  resize`, asynchronous only) every training task that starts joins through ClusterSpec propagation, its
+  sessions carrying the current cluster, so a ps that started without it reaches it and nobody restarts
+  (training/cluster/joining.py); the ps tasks then wait for the finishers of the current plan
+  (training/cluster/ps.py FinisherWatch).
 - Sync: replicas_to_aggregate (default: the training tasks minus backup_workers) gradients make one
   update; `total_num_replicas` is the number of training tasks. No initial tokens (num_tokens=0), so all
   replicas advance in lock step and none is left waiting on the token queue after the last update; the
@@ -42,9 +46,9 @@ from ..cluster.devices import (
     placed_variables,
     placement_lines,
     pulled_variables,
-    session_config,
     variable_setter,
 )
+from ..cluster.joining import start_server
 from ..cluster.optimizers import make_optimizer
 from ..cluster.ps import serving_targets, signal_done
 from ..cluster.straggler import BaselinePacer, slowdown_factor
@@ -116,10 +120,13 @@ def sync_settings(ctx: TaskContext) -> tuple[int, int]:
 def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the session and the loop, top to bottom
     tr = ctx.training
     own = f"/job:{ctx.job}/task:{ctx.index}"
-    config = session_config(device_filters=["/job:ps", own])
-    server = tf.distribute.Server(tf.train.ClusterSpec(ctx.cluster_spec), job_name=ctx.job,
-                                  task_index=ctx.index, protocol="grpc", config=config, start=True)
+    task_server = start_server(ctx, ["/job:ps", own])
+    server, master = task_server.server, task_server.master
+    config = task_server.config(["/job:ps", own])
     log.info("%s: server at %s, chief=%s, compute on %s", ctx.name, server.target, ctx.is_chief, ctx.device)
+    if task_server.joins:
+        log.info("%s: joins the resized cluster: its sessions (master %s) carry the cluster %s", ctx.name, master,
+                 json.dumps(task_server.cluster, sort_keys=True))
 
     batch_size = int(tr.get("batch_size", 128))
     steps = int(tr.get("steps", 1000))
@@ -158,10 +165,10 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
         hooks.append(sync_hook)
     if ctx.is_chief:
         hooks.extend(_chief_hooks(ctx, scaffold, checkpoint_dir, sync))
-        creator: Any = ResumingChiefSessionCreator(scaffold=scaffold, master=server.target, config=config,
+        creator: Any = ResumingChiefSessionCreator(scaffold=scaffold, master=master, config=config,
                                                    checkpoint_dir=checkpoint_dir)
     else:
-        creator = WorkerSessionCreator(scaffold=scaffold, master=server.target, config=config)
+        creator = WorkerSessionCreator(scaffold=scaffold, master=master, config=config)
 
     # TFCLUSTER_TELEMETRY=0 turns the progress events off: only for measuring their overhead (benchmarks/).
     telemetry = os.environ.get("TFCLUSTER_TELEMETRY", "1") != "0"
@@ -226,7 +233,8 @@ def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the ses
     if step_times_path and step_times is not None:
         with open(step_times_path, "w", encoding="utf-8") as f:
             json.dump(step_times, f)
-    signalled = signal_done(lambda *_: server.target, ctx.run_id, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own)
+    signalled = signal_done(lambda *_: master, ctx.run_id, ctx.name, serving_targets(ctx.mode, ctx.cluster_spec), own,
+                            cluster=task_server.cluster)
     log.info("%s: signalled the end of training to %s", ctx.name, ", ".join(f"{j}:{i}" for j, i in signalled))
     return 0
 

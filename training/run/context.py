@@ -30,6 +30,9 @@ class TaskContext:
     plan: dict[str, Any]  # ClusterPlan.to_json()
     run_id: str  # run.json's run_id: every message between this run's tasks carries it (training/cluster/ps.py)
     task_plan: dict[str, Any]  # this task's TaskPlan, as in plan["tasks"]
+    # run.json's resize serial (training/supervisor/resize.py): above 0 once `tfcluster resize` changed the
+    # run, so its tasks may have started with different clusters (training/cluster/joining.py).
+    resize_serial: int = 0
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TaskContext:
@@ -42,6 +45,8 @@ class TaskContext:
             with open(layout.run_file, encoding="utf-8") as f:
                 run = json.load(f)
             plan, run_id = run["plan"], str(run.get("run_id", ""))
+            resize = run.get("resize")
+            serial = resize.get("serial", 0) if isinstance(resize, dict) else 0
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise TaskSetupError(f"{layout.run_file}: cannot read the run's plan: {e}") from e
         job = env["TFCLUSTER_JOB"]
@@ -56,6 +61,7 @@ class TaskContext:
             job=job, index=index, host=env.get("TFCLUSTER_HOST") or str(task_plan.get("host", "")),
             mode=env.get("TFCLUSTER_MODE") or str(plan.get("mode", "between-graph")),
             layout=layout, plan=plan, run_id=run_id, task_plan=task_plan,
+            resize_serial=serial if isinstance(serial, int) and not isinstance(serial, bool) else 0,
         )
 
     @property

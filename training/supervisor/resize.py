@@ -24,6 +24,7 @@ import json
 import os
 from typing import TYPE_CHECKING
 
+from ..run.file_stamp import file_stamp
 from ..telemetry.host_facts import FactsWriter
 from ..telemetry.traffic import TaskTraffic
 from .ending import kill_leftovers, term_wait_kill
@@ -51,17 +52,10 @@ class RunFileWatch:
     def __init__(self, path: str, run: dict[str, Any]) -> None:
         self.path = path
         self.serial = resize_serial(run)
-        self._stamp = self._look()
-
-    def _look(self) -> tuple[int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns
+        self._stamp = file_stamp(self.path)
 
     def changed(self) -> bool:
-        stamp = self._look()
+        stamp = file_stamp(self.path)
         if stamp is None or stamp == self._stamp:
             return False
         self._stamp = stamp
