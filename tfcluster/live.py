@@ -99,8 +99,9 @@ class DashboardBoard:
                 if url is not None:
                     return url
                 from orchestrator.results.board import Board
+                from orchestrator.run import records
 
-                self.board = Board(self.record).open()
+                self.board = Board(records.load(self.record.run_id)).open()  # the run's hosts now (a resize)
             return self.board.url
 
     def close(self) -> None:
@@ -127,7 +128,8 @@ def exit_code(st: ClusterState) -> int:
 
 def watch_status(run: str | None, interval: float = 1.0, as_json: bool = False) -> None:
     """Until Ctrl-C: a Rich live table of the run (`status --watch`), or with `as_json` one JSON line of
-    the whole state per interval on stdout (`status --watch --json`, for scripts that follow a run)."""
+    the whole state per interval on stdout (`status --watch --json`, for scripts that follow a run). Both
+    follow the run's resizes as the dashboard does (orchestrator/monitor/reshape.py)."""
     from orchestrator.monitor.collect import Collector
     from orchestrator.monitor.slurm_watch import SlurmWatch
     from orchestrator.run import records
@@ -166,7 +168,8 @@ def restart_policy(record: RunRecord) -> RestartPolicy:
 def open_dashboard(run: str | None, *, readonly: bool = False, interval: float = 1.0,
                    prometheus: int | None = None) -> None:
     """The Textual dashboard on a run until the user quits; every agent stream is closed on the way out.
-    Its first frame comes from one read of every host (as `status`); the agents' streams take over."""
+    Its first frame comes from one read of every host (as `status`); the agents' streams take over, and
+    follow the run's resizes (orchestrator/monitor/reshape.py), for its Prometheus exporter too."""
     from orchestrator.errors import UsageError
     from orchestrator.monitor.collect import Collector, CollectorActions
     from orchestrator.monitor.slurm_watch import SlurmWatch

@@ -3,6 +3,9 @@
 Each host has a thread that runs `python -m training.agent` in the run's code dir; one StreamPump
 thread (pump.py) reads and parses every SSH stream's lines, the host's thread waiting meanwhile (other
 transports' streams are read by the host's thread itself).
+The hosts are the run's as its local record says, followed through resizes (reshape.py): a host that
+joins gets a stream as one at start does; a host that leaves has its stream retired (nothing more of it
+reaches the state) and its rows go.
 When the stream ends or cannot be opened, a `StreamDown` is queued (the state marks the host
 unreachable after 3 intervals, keeping its last values) and the thread reconnects with backoff. A
 stream that goes silent without closing (a dead network path) is closed by the watchdog in `poll`.
@@ -22,6 +25,7 @@ from orchestrator.errors import HostError, TfclusterError
 from orchestrator.monitor.events import Event, EventParser, HeartbeatEvent, StreamDown, StreamUp
 from orchestrator.monitor.pump import StreamPump
 from orchestrator.monitor.reducer import ClusterState
+from orchestrator.monitor.reshape import RecordWatch, Reshape, where
 from orchestrator.monitor.resize_notes import say_resizes
 from orchestrator.plan.model import HostPlan
 from orchestrator.plan.names import task_name
@@ -63,21 +67,35 @@ class HostStream(threading.Thread):
         self.connected = False
         self.heartbeats = 0  # since the collector started (for --once: enough data seen)
         self.connects = 0
+        self.retired = False  # its host left the run (a resize): it ends, and queues nothing more
         self._stream: LineStream | None = None
         self._transport: Transport | None = None
         self._lock = threading.Lock()
+        self._put_lock = threading.Lock()  # (not _lock: that one is held while connecting)
 
     def _put(self, ev: Event) -> None:
-        self.out.put((time.time(), ev))
+        with self._put_lock:  # the lock retire() takes: once it returned, nothing more is queued
+            if not self.retired:
+                self.out.put((time.time(), ev))
+
+    def _halted(self) -> bool:
+        return self.retired or self.stop_event.is_set()
+
+    def retire(self) -> None:
+        """Its host left the run: nothing more of it reaches the state; its stream closes (off this thread:
+        closing may block on SSH) and the thread ends instead of reconnecting."""
+        with self._put_lock:
+            self.retired = True
+        threading.Thread(target=self.close_stream, daemon=True).start()
 
     def run(self) -> None:
         backoff = 1.0
-        while not self.stop_event.is_set():
+        while not self._halted():
             started = time.monotonic()
             reason = self._one_stream()
             self._put(StreamDown(time.time(), self.host.name, reason))
             self._close()
-            if self.stop_event.is_set():
+            if self._halted():
                 break
             if time.monotonic() - started > 10 * self.interval:
                 backoff = 1.0  # it had been working: retry soon
@@ -94,7 +112,7 @@ class HostStream(threading.Thread):
             stream = transport.stream(argv, cwd=RunLayout(self.run_dir).lib)
             with self._lock:
                 self._stream = stream
-            if self.stop_event.is_set():
+            if self._halted():
                 return "stopped"
             self.connected = True
             self.connects += 1
@@ -107,7 +125,7 @@ class HostStream(threading.Thread):
             else:
                 for line in stream.lines():
                     self._take([line])
-                    if self.stop_event.is_set():
+                    if self._halted():
                         return "stopped"
             tail = getattr(stream, "stderr_tail", "").strip().splitlines()
             why = f": {tail[-1][:200]}" if tail else ""
@@ -132,7 +150,7 @@ class HostStream(threading.Thread):
         while not done.wait(PUMPED_WAIT_S):
             if not self.pump.is_alive():
                 return "stopped"
-        return "stopped" if self.stop_event.is_set() else why[0]
+        return "stopped" if self._halted() else why[0]
 
     def _take(self, lines: list[str]) -> None:
         """Parse and queue lines (on the pump's thread, or this one's)."""
@@ -163,11 +181,12 @@ class HostStream(threading.Thread):
 
 
 class Collector:
-    """A StateSource over live agent streams. `start()` opens them; `close()` ends every thread."""
+    """A StateSource over live agent streams. `start()` opens them; `close()` ends every thread. With a
+    `watch` on the run's record, it follows the run's resizes (reshape.py)."""
 
     def __init__(self, state: ClusterState, hosts: list[HostPlan], run_dirs: dict[str, str],
                  pythons: dict[str, str], interval: float = 1.0, opener: Opener | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, watch: RecordWatch | None = None) -> None:
         if opener is None:
             opener = transport_for
         self.state = state
@@ -185,22 +204,22 @@ class Collector:
                                    opener, self._stop, self._pump) for h in hosts]
         self._aux: dict[str, Transport] = {}  # for logs and actions, separate from the streams
         self._aux_lock = threading.Lock()
+        self.watch = watch
+        self._started = False
 
     @classmethod
     def for_record(cls, record: RunRecord, interval: float = 1.0, opener: Opener | None = None) -> Collector:
         """From a run record: its plan, hosts and the run dirs resolved on each host at start."""
         hosts = list(record.plan.hosts)
-        run_dirs, pythons = {}, {}
-        for h in hosts:
-            rec = record.host(h.name)
-            run_dirs[h.name] = rec.run_dir or RunLayout.for_host(h.workdir, record.run_id, h.name).root
-            pythons[h.name] = rec.python or h.python
+        placed = {h.name: where(record, h) for h in hosts}
         state = ClusterState.from_plan(record.plan, record.run_id, interval)
         state.record_status = record.status
         say_resizes(state, record)
-        return cls(state, hosts, run_dirs, pythons, interval, opener)
+        return cls(state, hosts, {n: d for n, (d, _) in placed.items()}, {n: p for n, (_, p) in placed.items()},
+                   interval, opener, watch=RecordWatch(record))
 
     def start(self) -> Collector:
+        self._started = True
         self._pump.start()
         for s in self.streams:
             s.start()
@@ -208,12 +227,19 @@ class Collector:
 
     def poll(self) -> ClusterState:
         st = self.state
+        change = self.watch.changed() if self.watch is not None else None
+        if change is not None:  # before the drain: nothing of a host that left is applied after it
+            for s in self.streams:
+                if s.host.name in change.hosts_removed:
+                    s.retire()
         try:
             while True:
                 arrival, ev = self._queue.get_nowait()
                 st.apply(ev, arrival)
         except queue.Empty:
             pass
+        if change is not None:
+            self._reshape(change)
         st.malformed = sum(s.parser.malformed for s in self.streams)
         silent = SILENT_INTERVALS * self.interval
         now_m = time.monotonic()
@@ -223,6 +249,27 @@ class Collector:
                 threading.Thread(target=s.close_stream, daemon=True).start()  # closing may block on SSH
         st.tick(self.clock())
         return st
+
+    def _reshape(self, change: Reshape) -> None:
+        """The run's new shape: the state made the new plan's, streams for the hosts that joined."""
+        change.apply(self.state)
+        gone = set(change.hosts_removed)
+        self.streams = [s for s in self.streams if s.host.name not in gone]
+        for name in gone:
+            for table in (self.hosts, self.run_dirs, self.pythons):
+                table.pop(name, None)
+            with self._aux_lock:
+                aux = self._aux.pop(name, None)
+            if aux is not None:
+                threading.Thread(target=aux.close, daemon=True).start()
+        for h in change.hosts_added:
+            self.hosts[h.name] = h
+            self.run_dirs[h.name], self.pythons[h.name] = where(change.record, h)
+            s = HostStream(h, self.run_dirs[h.name], self.pythons[h.name], self.interval, self._queue,
+                           self.opener, self._stop, self._pump)
+            self.streams.append(s)
+            if self._started:
+                s.start()
 
     def wait_for_data(self, heartbeats: int = 3, timeout: float = 30.0) -> ClusterState:
         """Poll until every host sent `heartbeats` heartbeats, or the timeout: what `--once` shows."""

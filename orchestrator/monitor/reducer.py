@@ -49,7 +49,7 @@ from orchestrator.monitor.views import (
     task_liveness,
     window_buckets,
 )
-from orchestrator.plan.model import ClusterPlan
+from orchestrator.plan.model import ClusterPlan, TaskPlan
 from orchestrator.plan.names import task_name
 from training.run.roles import reports_progress
 from training.telemetry.task_record import TaskRecord
@@ -98,11 +98,36 @@ class ClusterState:
         for h in plan.hosts:
             st.host(h.name)
         for t in plan.tasks:
-            reports: Reports = "maybe" if plan.uses_user_command else (
-                "yes" if reports_progress(plan.mode, t.job) else "no")
-            st.add_task(t.job, t.index, t.host, t.gpus, port=t.port, reports=reports)
-            st.tracks[task_name(t.job, t.index)].cuda_gpus = cuda_gpus(t.cuda_visible_devices)  # `on CPU?`
+            st.add_planned(plan, t)
         return st
+
+    def add_planned(self, plan: ClusterPlan, t: TaskPlan) -> TaskTrack:
+        """A task of `plan` (at open, or joining by a resize: monitor/reshape.py), its planned facts set even
+        when its first events came before the plan that has it."""
+        tv = self.add_task(t.job, t.index, t.host, t.gpus, port=t.port)
+        tv.reports = "maybe" if plan.uses_user_command else ("yes" if reports_progress(plan.mode, t.job) else "no")
+        tv.gpus, tv.cuda_gpus = t.gpus, cuda_gpus(t.cuda_visible_devices)  # `on CPU?`
+        return tv
+
+    def drop_task(self, name: str) -> None:
+        """A task the run no longer has (a resize removed it, or moved it elsewhere): its row, its graph line
+        and its traffic go, and nothing says it was lost (a host's own lines say how it ended)."""
+        self.tracks.pop(name, None)
+        self.tasks.pop(name, None)
+        self.ps.pop(name, None)
+        self.allreduce.pop(name, None)
+        for ps in self.ps.values():
+            ps._by_worker.pop(name, None)  # what it accounted no longer adds to a PS's traffic
+        self.history.tasks.pop(name, None)
+        self.version += 1
+
+    def drop_host(self, name: str) -> None:
+        """A host the run left (a resize): it, any task still on it, and its graphs go."""
+        for task in [n for n, tv in self.tracks.items() if tv.host == name]:
+            self.drop_task(task)
+        self.hosts.pop(name, None)
+        self.history.hosts.pop(name, None)
+        self.version += 1
 
     def host(self, name: str) -> HostView:
         h = self.hosts.get(name)

@@ -261,7 +261,7 @@ def decode_host(raw: object) -> HostRecord:
     )
 
 
-def _path(run_id: str) -> Path:
+def record_path(run_id: str) -> Path:
     return state_dir() / f"{run_id}.json"
 
 
@@ -307,13 +307,13 @@ def save(record: RunRecord) -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(record.to_json(), separators=(",", ":")))
-        os.replace(tmp, _path(record.run_id))
+        os.replace(tmp, record_path(record.run_id))
     except OSError as exc:
         raise _unwritable(directory, exc) from None
 
 
 def exists(run_id: str) -> bool:
-    return _path(run_id).exists()
+    return record_path(run_id).exists()
 
 
 def read(path: Path) -> RunRecord:
@@ -330,7 +330,7 @@ def _read(path: Path, decode: Callable[[object], R]) -> R:
 
 
 def load(run_id: str) -> RunRecord:
-    path = _path(run_id)
+    path = record_path(run_id)
     if not RUN_NAME.match(run_id) or not path.exists():
         known = ", ".join(r.run_id for r in list_summaries()[0][-5:]) or "none"
         raise UsageError(f"unknown run {run_id!r} (known: {known}; see `tfcluster ls`)")
@@ -393,5 +393,5 @@ def local_dir(run_id: str) -> Path:
 
 
 def remove(run_id: str) -> None:
-    _path(run_id).unlink(missing_ok=True)
+    record_path(run_id).unlink(missing_ok=True)
     shutil.rmtree(local_dir(run_id), ignore_errors=True)

@@ -4,8 +4,8 @@ The choice (StopOrRemoveScreen: Escape and the focused Cancel do nothing), then 
 yes/no question listing what the resize does (tui/task_actions.py removal_question), then the resize in a
 worker thread (the `actions` group, as the other task actions run): it takes seconds and reaches every host.
 Its outcome (what changed), or why it could not be done, goes to the event log and a notification. The
-open dashboard keeps following the shape it opened with (a live dashboard following a resize is issue 37's
-phase 2), so the outcome says to open it again.
+dashboard then shows the run's new shape by itself: its source follows the run's record
+(orchestrator/monitor/reshape.py), so the removed worker's row goes at once.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def _confirm_removal(app: App[Any], name: str, removal: WorkerRemoval) -> None:
     def run() -> None:
         try:
             said = removal.remove(name)
-            app.call_from_thread(_said, app, f"{said} (open the dashboard again to follow the new shape)", False)
+            app.call_from_thread(_said, app, said, False)
         except Exception as exc:
             app.call_from_thread(_said, app, f"remove {name} failed: {exc}", True)
 
