@@ -27,8 +27,8 @@ def rich_table(columns: list[TextColumn], rows: list[list[Text | str]]) -> Table
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False, expand=False)
     for c in columns:
         table.add_column(c.label, justify=c.justify, max_width=c.max_width, no_wrap=True, overflow="ellipsis")
-    for row in rows:
-        table.add_row(*row)
+    for row in rows:  # a str cell is plain text, as text_table draws it (a Table would read markup and :emoji:)
+        table.add_row(*(Text(c) if isinstance(c, str) else c for c in row))
     return table
 
 
