@@ -14,6 +14,7 @@ from orchestrator.plan.without_worker import plan_without, removable
 from orchestrator.run import records
 from orchestrator.run.resizable import resize_refusal
 from orchestrator.run.resize import ResizeOptions, resize
+from orchestrator.run.resize_restart import restart_lines
 from orchestrator.transport.factory import Opener, transport_for
 
 
@@ -41,7 +42,8 @@ class WorkerRemover:
 
     def preview(self, name: str) -> list[str]:
         """What removing `name` does, a line each (as `tfcluster resize --dry-run`); UsageError when it cannot."""
-        return self._change(name)[1].lines()
+        change = self._change(name)[1]
+        return change.lines() + restart_lines(change, None)  # in-graph's client, or the mirrored group, restarts
 
     def remove(self, name: str) -> str:
         """Remove worker `name` from the run; one line saying what was done. A failed resize raises (a

@@ -1,4 +1,4 @@
-"""`tfcluster resize`: bring a running run (a user's own program over SSH) to a resized plan.
+"""`tfcluster resize`: bring a running run over SSH to a resized plan.
 
 The change is orchestrator.plan.resize_diff's `Resize` (only workers change; the run's ports kept). In
 order, each step undone when a later one fails, so a failed resize leaves the run as it was:
@@ -15,6 +15,10 @@ order, each step undone when a later one fails, so a failed resize leaves the ru
 4. hosts that leave are stopped as `stop` stops a host, verified, and their run dirs removed;
 5. the record is saved with the new plan, its hosts, and a history entry (records.RunRecord.resizes), no
    longer pending. Until then the record's plan and hosts are the run as it was.
+The kept tasks a resize restarts are `--restart-all`'s, or those the mode restarts (run/resize_restart.py:
+in-graph's client, multi-worker-mirrored's group); a group takes steps 3 then 2 (its kept members restart
+and wait for the new ones; a failure of either gives the kept hosts the old plan back, the group restarting
+as it was).
 A run whose record has a resize pending (one under way, or killed half-way) is not resized again.
 """
 
@@ -36,6 +40,7 @@ from orchestrator.run.launch import forwarded_env
 from orchestrator.run.port_check import PortsTaken, ports_to_try, refusal
 from orchestrator.run.remote import RemoteRun, with_retry
 from orchestrator.run.resize_host import await_resized, left_running, ports_taken, push, run_data
+from orchestrator.run.resize_restart import kept_first, mode_restarts
 from orchestrator.run.run_file import RunFiles
 from orchestrator.run.ship import file_sets
 from orchestrator.run.start_host import HostOutcome, StartContext, StartShard
@@ -50,6 +55,7 @@ class ResizeFailed(HostError):
     def __init__(self, error: HostError, undone: str, unverified: Sequence[str] = ()) -> None:
         super().__init__(error.host, error.reason, f"{error.detail or 'failed'} (resize undone: {undone})")
         self.undone = undone
+        self.error = error  # what failed, before the undo was said
         self.unverified = tuple(unverified)  # new hosts whose stop could not be verified: still pending
 
 
@@ -70,10 +76,11 @@ class ResizeResult:
 
 
 def restarted_by(change: Resize, restart_all: bool) -> list[str]:
-    """The tasks that stay where they are but restart: every one with --restart-all, else none (a moved
+    """The tasks that stay where they are but restart: every one with --restart-all, else those the run's
+    mode restarts (resize_restart.py: in-graph's client, multi-worker-mirrored's group), else none (a moved
     worker is a new task where it goes)."""
     if not restart_all:
-        return []
+        return mode_restarts(change)
     staying = {t.name for t in change.old.tasks} - {*change.removed, *change.moved}
     return [t.name for t in change.new.tasks if t.name in staying]
 
@@ -107,14 +114,18 @@ def resize(record: records.RunRecord, change: Resize, config_path: str, options:
             records.save(record)
 
         try:
-            joined = _start_new_hosts(record, change, config_path, new_files, options, opener, deadline, pending)
-            try:
-                _apply_on_kept(change, remotes, new_files, serial, restarted, options, deadline)
-            except (HostError, KeyboardInterrupt) as exc:  # Ctrl-C too: the run is given back as it was
-                undone = _give_back(change, remotes, data, serial + 1, options)
-                stopped, dirty = _stop_new(record, new, joined, options, opener)
-                error = exc if isinstance(exc, HostError) else HostError(kept[0], "cancelled", "interrupted")
-                raise ResizeFailed(error, f"{undone}; {stopped}", dirty) from None
+            if kept_first(old):
+                joined = _kept_then_new(record, change, config_path, new_files, (remotes, data, serial, restarted),
+                                        options, opener, deadline, pending)
+            else:
+                joined = _start_new_hosts(record, change, config_path, new_files, options, opener, deadline, pending)
+                try:
+                    _apply_on_kept(change, remotes, new_files, serial, restarted, options, deadline)
+                except (HostError, KeyboardInterrupt) as exc:  # Ctrl-C too: the run is given back as it was
+                    undone = _give_back(change, remotes, data, serial + 1, options, restarted)
+                    stopped, dirty = _stop_new(record, new, joined, options, opener)
+                    error = exc if isinstance(exc, HostError) else HostError(kept[0], "cancelled", "interrupted")
+                    raise ResizeFailed(error, f"{undone}; {stopped}", dirty) from None
         except ResizeFailed as failed:
             if record.pending_resize is not None:  # the record says the run as it was, and what may be left
                 resize_pending.keep_only(record, failed.unverified)
@@ -130,6 +141,29 @@ def resize(record: records.RunRecord, change: Resize, config_path: str, options:
             remote.close()
     _record(record, change, joined, restarted, config_path)
     return ResizeResult(record=record, restarted=restarted, left=left, seconds=time.monotonic() - t0)
+
+
+def _kept_then_new(record: records.RunRecord, change: Resize, config_path: str, files: RunFiles,
+                   kept: tuple[dict[str, RemoteRun], dict[str, Any], int, list[str]], options: ResizeOptions,
+                   opener: Opener, deadline: float, pending: Callable[[dict[str, str]], None]) -> dict[str, HostOutcome]:
+    """Steps 3 then 2, for a group that restarts (resize_restart.kept_first): the kept hosts' group restarts
+    with the new cluster and waits for its new members, then the new hosts are launched. Either failing,
+    the kept hosts get the old plan back (the group restarts as it was) and nothing new is left."""
+    remotes, data, serial, restarted = kept
+    try:
+        _apply_on_kept(change, remotes, files, serial, restarted, options, deadline)
+    except (HostError, KeyboardInterrupt) as exc:
+        undone = _give_back(change, remotes, data, serial + 1, options, restarted)
+        error = exc if isinstance(exc, HostError) else HostError(next(iter(remotes)), "cancelled", "interrupted")
+        raise ResizeFailed(error, f"{undone}; no new host was started") from None
+    try:
+        return _start_new_hosts(record, change, config_path, files, options, opener, deadline, pending)
+    except (HostError, UsageError, KeyboardInterrupt) as exc:  # a ResizeFailed: its new hosts are undone
+        undone = _give_back(change, remotes, data, serial + 1, options, restarted)
+        if isinstance(exc, ResizeFailed):
+            raise ResizeFailed(exc.error, f"{exc.undone}; {undone}", exc.unverified) from None
+        error = exc if isinstance(exc, HostError) else HostError(change.hosts_added[0], "cancelled", str(exc) or "interrupted")
+        raise ResizeFailed(error, undone) from None
 
 
 def _stems(change: Resize) -> dict[str, str]:
@@ -241,17 +275,18 @@ def _apply_on_kept(change: Resize, remotes: dict[str, RemoteRun], files: RunFile
 
 
 def _give_back(change: Resize, remotes: dict[str, RemoteRun], data: dict[str, Any], serial: int,
-               options: ResizeOptions) -> str:
-    """Undo step 3: the kept hosts get the old plan back (moved workers restart where they were)."""
+               options: ResizeOptions, restarted: Sequence[str] = ()) -> str:
+    """Undo step 3: the kept hosts get the old plan back (moved workers restart where they were, and the
+    `restarted` ones again with the old cluster)."""
     old = change.old
-    restart = [_stems(change)[n] for n in change.moved]
+    restart = [_stems(change)[n] for n in (*change.moved, *restarted)]
     files = RunFiles({**data, "resize": {"serial": serial, "restart": restart}}, old)
     deadline = time.monotonic() + options.timeout
 
     def one(name: str) -> None:
         remote = remotes[name]
         with_retry(name, lambda: push(remote, files.for_host(name), options.op_timeout), deadline)
-        back = {*change.removed, *change.moved}
+        back = {*change.removed, *change.moved, *restarted}
         await_resized(remote, serial, [(t.job, t.index) for t in old.tasks_on(name) if t.name in back], deadline)
 
     results = fan_out(list(remotes), one)

@@ -8,9 +8,9 @@ shared workdir (issue 37): ps:0 on m0, worker:0 (the chief) on m1, m2 joins. One
 - worker:0's own progress events: its global step never stood still longer than one liveness window
   (monitor/views.py: STALE_INTERVALS x the status interval) from its first event to its last, both resizes
   included.
-The model is the test's own (`model = "paced_model:build"`, run by the built-in between-graph trainer like
-mlp): every step waits for its batch on the worker as many microseconds as a file of the test's says, read
-at every step: PAUSE_MS while the test resizes, so each worker steps at most 1000 / PAUSE_MS times a second
+The model is the test's own (tests/helpers/paced_model.py, run by the built-in between-graph trainer like
+mlp): every step waits for its batch on the worker as long as a file of the test's says, read at every
+step: PAUSE_MS while the test resizes, so each worker steps at most 1000 / PAUSE_MS times a second
 whatever the machine and worker:1, which no `slowdown` may name before it exists (a resize keeps
 `[training]`), is paced like worker:0; then 0, once the test has seen what it waits for, and the run
 sprints to its last step. The run's end is the test's event, not a bet on how long the resizes take:
@@ -31,6 +31,7 @@ from orchestrator.monitor.views import STALE_INTERVALS
 from orchestrator.run.local_ports import free_port_block
 from testkit.sshd import Machines
 from tests import requires
+from tests.helpers.paced_model import PacedModel
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import cli, dash_json, started_run_id, status_json
 
@@ -40,46 +41,18 @@ PAUSE_MS = 100
 STEPS = 3000  # at most 10 steps/s a worker while paced (CPU to spare on a loaded machine: both workers
 # keep pace, so the rise is seen), 2.5 minutes of two workers; the unpaced last steps take a loaded
 # machine about a minute (24 steps/s seen beside a busy suite)
-TRAINING = {"model": "paced_model:build", "sync": ["paced_model.py"], "batch_size": 16, "steps": STEPS,
-            "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
+TRAINING = {"batch_size": 16, "steps": STEPS, "progress_interval": 0.5, "checkpoint_every_secs": 600.0}
 RISE = 1.3  # two workers of the same pace: about twice one's examples/s
-MODEL = '''\
-import tensorflow as tf
-
-v1 = tf.compat.v1
-
-
-def _pause():  # an op that sleeps as many microseconds as the pause file says, where it runs (the worker)
-    spec = {"output_types": [tf.int64], "output_shapes": [[]]}
-    micros = tf.strings.to_number(tf.io.read_file(PAUSE_FILE), out_type=tf.int64)
-    ds = tf.raw_ops.TensorDataset(components=[tf.constant(0, tf.int64)], output_shapes=[[]])
-    ds = tf.raw_ops.SleepDataset(input_dataset=ds, sleep_microseconds=micros, **spec)
-    ds = tf.raw_ops.TakeDataset(input_dataset=ds, count=tf.constant(1, tf.int64), **spec)
-    return tf.raw_ops.DatasetToSingleElement(dataset=ds, **spec)[0]
-
-
-def input_fn(batch_size):
-    with tf.control_dependencies([_pause()]):
-        features = tf.random.normal([batch_size, 16])
-    return features, tf.random.uniform([batch_size], 0, 4, dtype=tf.int32)
-
-
-def build(features, labels):
-    logits = tf.matmul(features, v1.get_variable("w", [16, 4])) + v1.get_variable("b", [4])
-    return tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
-'''
 
 
 def test_grow_and_shrink_a_running_async_between_graph_run(machines: Machines, tmp_path: Path,
                                                            state_dir: Path) -> None:
     requires.tensorflow()
     base_port = free_port_block(4 * 3)
-    pause = tmp_path / "pause_us"
-    _set_pause(pause, PAUSE_MS * 1000)
-    (tmp_path / "paced_model.py").write_text(MODEL.replace("PAUSE_FILE", repr(str(pause))))
+    model = PacedModel(tmp_path, PAUSE_MS)
 
     def hosts(name: str, roles: list[list[str]]) -> Path:
-        return machines.hosts_toml(tmp_path / name, roles=roles, base_port=base_port, training=TRAINING)
+        return machines.hosts_toml(tmp_path / name, roles=roles, base_port=base_port, training=model.training(**TRAINING))
 
     one = hosts("one.toml", [["ps"], ["worker"]])
     res = cli(state_dir, "start", str(one), "--timeout", "120")
@@ -108,7 +81,7 @@ def test_grow_and_shrink_a_running_async_between_graph_run(machines: Machines, t
                          and _training(d, {"worker:0"}), 60, "worker:0 to train on alone")
     assert shrunk["totals"]["global_step"] < STEPS, "the run ended right after the shrink: make it longer"
 
-    _set_pause(pause, 0)  # the last steps unpaced: the run ends by itself, soon
+    model.set_pause(0)  # the last steps unpaced: the run ends by itself, soon
     st = wait_for(lambda: _ended(state_dir, run_id), 400, "the run to finish by itself")
     assert st["state"] == "finished", st
     assert {t["name"] for t in st["tasks"]} == {"ps:0", "worker:0"}
@@ -136,13 +109,6 @@ def _dash_until(state_dir: Path, run_id: str, ok: Callable[[dict[str, Any]], boo
         return f"last seen: {tasks}; totals {last.get('totals')}\n{cli(state_dir, 'logs', run_id, '-n', '15').stdout}"
 
     return wait_for(seen, timeout, what, interval=1.0, explain=explain)
-
-
-def _set_pause(path: Path, micros: int) -> None:
-    """Replaced whole (a rename): a step never reads it half-written."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(str(micros))
-    tmp.replace(path)
 
 
 def _training(dash: dict[str, Any], names: set[str]) -> bool:

@@ -4,6 +4,7 @@ The run is a record (no host runs anything: every path here stops before reachin
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from orchestrator.plan.from_file import plan_file
 from orchestrator.run import records
+from tests.helpers.terminal import Terminal
 
 REPO = Path(__file__).resolve().parents[2]
 COMMAND = 'command = "{python} prog.py {job} {task}"'
@@ -99,13 +101,11 @@ def test_a_slurm_run_and_a_stopped_run_are_refused(tmp_path: Path, state_dir: Pa
 
 @pytest.mark.parametrize(("mode", "training", "shown"), [
     ("between-graph", 'model = "mlp"\nsync_replicas = true', "synchronous between-graph"),
-    ("in-graph", 'model = "mlp"', "in-graph"),
-    ("multi-worker-mirrored", 'model = "mlp"', "multi-worker-mirrored"),
     ("parameter-server-strategy", 'model = "mlp"', "parameter-server-strategy"),
 ])
-def test_a_built_in_model_is_refused_but_in_async_between_graph(tmp_path: Path, state_dir: Path, mode: str,
-                                                                 training: str, shown: str) -> None:
-    roles = [["worker"], ["worker"]] if mode == "multi-worker-mirrored" else [["ps"], ["worker"]]
+def test_a_built_in_model_is_refused_in_sync_between_graph_and_ps_strategy(tmp_path: Path, state_dir: Path,
+                                                                           mode: str, training: str, shown: str) -> None:
+    roles = [["ps"], ["chief"], ["worker"]] if mode == "parameter-server-strategy" else [["ps"], ["worker"]]
     path = recorded(hosts_toml(tmp_path / "run.toml", roles, training=training, mode=mode), "r-builtin")
     before = path.read_bytes()
     grown = hosts_toml(tmp_path / "grown.toml", [*roles, ["worker"]], training=training, mode=mode)
@@ -140,4 +140,74 @@ def test_nothing_to_change_and_a_restart_not_confirmed(recorded_run: tuple[Path,
     grown = hosts_toml(tmp_path / "new.toml", [["ps"], ["worker"], ["worker"]])
     res = tfcluster("resize", "r1", str(grown), "--restart-all")  # stdin is not a terminal: nobody to ask
     assert res.returncode == 2 and "restarts ps:0, worker:0: pass --yes" in res.stderr, res.stderr
+    assert path.read_bytes() == before
+
+
+def _restart_run(tmp_path: Path, mode: str, roles: list[list[str]], run_id: str,
+                 at: tuple[int, int] | None = None) -> tuple[Path, Path]:
+    """A recorded built-in run of `mode` and its grown file; `at`: (checkpoint step, run step) written where
+    the chief's host keeps them (the `checkpoint` file, its last progress event), as the trainers write them."""
+    training = 'model = "mlp"\ncheckpoint_every_steps = 200\ncheckpoint_every_secs = 30.0'
+    path = recorded(hosts_toml(tmp_path / f"{run_id}.toml", roles, training=training, mode=mode), run_id)
+    if at is not None:
+        plan = plan_file(tmp_path / f"{run_id}.toml")
+        chief = plan.chief
+        run_dir = Path(plan.host(chief.host).workdir, "runs", run_id, chief.host)
+        (run_dir / "checkpoints").mkdir(parents=True)
+        (run_dir / "checkpoints" / "checkpoint").write_text(
+            f'model_checkpoint_path: "ckpt-{at[0]}"\nall_model_checkpoint_paths: "ckpt-{at[0]}"\n')
+        (run_dir / "events").mkdir()
+        (run_dir / "events" / f"{chief.job}-{chief.index}.jsonl").write_text(
+            json.dumps({"global_step": at[1] - 7}) + "\n" + json.dumps({"global_step": at[1]}) + "\n")
+    grown = hosts_toml(tmp_path / f"{run_id}-grown.toml", [*roles, ["worker"]], training=training, mode=mode)
+    return path, grown
+
+
+def test_an_in_graph_resize_says_the_client_restarts_and_the_steps_it_may_lose(tmp_path: Path,
+                                                                                state_dir: Path) -> None:
+    path, grown = _restart_run(tmp_path, "in-graph", [["ps"], ["chief"], ["worker"]], "r-ig", at=(400, 437))
+    before = path.read_bytes()
+    res = tfcluster("resize", "r-ig", str(grown), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == [
+        "host m3 joins", "worker:1 starts on m3",
+        "chief:0 (the in-graph client) restarts with the new cluster (2 workers): it resumes from the variables "
+        "the ps tasks hold, or from the last checkpoint if a ps lost them",
+        "steps lost: at most those since the last checkpoint (the last checkpoint was at step 400, the run is at "
+        "step 437: 37 steps since)",
+        "dry run: nothing changed"]
+    res = tfcluster("resize", "r-ig", str(grown))  # stdin is not a terminal: nobody to ask
+    assert res.returncode == 2 and "37 steps since" in res.stdout, res.stdout
+    assert res.stderr.strip().splitlines() == [
+        "error: this resize restarts chief:0 (the steps since the last checkpoint may be lost): pass --yes to go ahead"]
+    refused(tfcluster("resize", "r-ig", str(grown), "--restart-all", "--yes"), "--restart-all")
+    assert path.read_bytes() == before
+
+
+def test_a_mirrored_resize_says_the_group_restarts_from_its_checkpoint(tmp_path: Path, state_dir: Path) -> None:
+    path, grown = _restart_run(tmp_path, "multi-worker-mirrored", [["worker"], ["worker"]], "r-mwm")
+    res = tfcluster("resize", "r-mwm", str(grown), "--dry-run")  # nothing to read on the chief's host
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[2:] == [
+        "worker:0, worker:1 restart as one group with the new cluster (3 workers) and resume from the last "
+        "checkpoint",
+        "steps lost: at most those since the last checkpoint (a checkpoint every 200 steps or 30 s, whichever "
+        "comes first)",
+        "dry run: nothing changed"]
+    before = path.read_bytes()
+    res = tfcluster("resize", "r-mwm", str(grown))
+    assert res.returncode == 2 and "restarts worker:0, worker:1 (the steps since" in res.stderr, res.stderr
+    assert path.read_bytes() == before
+
+
+def test_on_a_terminal_the_restart_is_asked_and_no_changes_nothing(tmp_path: Path, state_dir: Path) -> None:
+    path, grown = _restart_run(tmp_path, "multi-worker-mirrored", [["worker"], ["worker"]], "r-ask", at=(200, 210))
+    before = path.read_bytes()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": os.environ.get("HOME", "/tmp")}
+    with Terminal([sys.executable, "-m", "tfcluster", "resize", "r-ask", str(grown)], env, REPO, columns=250) as term:
+        shown = term.wait_until_shown(lambda t: "may be lost)? [y/N]" in t, 60, "the question")
+        assert "the last checkpoint was at step 200, the run is at step 210: 10 steps since" in shown
+        assert "restart worker:0, worker:1 (the steps since the last checkpoint may be lost)?" in shown
+        term.write(b"n\r")
+        assert term.wait_exit(30) == 130  # declined: as interrupted (tfcluster/exit_codes.py), nothing done
     assert path.read_bytes() == before

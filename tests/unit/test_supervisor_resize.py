@@ -69,3 +69,31 @@ def test_a_running_supervisor_takes_on_drops_and_restarts_tasks(tmp_path: Path) 
     finally:
         sup.terminate()
         sup.wait(timeout=20)
+
+
+def test_a_resize_gives_a_mirrored_group_the_serial_as_its_epoch(tmp_path: Path) -> None:
+    """multi-worker-mirrored: the group-restart epoch becomes the resize's serial on every host (a peer's
+    group restart caused by the resize is older, ignored), and a kept task stays a member of the group: its
+    failure after the resize restarts the group, not itself alone."""
+    w0, w1 = (task_spec("worker", i, FOREVER) for i in range(2))
+    layout = make_run(tmp_path, [w0, w1], grace=1.0)
+    run = json.loads(Path(layout.run_file).read_text())
+    Path(layout.run_file).write_text(json.dumps({**run, "plan": {**run["plan"], "mode": "multi-worker-mirrored"},
+                                                 "resize": {"serial": 7, "restart": []}}))
+    sup = start_supervisor(layout)
+    try:
+        pids = wait_for(lambda: both_running(layout), 20, "both tasks running")
+        assert pids is not None
+        assert supervisor_state(layout)["epoch"] == 7  # a host a resize launched starts at its serial
+        resize_to(layout, [w0, w1], 5000, [])
+        wait_for(lambda: supervisor_state(layout).get("resize_serial") == 5000, 20, "the resize applied")
+        assert supervisor_state(layout)["epoch"] == 5000
+        assert both_running(layout) == pids  # nothing restarted: none was named
+        psutil.Process(pids[0]).kill()
+        wait_for(lambda: supervisor_state(layout).get("epoch") == 5001, 20, "a group restart")
+        again = wait_for(lambda: (b := both_running(layout)) and b[0] != pids[0] and b[1] != pids[1] and b, 20,
+                         "both tasks restarted together")
+        assert again and not psutil.pid_exists(pids[1])
+    finally:
+        sup.terminate()
+        sup.wait(timeout=20)

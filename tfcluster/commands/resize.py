@@ -3,9 +3,13 @@
 Thin: the hosts file is validated and planned as `start` plans it (orchestrator.plan.from_file), the change
 is orchestrator.plan.resize_diff's, the work orchestrator.run.resize's. Refused in one line on stderr,
 exit 2, before anything is reached: what orchestrator.run.resizable refuses (a Slurm run, a run that is not
-running, a built-in model's run in any mode but asynchronous between-graph: the dashboard's "remove this
-worker" asks the same rule), a change beyond the workers, and `--restart-all` for a built-in model's run.
-`--dry-run` prints the change and touches nothing.
+running, a built-in model's run in synchronous between-graph or parameter-server-strategy mode: the
+dashboard's "remove this worker" asks the same rule), a change beyond the workers, and `--restart-all` for
+a built-in model's run. An in-graph or multi-worker-mirrored run restarts its client or its group
+(orchestrator.run.resize_restart): the command says so, and how many steps that may lose (the last
+checkpoint's step and the run's, read from the chief's host), before it acts. Any restart is asked about
+on a terminal; `--yes` goes ahead without asking; with neither, refused (exit 2). `--dry-run` prints the
+change and touches nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ def resize(
     from orchestrator.run.resizable import resize_refusal
     from orchestrator.run.resize import ResizeOptions, restarted_by
     from orchestrator.run.resize import resize as resize_run
+    from orchestrator.run.resize_restart import mode_restarts, progress, restart_lines
     from tfcluster import exit_codes
 
     record = records.load(run)
@@ -60,16 +65,20 @@ def resize(
         out.print(f"run {run}: nothing to change (its workers are as {escape(str(hosts_file))} has them)")
         return
     restarted = restarted_by(change, restart_all)
-    for line in change.lines() + [f"{n} restarts (--restart-all)" for n in restarted]:
+    # In-graph and multi-worker-mirrored restart their client or group: what, and the steps that may be lost.
+    by_mode = restart_lines(change, progress(record)) if mode_restarts(change) else []
+    said = by_mode or [f"{n} restarts (--restart-all)" for n in restarted]
+    for line in change.lines() + said:
         out.print(escape(line))
     if dry_run:
         out.print("dry run: nothing changed")
         return
     restarting = [*change.moved, *restarted]
+    lost = " (the steps since the last checkpoint may be lost)" if by_mode else ""
     if restarting and not yes:
         if not sys.stdin.isatty():
-            raise UsageError(f"this resize restarts {', '.join(restarting)}: pass --yes to go ahead")
-        typer.confirm(f"restart {', '.join(restarting)}?", abort=True)
+            raise UsageError(f"this resize restarts {', '.join(restarting)}{lost}: pass --yes to go ahead")
+        typer.confirm(f"restart {', '.join(restarting)}{lost}?", abort=True)
     try:
         result = resize_run(record, change, str(hosts_file), ResizeOptions(timeout=timeout, restart_all=restart_all))
     except HostError as exc:  # a ResizeFailed too: its line says what was undone

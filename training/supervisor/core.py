@@ -81,7 +81,8 @@ class Supervisor:
         self.tasks = [self.new_task(t) for t in plan["tasks"] if t["host"] == host]
         self.resize = RunFileWatch(self.layout.run_file, self.run)  # a resize's new run.json (resize.py)
         self.view = RunView(self.run, host)
-        self.epoch = 0  # group restarts seen (multi-worker-mirrored)
+        # Group restarts seen (multi-worker-mirrored); a resize's serial (resize.py) on a host it launched.
+        self.epoch = self.resize.serial
         self.state = "starting"
         self.started_at = time.time()
         self.ended_at: float | None = None

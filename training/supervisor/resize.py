@@ -13,7 +13,10 @@ the serial is above the one it applied, reconciles its tasks with the plan's tas
 - every other task runs on untouched; its command and environment are the new plan's from its next
   start (a restart by policy picks up the new cluster);
 - the peers and the success policy follow the new plan (run_view.RunView.replan); the facts writer, the
-  log cap and the progress tailers follow the new task list.
+  log cap and the progress tailers follow the new task list;
+- the group-restart epoch (multi-worker-mirrored) becomes the serial on every host, a launched one too
+  (core.Supervisor starts at run.json's serial): the group restarts the resize caused on a peer that had
+  not applied it yet are announced with a lower epoch, and do not restart the new group.
 It then writes its state with `resize_serial = n`: the orchestrator's acknowledgement. Stdlib only.
 """
 
@@ -84,6 +87,9 @@ def apply_resize(sup: Supervisor, facts: FactsWriter, tailers: list[Any]) -> tup
         _retire_files(sup, task)
     sup.run = run
     sup.view.replan(run)
+    # A new group epoch, the same on every host (the serial; a host the resize launched starts at it): a group
+    # restart a peer announces because its old task lost the group this resize ended is older, and ignored.
+    sup.epoch = max(sup.epoch, serial)
     tasks, fresh = [], []
     for name, t in planned.items():
         running = current.get(name)
@@ -95,6 +101,7 @@ def apply_resize(sup: Supervisor, facts: FactsWriter, tailers: list[Any]) -> tup
             tasks.append(task)
         else:  # runs on; its next start is the new plan's
             running.command, running.env = list(t["command"]), dict(t["env"])
+            running.epoch = sup.epoch  # a member of the group as it is now: its failure restarts the group
             tasks.append(running)
     sup.tasks = tasks
     max_log_mb = float((plan.get("training") or {}).get("max_log_mb", 1024.0))
