@@ -115,12 +115,12 @@ def resize(record: records.RunRecord, change: Resize, config_path: str, options:
 
         try:
             if kept_first(old):
-                joined = _kept_then_new(record, change, config_path, new_files, (remotes, data, serial, restarted),
+                joined = _kept_then_new(record, change, config_path, (remotes, data, serial, restarted),
                                         options, opener, deadline, pending)
             else:
                 joined = _start_new_hosts(record, change, config_path, new_files, options, opener, deadline, pending)
                 try:
-                    _apply_on_kept(change, remotes, new_files, serial, restarted, options, deadline)
+                    _apply_on_kept(new, remotes, new_files, serial, _fresh(change, restarted), options, deadline)
                 except (HostError, KeyboardInterrupt) as exc:  # Ctrl-C too: the run is given back as it was
                     undone = _give_back(change, remotes, data, serial + 1, options, restarted)
                     stopped, dirty = _stop_new(record, new, joined, options, opener)
@@ -143,23 +143,33 @@ def resize(record: records.RunRecord, change: Resize, config_path: str, options:
     return ResizeResult(record=record, restarted=restarted, left=left, seconds=time.monotonic() - t0)
 
 
-def _kept_then_new(record: records.RunRecord, change: Resize, config_path: str, files: RunFiles,
+def _kept_then_new(record: records.RunRecord, change: Resize, config_path: str,
                    kept: tuple[dict[str, RemoteRun], dict[str, Any], int, list[str]], options: ResizeOptions,
                    opener: Opener, deadline: float, pending: Callable[[dict[str, str]], None]) -> dict[str, HostOutcome]:
     """Steps 3 then 2, for a group that restarts (resize_restart.kept_first): the kept hosts' group restarts
     with the new cluster and waits for its new members, then the new hosts are launched. Either failing,
-    the kept hosts get the old plan back (the group restarts as it was) and nothing new is left."""
+    the kept hosts get the old plan back (the group restarts as it was) and nothing new is left.
+
+    Step 3 takes two serials. The first gives every kept host the new plan and restarts nothing (a moved
+    worker aside): each supervisor's group members will start with the new cluster from then on. Only when
+    every kept host has it does the second restart the group. A member that loses its group to a peer's
+    restart before its own host has the second is restarted by its supervisor's group policy, with the new
+    cluster, and the second then leaves it be (training/supervisor/resize.py): once restarted, not twice."""
     remotes, data, serial, restarted = kept
+    stems = _stems(change)
+    first = RunFiles({**data, "resize": {"serial": serial, "restart": [stems[n] for n in change.moved]}}, change.new)
+    second = RunFiles({**data, "resize": {"serial": serial + 1, "restart": [stems[n] for n in restarted]}}, change.new)
     try:
-        _apply_on_kept(change, remotes, files, serial, restarted, options, deadline)
+        _apply_on_kept(change.new, remotes, first, serial, {*change.added, *change.moved}, options, deadline)
+        _apply_on_kept(change.new, remotes, second, serial + 1, set(restarted), options, deadline)
     except (HostError, KeyboardInterrupt) as exc:
-        undone = _give_back(change, remotes, data, serial + 1, options, restarted)
+        undone = _give_back(change, remotes, data, serial + 2, options, restarted)
         error = exc if isinstance(exc, HostError) else HostError(next(iter(remotes)), "cancelled", "interrupted")
         raise ResizeFailed(error, f"{undone}; no new host was started") from None
     try:
-        return _start_new_hosts(record, change, config_path, files, options, opener, deadline, pending)
+        return _start_new_hosts(record, change, config_path, second, options, opener, deadline, pending)
     except (HostError, UsageError, KeyboardInterrupt) as exc:  # a ResizeFailed: its new hosts are undone
-        undone = _give_back(change, remotes, data, serial + 1, options, restarted)
+        undone = _give_back(change, remotes, data, serial + 2, options, restarted)
         if isinstance(exc, ResizeFailed):
             raise ResizeFailed(exc.error, f"{exc.undone}; {undone}", exc.unverified) from None
         error = exc if isinstance(exc, HostError) else HostError(change.hosts_added[0], "cancelled", str(exc) or "interrupted")
@@ -259,11 +269,15 @@ def _stop_new(record: records.RunRecord, new: ClusterPlan, outcomes: dict[str, H
     return said, dirty
 
 
-def _apply_on_kept(change: Resize, remotes: dict[str, RemoteRun], files: RunFiles, serial: int,
-                   restarted: list[str], options: ResizeOptions, deadline: float) -> None:
-    """Step 3: every kept host's run.json replaced; wait until each supervisor applied it."""
-    new = change.new
-    fresh_names = {*change.added, *change.moved, *restarted}
+def _fresh(change: Resize, restarted: Sequence[str]) -> set[str]:
+    """The tasks a resize starts on the kept hosts: added, moved, restarted."""
+    return {*change.added, *change.moved, *restarted}
+
+
+def _apply_on_kept(new: ClusterPlan, remotes: dict[str, RemoteRun], files: RunFiles, serial: int,
+                   fresh_names: set[str], options: ResizeOptions, deadline: float) -> None:
+    """Step 3: every kept host's run.json (`new`'s) replaced; wait until each supervisor applied it and its
+    `fresh_names` tasks there run."""
 
     def one(name: str) -> None:
         remote = remotes[name]

@@ -97,3 +97,38 @@ def test_a_resize_gives_a_mirrored_group_the_serial_as_its_epoch(tmp_path: Path)
     finally:
         sup.terminate()
         sup.wait(timeout=20)
+
+
+def test_a_group_restarted_with_the_new_plan_is_not_restarted_again_by_the_resize(tmp_path: Path) -> None:
+    """A mirrored resize's two serials (orchestrator/run/resize.py `_kept_then_new`): the first gives the new
+    plan, nothing restarts; a member then loses its group (a peer restarted first) and the group restarts here
+    with the new plan; the second serial names the members for a restart, and they are left be: one restart
+    each, not two. A resize with another plan (the old one given back) restarts them."""
+    w0, w1 = (task_spec("worker", i, FOREVER) for i in range(2))
+    layout = make_run(tmp_path, [w0, w1], grace=1.0)
+    run = json.loads(Path(layout.run_file).read_text())
+    Path(layout.run_file).write_text(json.dumps({**run, "plan": {**run["plan"], "mode": "multi-worker-mirrored"},
+                                                 "resize": {"serial": 7, "restart": []}}))
+    new = [task_spec("worker", i, FOREVER + "  # the new cluster") for i in range(2)]
+    sup = start_supervisor(layout)
+    try:
+        pids = wait_for(lambda: both_running(layout), 20, "both tasks running")
+        assert pids is not None
+        resize_to(layout, new, 100, [])
+        wait_for(lambda: supervisor_state(layout).get("resize_serial") == 100, 20, "the first serial applied")
+        assert both_running(layout) == pids
+        psutil.Process(pids[0]).kill()  # lost its group
+        regrouped = wait_for(lambda: (b := both_running(layout)) and b[0] != pids[0] and b[1] != pids[1] and b, 20,
+                             "the group restarted")
+        assert supervisor_state(layout)["epoch"] == 101
+        resize_to(layout, new, 101, ["worker-0", "worker-1"])
+        wait_for(lambda: supervisor_state(layout).get("resize_serial") == 101, 20, "the second serial applied")
+        assert both_running(layout) == regrouped
+        assert [read_task_state(layout, "worker", i)["restarts"] for i in range(2)] == [1, 1]
+        resize_to(layout, [w0, w1], 102, ["worker-0", "worker-1"])
+        wait_for(lambda: supervisor_state(layout).get("resize_serial") == 102, 20, "the old plan given back")
+        again = wait_for(lambda: both_running(layout), 20, "both tasks running again")
+        assert again is not None and not set(again) & set(regrouped)
+    finally:
+        sup.terminate()
+        sup.wait(timeout=20)

@@ -9,7 +9,8 @@ the serial is above the one it applied, reconciles its tasks with the plan's tas
   goes from `status` and the dashboard, not `lost`); its log stays. Its exit is no news for the policy
   or the peers: the run did not lose it, the user removed it;
 - a task planned here that it does not run, or one named in `restart`, is started from the new plan
-  (TF_CONFIG with the new cluster);
+  (TF_CONFIG with the new cluster), but for a group member a group restart here already restarted with
+  that plan (a mirrored resize's second serial: `_regrouped`), which is not restarted twice;
 - every other task runs on untouched; its command and environment are the new plan's from its next
   start (a restart by policy picks up the new cluster);
 - the peers and the success policy follow the new plan (run_view.RunView.replan); the facts writer, the
@@ -32,6 +33,7 @@ from ..telemetry.host_facts import FactsWriter
 from ..telemetry.traffic import TaskTraffic
 from .ending import kill_leftovers, term_wait_kill
 from .log_cap import LogCap
+from .policy import restarts_as_group
 from .procfs import run_processes
 
 if TYPE_CHECKING:
@@ -77,8 +79,8 @@ def apply_resize(sup: Supervisor, facts: FactsWriter, tailers: list[Any]) -> tup
         return facts, tailers
     plan = run["plan"]
     planned = {f"{t['job']}-{t['index']}": t for t in plan["tasks"] if t["host"] == sup.host}
-    restart = set(run["resize"].get("restart", ()))
     current = {t.name: t for t in sup.tasks}
+    restart = set(run["resize"].get("restart", ())) - _regrouped(sup, serial, planned, current)
     dropped = [t for name, t in current.items() if name not in planned]
     again = [t for name, t in current.items() if name in planned and name in restart]
     _end(sup, dropped, "removed from the run by `tfcluster resize`")
@@ -116,6 +118,17 @@ def apply_resize(sup: Supervisor, facts: FactsWriter, tailers: list[Any]) -> tup
     facts = FactsWriter(sup.layout, sup.host, {t.name: t.port for t in tasks}, gpus=facts.gpus, find_gpus=False,
                         traffic=TaskTraffic.for_plan(plan, sup.host))
     return facts, _tailers(sup, plan, tailers, {t.name for t in tasks})
+
+
+def _regrouped(sup: Supervisor, serial: int, planned: dict[str, Any], current: dict[str, Task]) -> set[str]:
+    """Group members a resize need not restart: a group restart here since the resize's first serial
+    (orchestrator/run/resize.py, `_kept_then_new`: the epoch is at or past this serial) restarted them, with
+    the command the resize gives them (the first serial's plan). Restarting them again would cost the group
+    a second restart for one resize."""
+    if sup.epoch < serial:
+        return set()
+    return {name for name, task in current.items() if name in planned and restarts_as_group(sup.mode, task.job)
+            and task.command == list(planned[name]["command"]) and task.env == dict(planned[name]["env"])}
 
 
 def _end(sup: Supervisor, tasks: list[Task], why: str) -> None:
