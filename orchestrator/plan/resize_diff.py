@@ -50,6 +50,12 @@ class Resize:
         return not (self.added or self.removed or self.moved or self.hosts_added or self.hosts_removed)
 
     @property
+    def staying(self) -> list[TaskPlan]:
+        """The new plan's tasks that stay where they ran (neither removed nor moved, nor added)."""
+        old = {t.name for t in self.old.tasks} - {*self.removed, *self.moved}
+        return [t for t in self.new.tasks if t.name in old]
+
+    @property
     def hosts_changed(self) -> tuple[str, ...]:
         """Kept hosts whose own tasks change (they take on or drop a task)."""
         names = {*self.added, *self.removed, *self.moved}

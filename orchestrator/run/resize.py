@@ -81,8 +81,7 @@ def restarted_by(change: Resize, restart_all: bool) -> list[str]:
     worker is a new task where it goes)."""
     if not restart_all:
         return mode_restarts(change)
-    staying = {t.name for t in change.old.tasks} - {*change.removed, *change.moved}
-    return [t.name for t in change.new.tasks if t.name in staying]
+    return [t.name for t in change.staying]
 
 
 def resize(record: records.RunRecord, change: Resize, config_path: str, options: ResizeOptions | None = None,

@@ -30,9 +30,9 @@ from orchestrator.plan.resize_diff import Resize
 from orchestrator.run.records import RunRecord
 from orchestrator.run.remote import RemoteRun
 from orchestrator.transport.factory import Opener, transport_for
+from training.supervisor.policy import restarts_as_group  # the supervisors' own group rule
 
 RESTARTING_MODES = ("in-graph", "multi-worker-mirrored")
-GROUP_JOBS = ("chief", "worker")  # as training/supervisor/policy.py: a collective group's members
 _CKPT_STEP = re.compile(r'model_checkpoint_path:\s*"[^"]*?-(\d+)"')
 _SPLIT = "--tfcluster-split--"
 
@@ -50,10 +50,9 @@ def mode_restarts(change: Resize) -> list[str]:
     plan = change.old
     if plan.uses_user_command or plan.mode not in RESTARTING_MODES:
         return []
-    staying = {t.name for t in plan.tasks} - {*change.removed, *change.moved}
     if plan.mode == "in-graph":
-        return [t.name for t in change.new.tasks if t.is_chief and t.name in staying]
-    return [t.name for t in change.new.tasks if t.job in GROUP_JOBS and t.name in staying]
+        return [t.name for t in change.staying if t.is_chief]
+    return [t.name for t in change.staying if restarts_as_group(plan.mode, t.job)]
 
 
 def kept_first(plan: ClusterPlan) -> bool:
