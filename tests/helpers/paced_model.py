@@ -1,12 +1,13 @@
 """A built-in trainer's model of the test's own (`model = "paced_model:build"`, shipped with `sync`) whose
 every step waits for its batch as long as a file of the test's says, read at every step: the test paces a
 real TensorFlow run (so it outlasts a resize, or keeps two workers in step on a loaded machine) and then
-lets it sprint to its last step once it has seen what it waits for. The run's end is then the test's
-event, never a bet on how long the steps before it took.
+lets it sprint to its last step once it has seen what it waits for, or ends every task's input (`end_input`:
+the end of data, on which the trainers end as at their last step). The run's end is then the test's event,
+never a bet on how long the steps before it took.
 
-The pause is a dataset op (SleepDataset) under the batch's control dependency, so it runs where the batch
-is drawn (a between-graph worker, the in-graph client); the file is read where the op runs, which is any
-machine of the test's: they share one workdir.
+The wait is a py_func under the batch's control dependency, so it runs in the process that draws the batch
+(a between-graph worker, the in-graph client: `input = "client"`, the default); the files are read where it
+runs, which is any machine of the test's: they share one workdir.
 """
 
 from __future__ import annotations
@@ -15,22 +16,25 @@ from pathlib import Path
 
 MODULE = "paced_model"
 MODEL = '''\
+import os
+import time
+
+import numpy as np
 import tensorflow as tf
 
 v1 = tf.compat.v1
 
 
-def _pause():  # an op that sleeps as many microseconds as the pause file says, where it runs
-    spec = {"output_types": [tf.int64], "output_shapes": [[]]}
-    micros = tf.strings.to_number(tf.io.read_file(PAUSE_FILE), out_type=tf.int64)
-    ds = tf.raw_ops.TensorDataset(components=[tf.constant(0, tf.int64)], output_shapes=[[]])
-    ds = tf.raw_ops.SleepDataset(input_dataset=ds, sleep_microseconds=micros, **spec)
-    ds = tf.raw_ops.TakeDataset(input_dataset=ds, count=tf.constant(1, tf.int64), **spec)
-    return tf.raw_ops.DatasetToSingleElement(dataset=ds, **spec)[0]
+def _wait():  # the step's wait for its batch: as long as the pause file says; no batch once the end file is
+    if os.path.exists(END_FILE):  # there: StopIteration is TensorFlow's OutOfRangeError, the input's end
+        raise StopIteration
+    with open(PAUSE_FILE, encoding="utf-8") as f:
+        time.sleep(int(f.read()) / 1e6)
+    return np.int64(0)
 
 
 def input_fn(batch_size):
-    with tf.control_dependencies([_pause()]):
+    with tf.control_dependencies([v1.py_func(_wait, [], tf.int64, stateful=True)]):
         features = tf.random.normal([batch_size, 16])
     return features, tf.random.uniform([batch_size], 0, 4, dtype=tf.int32)
 
@@ -46,8 +50,10 @@ class PacedModel:
 
     def __init__(self, directory: Path, pause_ms: int) -> None:
         self.pause_file = directory / "pause_us"
+        self.end_file = directory / "input_ends"
         self.set_pause(pause_ms)
-        (directory / f"{MODULE}.py").write_text(MODEL.replace("PAUSE_FILE", repr(str(self.pause_file))))
+        source = MODEL.replace("PAUSE_FILE", repr(str(self.pause_file))).replace("END_FILE", repr(str(self.end_file)))
+        (directory / f"{MODULE}.py").write_text(source)
 
     def training(self, **settings: object) -> dict[str, object]:
         """`[training]` running this model, with the test's other settings."""
@@ -58,3 +64,8 @@ class PacedModel:
         tmp = self.pause_file.with_suffix(".tmp")
         tmp.write_text(str(ms * 1000))
         tmp.replace(self.pause_file)
+
+    def end_input(self) -> None:
+        """Every task's input ends at its next step: TensorFlow's end of data, on which the built-in trainers
+        end training as at their last step (a run whose length is the test's, not a bet on its stages')."""
+        self.end_file.touch()
