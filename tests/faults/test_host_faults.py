@@ -248,7 +248,9 @@ def test_whole_machine_killed_its_tasks_are_lost(run: FaultRun) -> None:
         m["status_exit"] = seen["code"]
         m["processes_killed"] = len(victims)
         assert seen["code"] == 3, seen["st"]
-        assert run.task("ps:0", seen["st"])["state"] == "running", seen["st"]
+        # ps:0's host and supervisor live: never lost. With both workers gone nothing steps it, so once a
+        # liveness window has passed (a loaded machine's status can come later) it is rightly `stalled`.
+        assert run.task("ps:0", seen["st"])["state"] in ("running", "stalled"), seen["st"]
 
 
 def test_stop_leaves_nothing(run: FaultRun) -> None:
