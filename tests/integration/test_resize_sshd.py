@@ -1,6 +1,6 @@
 """`tfcluster resize` (issue 37, phase 1) over real sshd machines, a user's own plain-Python program (no
-TensorFlow): each task writes the TF_CONFIG it was started with to a file of its own and runs until the test
-ends the run. One run per test, stages in order:
+TensorFlow, tests/helpers/tfconfig_program.py): each task writes the TF_CONFIG it was started with to a file
+of its own and runs until the test ends the run. One run per test, stages in order:
 - grow 1 -> 2 worker hosts: the new worker runs with a TF_CONFIG listing both, nobody else restarts, and
   `status --json` / `dash --once --json` show the new task at once;
 - a worker added on a host that already runs one: its supervisor takes it on, its old task runs on;
@@ -26,25 +26,11 @@ from orchestrator.plan.from_file import plan_file
 from orchestrator.plan.model import ClusterPlan
 from orchestrator.plan.resize_diff import plan_resize
 from testkit.sshd import Machines
+from tests.helpers.tfconfig_program import fail_file, program_training, tf_configs
 from tests.helpers.waiting import wait_for
 from tests.integration.lifecycle_helpers import cli, dash_json, run_processes, started_run_id, status_json
 
 pytestmark = pytest.mark.integration
-
-# The user's program: its TF_CONFIG written where the test reads it (atomically), then it runs on; it fails
-# at once when the test left a `fail-<job>-<task>` file.
-PROGRAM = '''\
-import os, sys, time
-if os.path.exists(os.path.join(sys.argv[1], f"fail-{sys.argv[2]}-{sys.argv[3]}")):
-    sys.exit(3)  # the test wants this task to fail at once
-out = os.path.join(sys.argv[1], f"{sys.argv[2]}-{sys.argv[3]}-{os.getpid()}.tfconfig")
-with open(out + ".tmp", "w") as f:
-    f.write(os.environ["TF_CONFIG"])
-os.replace(out + ".tmp", out)
-while True:
-    time.sleep(0.5)
-'''
-
 
 @pytest.fixture(scope="module")
 def four(sshd_machines: Any) -> Iterator[Machines]:
@@ -62,15 +48,13 @@ class Cluster:
 
         self.machines, self.tmp, self.state = machines, tmp_path, state_dir
         self.base_port = free_port_block(4 * 4)
-        self.out = tmp_path / "seen"
-        self.out.mkdir()
-        (tmp_path / "prog.py").write_text(PROGRAM)
+        self.training = program_training(tmp_path)
         self.run_id = ""
 
     def hosts(self, name: str, roles: list[list[str]], extra: dict[int, dict[str, object]] | None = None) -> Path:
         return self.machines.hosts_toml(
             self.tmp / name, roles=roles, base_port=self.base_port, host_extra=extra,
-            training={"command": f"{{python}} prog.py {self.out} {{job}} {{task}}", "sync": ["prog.py"]})
+            training=self.training)
 
     def start(self, hosts: Path) -> None:
         res = cli(self.state, "start", str(hosts))
@@ -87,9 +71,7 @@ class Cluster:
         return dict(json.loads(self.record_bytes()))
 
     def tf_configs(self, job: str, task: int) -> list[tuple[int, dict[str, Any]]]:
-        """(pid, TF_CONFIG) of every process that ran as job:task, in start order."""
-        files = sorted(self.out.glob(f"{job}-{task}-*.tfconfig"), key=lambda p: p.stat().st_mtime_ns)
-        return [(int(p.name.split("-")[2].split(".")[0]), json.loads(p.read_text())) for p in files]
+        return tf_configs(self.tmp, job, task)
 
     def pids(self) -> dict[str, int]:
         """task id (`worker-1`) -> pid of each live process of the run running the program (psutil)."""
@@ -253,7 +235,7 @@ def test_a_new_worker_failing_on_a_running_host_undoes_the_whole_resize(cluster:
     c.start(c.hosts("one.toml", [["ps"], ["worker"]]))
     wait_for(lambda: c.tf_configs("worker", 0), 30, "worker:0 to write its TF_CONFIG")
     before, record = c.pids(), c.record_bytes()
-    (c.out / "fail-worker-1").touch()  # worker:1, the new one on m1, fails at once (worker:2 joins on m2)
+    fail_file(c.tmp, "worker", 1).touch()  # worker:1, the new one on m1, fails at once (worker:2 joins on m2)
     res = c.resize(c.hosts("grown.toml", [["ps"], ["worker"], ["worker"]], {1: {"workers": 2}}))
     assert res.returncode == 1, res.stdout + res.stderr
     line = res.stderr.strip()
