@@ -41,6 +41,10 @@ from training.run.layout import RunLayout
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 
 INTERVAL = 0.5
+# The others keep running: alive, by their supervisors' word. This program reports no progress, so its
+# liveness is its CPU time, which moves in clock ticks: on a loaded machine a window of INTERVALs can pass
+# without one, and it is then rightly `stalled` (orchestrator/monitor/views.py), alive all the same.
+ALIVE = ("running", "starting", "stalled")
 # Ticks until the release file exists (the loopback machines share this filesystem), then exits 0.
 TASK_PY = """\
 import os, sys, time
@@ -118,7 +122,7 @@ def test_stop_task_stops_a_task_for_good_and_the_run_still_finishes(machines: Ma
         st = collector.poll()
         assert st.tasks["worker:1"].state == "exited" and st.tasks["worker:1"].restarts == 0
         others = [t for name, t in st.tasks.items() if name != "worker:1"]
-        assert others and all(t.state in ("running", "starting") for t in others), \
+        assert others and all(t.state in ALIVE and t.process_state == "running" for t in others), \
             {t.name: (t.state, t.process_state, t.restarts, t.cpu_s, t.age_s) for t in others}
     finally:
         collector.close()
@@ -127,7 +131,7 @@ def test_stop_task_stops_a_task_for_good_and_the_run_still_finishes(machines: Ma
     w1 = _task(st, "worker:1")
     assert (w1["state"], w1["held"], w1["failed"], w1["final"], w1["restarts"]) == ("exited", True, False, True, 0)
     assert w1["signal"] == 15
-    assert all(t["state"] == "running" for t in st["tasks"] if t["name"] != "worker:1"), st
+    assert all(t["state"] in ALIVE for t in st["tasks"] if t["name"] != "worker:1"), st
     assert code == 0 and st["state"] == "running" and not st["failed"]
     text = cli(state_dir, "status", run_id)
     assert "stopped for good" in text.stdout and "FAILED" not in text.stdout
