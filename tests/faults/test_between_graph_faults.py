@@ -4,9 +4,9 @@ tests/helpers/paced_model.py), one stage per test, in file order, each
 starting from a healthy run and restoring what it broke (tests/faults/cluster.py), so each fails alone:
 a worker SIGKILLed, the chief SIGKILLed, then SIGTERMed, the chief's checkpoint disk full, m2's network cut
 and restored (root only: a network namespace), the PS SIGKILLed; then the run must finish by itself with
-nothing left running: the last stage ends the trainers' input (the end of data, as a user's dataset ends), so
-the run is as long as its stages take, however loaded the machine. (The faults of tfcluster's own machinery, which need no TensorFlow: a second run on
-the same ports, a worker SIGSTOPped past the liveness window, an sshd stopped and started, the dashboard
+nothing left running: the last stage ends the trainers' input (the end of data, as a user's dataset ends),
+so the run is as long as its stages take, however loaded the machine. (The faults of tfcluster's own
+machinery, which need no TensorFlow: a second run on the same ports, a worker SIGSTOPped past the liveness window, an sshd stopped and started, the dashboard
 SIGKILLed, are stages of tests/faults/test_host_faults.py's plain run.)
 
 What holds across the whole run (checked by the last test): the global step never goes back except
@@ -59,7 +59,7 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> PacedModel:
 
 @pytest.fixture(scope="module")
 def run(sshd_machines: Callable[[int], Machines], model: PacedModel) -> Iterator[FaultRun]:
-    tmp = model.pause_file.parent  # the hosts file's directory, which `sync` ships the model from
+    tmp = model.directory  # the hosts file's, which `sync` ships the model from
     with contextlib.ExitStack() as stack:  # closed in reverse: the run stopped first, the namespace last
         net = None if netns.unavailable() else stack.enter_context(netns.NetworkCut.created())
         machines = stack.enter_context(netns.netns_machines(net)) if net else sshd_machines(3)
@@ -217,8 +217,8 @@ def test_ps_sigkill_rolls_back_at_most_to_the_last_checkpoint(run: FaultRun) -> 
 
 
 def test_run_finishes_with_nothing_left(run: FaultRun, model: PacedModel) -> None:
-    """After every fault above, the trainers' input ends: the run ends by itself, `status` says finished and exits 0, every task
-    exited 0 (or was a server the run ended), the global step went back only across the PS fault (never,
+    """After every fault above, the trainers' input ends: the run ends by itself, `status` says finished
+    and exits 0, every task exited 0 (or was a server the run ended), the global step went back only across the PS fault (never,
     when that stage did not kill the PS), and no process of the run is left on any host.
 
     This stage cannot be independent of the others: what it checks is the whole run's history, so a

@@ -1,13 +1,12 @@
 """A built-in trainer's model of the test's own (`model = "paced_model:build"`, shipped with `sync`) whose
-every step waits for its batch as long as a file of the test's says, read at every step: the test paces a
-real TensorFlow run (so it outlasts a resize, or keeps two workers in step on a loaded machine) and then
-lets it sprint to its last step once it has seen what it waits for, or ends every task's input (`end_input`:
-the end of data, on which the trainers end as at their last step). The run's end is then the test's event,
-never a bet on how long the steps before it took.
+every step waits the test's pause for its batch: the test paces a real TensorFlow run (so it outlasts a
+resize, or keeps two workers in step on a loaded machine) and, once it has seen what it waits for, ends
+every task's input (`end_input`: the end of data, on which the trainers end as at their last step). The
+run's end is then the test's event, never a bet on how long the steps before it took.
 
 The wait is a py_func under the batch's control dependency, so it runs in the process that draws the batch
-(a between-graph worker, the in-graph client: `input = "client"`, the default); the files are read where it
-runs, which is any machine of the test's: they share one workdir.
+(a between-graph worker, the in-graph client: `input = "client"`, the default); the end file is looked for
+where it runs, which is any machine of the test's: they share one workdir.
 """
 
 from __future__ import annotations
@@ -25,11 +24,10 @@ import tensorflow as tf
 v1 = tf.compat.v1
 
 
-def _wait():  # the step's wait for its batch: as long as the pause file says; no batch once the end file is
-    if os.path.exists(END_FILE):  # there: StopIteration is TensorFlow's OutOfRangeError, the input's end
+def _wait():  # the step's wait for its batch; no batch once the end file is there (StopIteration is
+    if os.path.exists(END_FILE):  # TensorFlow's OutOfRangeError: the input's end)
         raise StopIteration
-    with open(PAUSE_FILE, encoding="utf-8") as f:
-        time.sleep(int(f.read()) / 1e6)
+    time.sleep(PAUSE_S)
     return np.int64(0)
 
 
@@ -46,24 +44,17 @@ def build(features, labels):
 
 
 class PacedModel:
-    """Writes `paced_model.py` into `directory` (the hosts file's: `sync` ships it) and its pause file."""
+    """Writes `paced_model.py`, each step paced `pause_ms`, into `directory` (the hosts file's: `sync` ships it)."""
 
     def __init__(self, directory: Path, pause_ms: int) -> None:
-        self.pause_file = directory / "pause_us"
+        self.directory = directory
         self.end_file = directory / "input_ends"
-        self.set_pause(pause_ms)
-        source = MODEL.replace("PAUSE_FILE", repr(str(self.pause_file))).replace("END_FILE", repr(str(self.end_file)))
+        source = MODEL.replace("PAUSE_S", repr(pause_ms / 1000)).replace("END_FILE", repr(str(self.end_file)))
         (directory / f"{MODULE}.py").write_text(source)
 
     def training(self, **settings: object) -> dict[str, object]:
         """`[training]` running this model, with the test's other settings."""
         return {"model": f"{MODULE}:build", "sync": [f"{MODULE}.py"], **settings}
-
-    def set_pause(self, ms: int) -> None:
-        """Replaced whole (a rename): a step never reads it half-written."""
-        tmp = self.pause_file.with_suffix(".tmp")
-        tmp.write_text(str(ms * 1000))
-        tmp.replace(self.pause_file)
 
     def end_input(self) -> None:
         """Every task's input ends at its next step: TensorFlow's end of data, on which the built-in trainers

@@ -9,9 +9,8 @@ shared workdir (issue 37): ps:0 on m0, worker:0 (the chief) on m1, m2 joins. One
   (monitor/views.py: STALE_INTERVALS x the status interval) from its first event to its last, both resizes
   included.
 The model is the test's own (tests/helpers/paced_model.py, run by the built-in between-graph trainer like
-mlp): every step waits for its batch on the worker as long as a file of the test's says, read at every
-step: PAUSE_MS while the test resizes, so each worker steps at most 1000 / PAUSE_MS times a second
-whatever the machine and worker:1, which no `slowdown` may name before it exists (a resize keeps
+mlp): every step waits PAUSE_MS for its batch on the worker, so each worker steps at most 1000 / PAUSE_MS
+times a second whatever the machine, and worker:1, which no `slowdown` may name before it exists (a resize keeps
 `[training]`), is paced like worker:0; once the test has seen what it waits for, it ends the input
 (`PacedModel.end_input`: the end of data, on which the trainer ends as at its last step). The run's end is
 the test's event, not a bet on how long the resizes take: STEPS is never reached.
@@ -67,8 +66,8 @@ def test_grow_and_shrink_a_running_async_between_graph_run(machines: Machines, t
     assert res.returncode == 0, res.stdout + res.stderr
     assert "host m2 joins" in res.stdout and "worker:1 starts on m2" in res.stdout
     _dash_until(state_dir, run_id, lambda d: _training(d, {"worker:0", "worker:1"})
-                        and d["totals"]["examples_per_s"] > RISE * solo, 120,
-                        f"worker:1 to train and the cluster's examples/s to rise above {RISE} x {solo}")
+                and d["totals"]["examples_per_s"] > RISE * solo, 120,
+                f"worker:1 to train and the cluster's examples/s to rise above {RISE} x {solo}")
     assert "joins the resized cluster" in (run_dir / "m2" / "logs" / "worker-1.log").read_text()
     assert _same(before, _rows(state_dir, run_id))
 

@@ -12,8 +12,8 @@ checkpoint's step, the run's step), then what the restarted trainers logged and 
 Both runs end `finished` by themselves, every task exiting 0.
 In-graph's client is paced by the test's own model (tests/helpers/paced_model.py: every step waits PAUSE_MS
 for its batch until the test has seen the new tower, then the test ends its input, on which the client
-ends as at its last step: not a bet on how long the resize took); mirrored's group by worker:0's `slowdown` (each of its steps takes that many
-times its own) only until the resize, which restarts the kept group before the new host is launched: the
+ends as at its last step: not a bet on how long the resize took); mirrored's group by worker:0's
+`slowdown` (each of its steps takes that many times its own) only until the resize, which restarts the kept group before the new host is launched: the
 restarted group cannot step without worker:2, so its run cannot end before the test sees it train.
 """
 
