@@ -5,6 +5,7 @@ finishing first, however loaded the machine. No fixed wait orders the two."""
 
 from __future__ import annotations
 
+import gc
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -30,7 +31,14 @@ def ctrl_c() -> Iterator[Callable[[], None]]:
             assert taken.wait(TAKEN_TIMEOUT_S), "the main thread never took Ctrl-C"
 
     previous = signal.signal(signal.SIGINT, on_sigint)
+    # The handler raises in whatever Python frame the main thread runs next. With the collector on, that can be
+    # a gc callback another library installed (hypothesis has one), where the KeyboardInterrupt is swallowed
+    # ("Exception ignored in gc_callback") and the code under test never sees its Ctrl-C.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         yield press
     finally:
         signal.signal(signal.SIGINT, previous)
+        if collecting:
+            gc.enable()
