@@ -43,7 +43,7 @@ class WorkerRemover:
     def preview(self, name: str) -> list[str]:
         """What removing `name` does, a line each (as `tfcluster resize --dry-run`); UsageError when it cannot."""
         change = self._change(name)[1]
-        return change.lines() + restart_lines(change, None)  # in-graph's client, or the mirrored group, restarts
+        return change.lines() + restart_lines(change, None)  # the client, the group, or every kept task restarts
 
     def remove(self, name: str) -> str:
         """Remove worker `name` from the run; one line saying what was done. A failed resize raises (a

@@ -16,9 +16,10 @@ order, each step undone when a later one fails, so a failed resize leaves the ru
 5. the record is saved with the new plan, its hosts, and a history entry (records.RunRecord.resizes), no
    longer pending. Until then the record's plan and hosts are the run as it was.
 The kept tasks a resize restarts are `--restart-all`'s, or those the mode restarts (run/resize_restart.py:
-in-graph's client, multi-worker-mirrored's group); a group takes steps 3 then 2 (its kept members restart
-and wait for the new ones; a failure of either gives the kept hosts the old plan back, the group restarting
-as it was).
+in-graph's client, multi-worker-mirrored's group, every kept task of synchronous between-graph and
+parameter-server-strategy, the ps too); all but in-graph's take steps 3 then 2 (`kept_first`: the kept
+tasks restart with the new cluster and wait for the new ones; a failure of either gives the kept hosts the
+old plan back, the restarted tasks restarting as they were).
 A run whose record has a resize pending (one under way, or killed half-way) is not resized again.
 """
 
@@ -77,8 +78,9 @@ class ResizeResult:
 
 def restarted_by(change: Resize, restart_all: bool) -> list[str]:
     """The tasks that stay where they are but restart: every one with --restart-all, else those the run's
-    mode restarts (resize_restart.py: in-graph's client, multi-worker-mirrored's group), else none (a moved
-    worker is a new task where it goes)."""
+    mode restarts (resize_restart.py: in-graph's client, multi-worker-mirrored's group, every kept task of
+    a synchronous between-graph or parameter-server-strategy run), else none (a moved worker is a new task
+    where it goes)."""
     if not restart_all:
         return mode_restarts(change)
     return [t.name for t in change.staying]
@@ -145,15 +147,20 @@ def resize(record: records.RunRecord, change: Resize, config_path: str, options:
 def _kept_then_new(record: records.RunRecord, change: Resize, config_path: str,
                    kept: tuple[dict[str, RemoteRun], dict[str, Any], int, list[str]], options: ResizeOptions,
                    opener: Opener, deadline: float, pending: Callable[[dict[str, str]], None]) -> dict[str, HostOutcome]:
-    """Steps 3 then 2, for a group that restarts (resize_restart.kept_first): the kept hosts' group restarts
-    with the new cluster and waits for its new members, then the new hosts are launched. Either failing,
-    the kept hosts get the old plan back (the group restarts as it was) and nothing new is left.
+    """Steps 3 then 2, for the modes whose kept tasks restart before a new worker may start
+    (resize_restart.kept_first: multi-worker-mirrored's group, every kept task of synchronous between-graph
+    and parameter-server-strategy): they restart with the new cluster and wait for the new workers, then the
+    new hosts are launched. Either failing, the kept hosts get the old plan back (the restarted tasks
+    restart as they were) and nothing new is left.
 
     Step 3 takes two serials. The first gives every kept host the new plan and restarts nothing (a moved
     worker aside): each supervisor's group members will start with the new cluster from then on. Only when
     every kept host has it does the second restart the group. A member that loses its group to a peer's
     restart before its own host has the second is restarted by its supervisor's group policy, with the new
-    cluster, and the second then leaves it be (training/supervisor/resize.py): once restarted, not twice."""
+    cluster, and the second then leaves it be (training/supervisor/resize.py): once restarted, not twice.
+    Synchronous between-graph and parameter-server-strategy have no group policy: the second restarts each
+    kept task, the ps with the trainers, on each host at once (a trainer that meets the old ps first fails
+    over when it restarts: the chief then restores the checkpoint into the new one)."""
     remotes, data, serial, restarted = kept
     stems = _stems(change)
     first = RunFiles({**data, "resize": {"serial": serial, "restart": [stems[n] for n in change.moved]}}, change.new)

@@ -1,8 +1,10 @@
-"""Which tasks a resize of a built-in synchronous run restarts, and what that may cost (issue 37).
+"""Which tasks a resize of a built-in run restarts, and what that may cost (issue 37).
 
-In-graph and multi-worker-mirrored runs cannot take a new worker while they run: the in-graph client's one
-graph names every tower's device, and a collective group has a fixed size. A resize restarts what must
-see the new cluster, as the fault table's rules already restart it after a failure:
+In-graph, multi-worker-mirrored, synchronous between-graph and parameter-server-strategy runs cannot take
+a new worker while they run: the in-graph client's one graph names every tower's device, a collective
+group has a fixed size, SyncReplicasOptimizer's accumulators and token queue live on the ps sized for the
+old count, and a coordinator's cluster is fixed when it starts. A resize restarts what must see the new
+cluster, as the fault table's rules already restart it after a failure:
 - in-graph: the client (`chief:0`) alone. The ps and the kept workers only serve, and nothing of theirs
   names the new worker (towers read from the ps and send to the client); the restarted client joins the
   variables the ps still hold (training/graph/checkpointing.py ResumingChiefSessionCreator), and falls
@@ -10,13 +12,24 @@ see the new cluster, as the fault table's rules already restart it after a failu
   towers) are the new plan's;
 - multi-worker-mirrored: the whole group (every kept chief and worker), which resumes from the chief's
   last checkpoint (training/tf2/mirrored.py); the global batch (batch_size x replicas) follows the new
-  count. The kept hosts restart their group first and the new hosts are launched after (`kept_first`):
-  a new worker started beside the old group would register with the old chief's coordination service.
+  count;
+- synchronous between-graph: every kept task, the ps too (`restarts_all_kept`). A kept ps would keep
+  the accumulators and the token queue of the old count; restarted, it starts empty, the restarted chief
+  finds no initialised variables and restores its last checkpoint (ResumingChiefSessionCreator), and
+  every trainer builds its optimizer for the new count (replicas_to_aggregate: training/run/roles.py
+  sync_aggregate; each update takes that many replicas' batches);
+- parameter-server-strategy: every kept task. The coordinator (`chief:0`) reads its cluster once, when it
+  starts; its variables on the ps are its own (TF2's), so the ps restart with it, and the workers with the
+  new cluster; it restores its last checkpoint at start, always (training/tf2/ps_strategy.py).
+All but in-graph restart on the kept hosts first and the new hosts are launched after (`kept_first`): a new
+worker started beside the old tasks would register with the old chief's coordination service (mirrored),
+feed the old count's accumulators (synchronous), or serve a coordinator that never names it; launched
+after, it meets the new ones, which cannot step without it (the group, the aggregation) or take it at once
+(TF's coordinator retries its first connection to every task of its cluster for minutes).
 The steps lost are at most those since the last checkpoint: `progress` reads the last checkpoint's step
 and the run's step from the chief's host (one sh command: `checkpoint` file, last progress event), so the
 CLI can say them before it acts; unread, the lines give the plan's checkpoint interval instead.
 """
-
 from __future__ import annotations
 
 import json
@@ -30,9 +43,9 @@ from orchestrator.plan.resize_diff import Resize
 from orchestrator.run.records import RunRecord
 from orchestrator.run.remote import RemoteRun
 from orchestrator.transport.factory import Opener, transport_for
+from training.run.roles import MIRRORED, PS_STRATEGY, sync_aggregate
 from training.supervisor.policy import restarts_as_group  # the supervisors' own group rule
 
-RESTARTING_MODES = ("in-graph", "multi-worker-mirrored")
 _CKPT_STEP = re.compile(r'model_checkpoint_path:\s*"[^"]*?-(\d+)"')
 _SPLIT = "--tfcluster-split--"
 
@@ -45,19 +58,30 @@ class Progress:
     step: int | None = None
 
 
+def restarts_all_kept(plan: ClusterPlan) -> bool:
+    """Synchronous between-graph and parameter-server-strategy: every kept task restarts, the ps too."""
+    if plan.uses_user_command:
+        return False
+    return plan.mode == PS_STRATEGY or (plan.mode == "between-graph" and plan.training.sync_replicas)
+
+
 def mode_restarts(change: Resize) -> list[str]:
-    """The kept tasks the run's mode restarts with the new cluster (none for other modes and a user's program)."""
+    """The kept tasks the run's mode restarts with the new cluster (none for asynchronous between-graph and
+    a user's program)."""
     plan = change.old
-    if plan.uses_user_command or plan.mode not in RESTARTING_MODES:
+    if plan.uses_user_command:
         return []
     if plan.mode == "in-graph":
         return [t.name for t in change.staying if t.is_chief]
-    return [t.name for t in change.staying if restarts_as_group(plan.mode, t.job)]
+    if restarts_all_kept(plan):
+        return [t.name for t in change.staying]
+    return [t.name for t in change.staying if restarts_as_group(plan.mode, t.job)]  # mirrored's group, or none
 
 
 def kept_first(plan: ClusterPlan) -> bool:
-    """The kept hosts take the resize before the new hosts are launched (multi-worker-mirrored, above)."""
-    return plan.mode == "multi-worker-mirrored" and not plan.uses_user_command
+    """The kept hosts take the resize before the new hosts are launched (every restarting mode but in-graph,
+    above)."""
+    return not plan.uses_user_command and (plan.mode == MIRRORED or restarts_all_kept(plan))
 
 
 def progress(record: RunRecord, timeout: float = 15.0, opener: Opener = transport_for) -> Progress:
@@ -107,13 +131,23 @@ def restart_lines(change: Resize, seen: Progress | None) -> list[str]:
     names = mode_restarts(change)
     if not names:
         return []
-    workers = sum(1 for t in change.new.tasks if t.job == "worker")
+    new = change.new
+    workers = sum(1 for t in new.tasks if t.job == "worker")
+    listed = ", ".join(names)
     if change.old.mode == "in-graph":
         head = (f"{names[0]} (the in-graph client) restarts with the new cluster ({workers} workers): it resumes "
                 "from the variables the ps tasks hold, or from the last checkpoint if a ps lost them")
+    elif change.old.mode == PS_STRATEGY:
+        head = (f"{listed} restart with the new cluster ({workers} workers): the coordinator's cluster is fixed "
+                "when it starts, its ps and workers start with it, and it resumes from its last checkpoint")
+    elif change.old.mode == "between-graph":
+        trainers = sum(1 for t in new.tasks if t.job in ("chief", "worker"))
+        aggregate = sync_aggregate(new.training.model_dump(), trainers)
+        head = (f"{listed} restart with the new cluster ({workers} workers): the ps with fresh synchronous "
+                f"accumulators ({aggregate} of {trainers} replicas' gradients per update), every trainer from the "
+                "chief's last checkpoint")
     else:
-        head = (f"{', '.join(names)} restart as one group with the new cluster ({workers} workers) and resume from "
-                "the last checkpoint")
+        head = f"{listed} restart as one group with the new cluster ({workers} workers) and resume from the last checkpoint"
     return [head, "steps lost: at most those since the last checkpoint (" + _since(change.old, seen) + ")"]
 
 

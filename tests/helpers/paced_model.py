@@ -2,7 +2,10 @@
 every step waits the test's pause for its batch: the test paces a real TensorFlow run (so it outlasts a
 resize, or keeps two workers in step on a loaded machine) and, once it has seen what it waits for, ends
 every task's input (`end_input`: the end of data, on which the trainers end as at their last step). The
-run's end is then the test's event, never a bet on how long the steps before it took.
+run's end is then the test's event, never a bet on how long the steps before it took. A synchronous run
+cannot end so (a replica whose input ended leaves the others waiting for its gradients): there the test
+ends the pacing instead (`end_pause`: every step from then on draws its batch at once) and the run ends
+at its `steps`, as the replicas' shared global step gets there together.
 
 The wait is a py_func under the batch's control dependency, so it runs in the process that draws the batch
 (a between-graph worker, the in-graph client: `input = "client"`, the default); the end file is looked for
@@ -27,7 +30,8 @@ v1 = tf.compat.v1
 def _wait():  # the step's wait for its batch; no batch once the end file is there (StopIteration is
     if os.path.exists(END_FILE):  # TensorFlow's OutOfRangeError: the input's end)
         raise StopIteration
-    time.sleep(PAUSE_S)
+    if not os.path.exists(UNPACED_FILE):
+        time.sleep(PAUSE_S)
     return np.int64(0)
 
 
@@ -49,7 +53,9 @@ class PacedModel:
     def __init__(self, directory: Path, pause_ms: int) -> None:
         self.directory = directory
         self.end_file = directory / "input_ends"
-        source = MODEL.replace("PAUSE_S", repr(pause_ms / 1000)).replace("END_FILE", repr(str(self.end_file)))
+        self.unpaced_file = directory / "pause_ends"
+        source = (MODEL.replace("PAUSE_S", repr(pause_ms / 1000)).replace("END_FILE", repr(str(self.end_file)))
+                  .replace("UNPACED_FILE", repr(str(self.unpaced_file))))
         (directory / f"{MODULE}.py").write_text(source)
 
     def training(self, **settings: object) -> dict[str, object]:
@@ -60,3 +66,8 @@ class PacedModel:
         """Every task's input ends at its next step: TensorFlow's end of data, on which the built-in trainers
         end training as at their last step (a run whose length is the test's, not a bet on its stages')."""
         self.end_file.touch()
+
+    def end_pause(self) -> None:
+        """Every task's steps from now on draw their batch without the pause (a synchronous run then trains
+        to its `steps` at the machine's pace)."""
+        self.unpaced_file.touch()

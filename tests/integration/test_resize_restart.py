@@ -1,4 +1,4 @@
-"""`tfcluster resize` of a built-in synchronous run, over real sshd with real TensorFlow on the shared workdir
+"""`tfcluster resize` of a built-in run that takes a worker through a restart, over real sshd with real TensorFlow on the shared workdir
 (issue 37): the run grows by one worker (m2 joins) through a restart, and loses at most the steps since its
 last checkpoint. Each test waits for a checkpoint before it resizes, reads what the command said (the last
 checkpoint's step, the run's step), then what the restarted trainers logged and reported:
@@ -9,12 +9,22 @@ checkpoint's step, the run's step), then what the restarted trainers logged and 
 - multi-worker-mirrored (worker:0, the chief, on m0; worker:1 on m1): the whole group restarts, with three
   replicas in sync and a global batch of three workers' batches, from the chief's last checkpoint: the step
   it restores is at or past the checkpoint the command named; worker:2 trains with them.
-Both runs end `finished` by themselves, every task exiting 0.
+- synchronous between-graph (ps:0 on m0, worker:0, the chief, on m1): every kept task restarts, ps:0 too
+  (fresh accumulators for two replicas); the chief finds the new ps empty and restores its last checkpoint,
+  at or past the one the command named; every update then takes worker:0's and the new worker:1's gradients;
+- parameter-server-strategy (ps:0 and the coordinator chief:0 on m0, worker:0 on m1): every kept task
+  restarts; the coordinator restores its last checkpoint (at or past the one named) and schedules steps on
+  both workers, worker:1's counted by it.
+All four runs end `finished` by themselves, every task exiting 0.
 In-graph's client is paced by the test's own model (tests/helpers/paced_model.py: every step waits PAUSE_MS
 for its batch until the test has seen the new tower, then the test ends its input, on which the client
 ends as at its last step: not a bet on how long the resize took); mirrored's group by worker:0's
 `slowdown` (each of its steps takes that many times its own) only until the resize, which restarts the kept group before the new host is launched: the
-restarted group cannot step without worker:2, so its run cannot end before the test sees it train.
+restarted group cannot step without worker:2, so its run cannot end before the test sees it train. The
+synchronous run is paced by the test's model until the resize is done (then `end_pause`: it trains on to
+its `steps`, which its replicas reach together: a synchronous run cannot end on an input's end), and the
+restarted aggregation cannot update without worker:1. The coordinator is paced by worker:0's `slowdown`;
+it restarts before worker:1 exists, and TF's first connection waits for every worker of its new cluster.
 """
 
 from __future__ import annotations
@@ -39,6 +49,9 @@ PAUSE_MS = 50
 BATCH = 16
 CHECKPOINT_EVERY = 50
 IN_GRAPH_STEPS = 10**9  # never reached: the test ends the client's input once it has seen the new tower
+SYNC_PAUSE_MS = 100
+SYNC_STEPS = 400  # 40 s of paced steps at least: the resize is done before (about 10 s); unpaced after it
+PSS_STEPS = 800  # at worker:0's slowed pace (x10) the resize comes long before; after it, worker:1 takes most steps
 SAID_CHECKPOINT = re.compile(r"the last checkpoint was at step (\d+), the run is at step (\d+)")
 RESIZE_NOTE = "restarted by `tfcluster resize` with the new cluster"
 
@@ -113,10 +126,72 @@ def test_a_mirrored_run_grows_by_one_worker_through_a_group_restart(machines: Ma
     assert max(e["global_step"] for e in new) >= training["steps"]
 
 
+def test_a_synchronous_run_grows_by_one_worker_through_a_restart_of_every_task(machines: Machines, tmp_path: Path,
+                                                                                  state_dir: Path) -> None:
+    requires.tensorflow()
+    model = PacedModel(tmp_path, SYNC_PAUSE_MS)
+    training = model.training(batch_size=BATCH, steps=SYNC_STEPS, sync_replicas=True, progress_interval=0.5,
+                              checkpoint_every_steps=CHECKPOINT_EVERY, checkpoint_every_secs=600.0)
+    run_id, run_dir, said = _grown(machines, tmp_path, state_dir, "between-graph", [["ps"], ["worker"]], training,
+                                   chief_host="m1")
+    model.end_pause()  # the old trainers are gone: the new ones train on to SYNC_STEPS at the machine's pace
+    assert ("ps:0, worker:0 restart with the new cluster (2 workers): the ps with fresh synchronous accumulators "
+            "(2 of 2 replicas' gradients per update)") in said, said
+    checkpoint = _said_checkpoint(said)
+
+    st = _finished_with_every_task_exiting_0(state_dir, run_id, {"ps:0", "worker:0", "worker:1"})
+    rows = {t["name"]: t for t in st["tasks"]}
+    assert rows["ps:0"]["restarts"] == rows["worker:0"]["restarts"] == 1, st["tasks"]  # the resize's only
+    assert rows["worker:1"]["restarts"] == 0, st["tasks"]
+    log = (run_dir / "m1" / "logs" / "worker-0.log").read_text()
+    after = log[log.index(RESIZE_NOTE):]
+    assert "2 of 2 replicas' gradients per update" in after, after[-3000:]
+    # The new ps is empty: the chief restores (at once, or when it fails over if it met the old ps first).
+    assert "the parameter servers hold no initialised variables: restoring" in after, after[-3000:]
+    assert _first_session_step(run_dir / "m1" / "logs" / "worker-0.log") >= checkpoint
+    new = _processes(run_dir / "m2" / "events" / "worker-1.jsonl")[-1]  # in lock step with worker:0
+    assert new[0]["global_step"] > checkpoint and new[-1]["global_step"] == SYNC_STEPS, (new[0], new[-1])
+    assert new[-1]["local_step"] - new[0]["local_step"] == SYNC_STEPS - new[0]["global_step"], (new[0], new[-1])
+
+
+def test_a_ps_strategy_run_grows_by_one_worker_through_a_restart_of_every_task(machines: Machines, tmp_path: Path,
+                                                                              state_dir: Path) -> None:
+    requires.tensorflow()
+    training = {"model": "mlp", "batch_size": BATCH, "steps": PSS_STEPS, "progress_interval": 0.5,
+                "checkpoint_every_steps": CHECKPOINT_EVERY, "checkpoint_every_secs": 600.0,
+                "slowdown": {"worker:0": 10.0}}
+    run_id, run_dir, said = _grown(machines, tmp_path, state_dir, "parameter-server-strategy",
+                                   [["ps", "chief"], ["worker"]], training)
+    assert ("chief:0, ps:0, worker:0 restart with the new cluster (2 workers): the coordinator's cluster is "
+            "fixed when it starts") in said, said
+    checkpoint = _said_checkpoint(said)
+
+    st = _finished_with_every_task_exiting_0(state_dir, run_id, {"ps:0", "chief:0", "worker:0", "worker:1"})
+    rows = {t["name"]: t for t in st["tasks"]}
+    assert [rows[n]["restarts"] for n in ("ps:0", "chief:0", "worker:0", "worker:1")] == [1, 1, 1, 0], st["tasks"]
+    log = (run_dir / "m0" / "logs" / "chief-0.log").read_text()
+    after = log[log.index(RESIZE_NOTE):]
+    assert "coordinator connected to 1 ps and 2 workers" in after, after[-3000:]
+    restored = re.search(r"restored \S+ \(global step (\d+)\)", after)
+    assert restored is not None and int(restored.group(1)) >= checkpoint, (after[-3000:], checkpoint)
+    # The coordinator counts worker:1's steps where it schedules them (events on its own host, m0).
+    new = _processes(run_dir / "m0" / "events" / "worker-1.jsonl")[-1]
+    assert new[-1]["local_step"] > 0 and new[-1]["global_step"] > int(restored.group(1)), new[-1]
+
+
+def _finished_with_every_task_exiting_0(state_dir: Path, run_id: str, names: set[str]) -> dict[str, Any]:
+    st = wait_for(lambda: _ended(state_dir, run_id), 300, "the run to finish by itself",
+                  explain=lambda: cli(state_dir, "logs", run_id, "-n", "20").stdout)
+    assert st["state"] == "finished", st
+    assert {t["name"] for t in st["tasks"]} == names, st["tasks"]
+    assert all(t["exit_code"] == 0 for t in st["tasks"]), st["tasks"]
+    return st
+
+
 def _grown(machines: Machines, tmp_path: Path, state_dir: Path, mode: str, roles: list[list[str]],
-           training: dict[str, Any]) -> tuple[str, Path, str]:
-    """Start the run, wait for its first checkpoint, grow it by a worker on m2 (`--yes`): (run id, the
-    shared run dir, what the command printed)."""
+           training: dict[str, Any], chief_host: str = "m0") -> tuple[str, Path, str]:
+    """Start the run, wait for its first checkpoint (on `chief_host`), grow it by a worker on m2 (`--yes`):
+    (run id, the shared run dir, what the command printed)."""
     base_port = free_port_block(4 * 3)
 
     def hosts(name: str, roles: list[list[str]]) -> Path:
@@ -126,7 +201,7 @@ def _grown(machines: Machines, tmp_path: Path, state_dir: Path, mode: str, roles
     assert res.returncode == 0, res.stdout + res.stderr
     run_id = started_run_id(res.stdout)
     run_dir = Path(machines.workdir(0), "runs", run_id)
-    checkpoint = run_dir / "m0" / "checkpoints" / "checkpoint"
+    checkpoint = run_dir / chief_host / "checkpoints" / "checkpoint"
     wait_for(lambda: _checkpoint_step(checkpoint) >= CHECKPOINT_EVERY, 180, "a checkpoint after training",
              interval=0.5, explain=lambda: cli(state_dir, "logs", run_id, "-n", "20").stdout)
     res = cli(state_dir, "resize", run_id, str(hosts("two.toml", [*roles, ["worker"]])), "--yes")

@@ -99,20 +99,6 @@ def test_a_slurm_run_and_a_stopped_run_are_refused(tmp_path: Path, state_dir: Pa
     assert {p: p.read_bytes() for p in before} == before
 
 
-@pytest.mark.parametrize(("mode", "training", "shown"), [
-    ("between-graph", 'model = "mlp"\nsync_replicas = true', "synchronous between-graph"),
-    ("parameter-server-strategy", 'model = "mlp"', "parameter-server-strategy"),
-])
-def test_a_built_in_model_is_refused_in_sync_between_graph_and_ps_strategy(tmp_path: Path, state_dir: Path,
-                                                                           mode: str, training: str, shown: str) -> None:
-    roles = [["ps"], ["chief"], ["worker"]] if mode == "parameter-server-strategy" else [["ps"], ["worker"]]
-    path = recorded(hosts_toml(tmp_path / "run.toml", roles, training=training, mode=mode), "r-builtin")
-    before = path.read_bytes()
-    grown = hosts_toml(tmp_path / "grown.toml", [*roles, ["worker"]], training=training, mode=mode)
-    refused(tfcluster("resize", "r-builtin", str(grown)), f"resize of a {shown} run of a built-in model is not built yet")
-    assert path.read_bytes() == before
-
-
 def test_an_async_between_graph_run_of_a_built_in_model_can_be_resized(tmp_path: Path, state_dir: Path) -> None:
     path = recorded(hosts_toml(tmp_path / "mlp.toml", [["ps"], ["worker"]], training='model = "mlp"'), "r-mlp")
     before = path.read_bytes()
@@ -144,10 +130,11 @@ def test_nothing_to_change_and_a_restart_not_confirmed(recorded_run: tuple[Path,
 
 
 def _restart_run(tmp_path: Path, mode: str, roles: list[list[str]], run_id: str,
-                 at: tuple[int, int] | None = None) -> tuple[Path, Path]:
-    """A recorded built-in run of `mode` and its grown file; `at`: (checkpoint step, run step) written where
-    the chief's host keeps them (the `checkpoint` file, its last progress event), as the trainers write them."""
-    training = 'model = "mlp"\ncheckpoint_every_steps = 200\ncheckpoint_every_secs = 30.0'
+                 at: tuple[int, int] | None = None, extra: str = "") -> tuple[Path, Path]:
+    """A recorded built-in run of `mode` (`extra`: more of its `[training]`) and its grown file; `at`:
+    (checkpoint step, run step) written where the chief's host keeps them (the `checkpoint` file, its last
+    progress event), as the trainers write them."""
+    training = 'model = "mlp"\ncheckpoint_every_steps = 200\ncheckpoint_every_secs = 30.0\n' + extra
     path = recorded(hosts_toml(tmp_path / f"{run_id}.toml", roles, training=training, mode=mode), run_id)
     if at is not None:
         plan = plan_file(tmp_path / f"{run_id}.toml")
@@ -197,6 +184,31 @@ def test_a_mirrored_resize_says_the_group_restarts_from_its_checkpoint(tmp_path:
     before = path.read_bytes()
     res = tfcluster("resize", "r-mwm", str(grown))
     assert res.returncode == 2 and "restarts worker:0, worker:1 (the steps since" in res.stderr, res.stderr
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize(("mode", "training", "roles", "head"), [
+    ("between-graph", "sync_replicas = true", [["ps"], ["worker"]],
+     "ps:0, worker:0 restart with the new cluster (2 workers): the ps with fresh synchronous accumulators "
+     "(2 of 2 replicas' gradients per update), every trainer from the chief's last checkpoint"),
+    ("parameter-server-strategy", "", [["ps", "chief"], ["worker"]],
+     "chief:0, ps:0, worker:0 restart with the new cluster (2 workers): the coordinator's cluster is fixed when "
+     "it starts, its ps and workers start with it, and it resumes from its last checkpoint"),
+])
+def test_a_sync_or_ps_strategy_resize_says_every_kept_task_restarts_from_the_checkpoint(
+        tmp_path: Path, state_dir: Path, mode: str, training: str, roles: list[list[str]], head: str) -> None:
+    """No longer refused: the command says what restarts, the ps too, and the steps it may lose, then asks."""
+    run_id = "r-" + mode[:4]
+    path, grown = _restart_run(tmp_path, mode, roles, run_id, at=(300, 321), extra=training)
+    before = path.read_bytes()
+    res = tfcluster("resize", run_id, str(grown), "--dry-run")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines()[2:] == [
+        head, "steps lost: at most those since the last checkpoint (the last checkpoint was at step 300, the run "
+        "is at step 321: 21 steps since)", "dry run: nothing changed"]
+    res = tfcluster("resize", run_id, str(grown))  # stdin is not a terminal: nobody to ask
+    assert res.returncode == 2 and "(the steps since the last checkpoint may be lost): pass --yes" in res.stderr
+    refused(tfcluster("resize", run_id, str(grown), "--restart-all", "--yes"), "--restart-all")
     assert path.read_bytes() == before
 
 

@@ -3,9 +3,9 @@
 Thin: the hosts file is validated and planned as `start` plans it (orchestrator.plan.from_file), the change
 is orchestrator.plan.resize_diff's, the work orchestrator.run.resize's. Refused in one line on stderr,
 exit 2, before anything is reached: what orchestrator.run.resizable refuses (a Slurm run, a run that is not
-running, a built-in model's run in synchronous between-graph or parameter-server-strategy mode: the
-dashboard's "remove this worker" asks the same rule), a change beyond the workers, and `--restart-all` for
-a built-in model's run. An in-graph or multi-worker-mirrored run restarts its client or its group
+running: the dashboard's "remove this worker" asks the same rule), a change beyond the workers, and
+`--restart-all` for a built-in model's run. An in-graph, multi-worker-mirrored, synchronous between-graph
+or parameter-server-strategy run restarts its client, its group, or every kept task
 (orchestrator.run.resize_restart): the command says so, and how many steps that may lose (the last
 checkpoint's step and the run's, read from the chief's host), before it acts. Any restart is asked about
 on a terminal; `--yes` goes ahead without asking; with neither, refused (exit 2). `--dry-run` prints the
@@ -65,7 +65,7 @@ def resize(
         out.print(f"run {run}: nothing to change (its workers are as {escape(str(hosts_file))} has them)")
         return
     restarted = restarted_by(change, restart_all)
-    # In-graph and multi-worker-mirrored restart their client or group: what, and the steps that may be lost.
+    # A built-in mode that restarts (the client, the group, every kept task): what, and the steps that may be lost.
     by_mode = restart_lines(change, progress(record)) if mode_restarts(change) else []
     said = by_mode or [f"{n} restarts (--restart-all)" for n in restarted]
     for line in change.lines() + said:

@@ -19,8 +19,11 @@ SyncReplicasOptimizer.
   resize`, asynchronous only) every training task that starts joins through ClusterSpec propagation, its
   sessions carrying the current cluster, so a ps that started without it reaches it and nobody restarts
   (training/cluster/joining.py); the ps tasks then wait for the finishers of the current plan
-  (training/cluster/ps.py FinisherWatch).
-- Sync: replicas_to_aggregate (default: the training tasks minus backup_workers) gradients make one
+  (training/cluster/ps.py FinisherWatch). A synchronous run cannot take a worker so: its accumulators and
+  token queue on the ps are sized for the old count. Its resize restarts every task that stays, the ps too
+  (orchestrator/run/resize_restart.py): fresh accumulators, replicas_to_aggregate of the new count, and
+  the chief, finding the new ps empty, restores the latest checkpoint.
+- Sync: replicas_to_aggregate (default: the training tasks minus backup_workers: run/roles.py) gradients make one
   update; `total_num_replicas` is the number of training tasks. No initial tokens (num_tokens=0), so all
   replicas advance in lock step and none is left waiting on the token queue after the last update; the
   chief's aggregation thread, still waiting for gradients that will never come, is abandoned after a short
@@ -54,6 +57,7 @@ from ..cluster.ps import serving_targets, signal_done
 from ..cluster.straggler import BaselinePacer, slowdown_factor
 from ..models import get_model
 from ..run.context import TaskContext, TaskSetupError
+from ..run.roles import sync_aggregate
 from ..telemetry.accounting import ps_bytes_per_step
 from ..telemetry.task_summaries import TaskSummaries
 from ..telemetry.writer import ProgressReporter
@@ -110,11 +114,8 @@ def training_tasks(ctx: TaskContext) -> list[str]:
 
 def sync_settings(ctx: TaskContext) -> tuple[int, int]:
     """(replicas_to_aggregate, total_num_replicas) for SyncReplicasOptimizer."""
-    tr = ctx.training
     total = len(training_tasks(ctx))
-    backup = int(tr.get("backup_workers") or 0)
-    aggregate = tr.get("replicas_to_aggregate") or max(1, total - backup)
-    return int(aggregate), total
+    return sync_aggregate(ctx.training, total), total
 
 
 def run(ctx: TaskContext) -> int:  # noqa: PLR0912, PLR0915 - the graph, the session and the loop, top to bottom

@@ -7,9 +7,15 @@ has no serving task: every task trains and ends by itself.
 
 The *serving* jobs (SERVING_JOBS) run only a TF server until their finishers are done: `ps` in
 between-graph mode; `ps` and `worker` in in-graph and parameter-server-strategy modes.
+
+A synchronous between-graph update aggregates `sync_aggregate` replicas' gradients: the trainer sizes its
+SyncReplicasOptimizer with it, and `tfcluster resize` says it for the resized plan (one rule, both sides).
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 MIRRORED = "multi-worker-mirrored"
 PS_STRATEGY = "parameter-server-strategy"
@@ -29,3 +35,10 @@ PROGRESS_JOBS = {"between-graph": ("chief", "worker"), "in-graph": ("chief",),
 
 def reports_progress(mode: str, job: str) -> bool:
     return job in PROGRESS_JOBS.get(mode, ())
+
+
+def sync_aggregate(training: Mapping[str, Any], trainers: int) -> int:
+    """replicas_to_aggregate: `[training] replicas_to_aggregate`, else every training task (the chief and
+    the workers, `trainers`) but the backup workers; it follows the plan's worker count."""
+    fixed = training.get("replicas_to_aggregate")
+    return int(fixed) if fixed else max(1, trainers - int(training.get("backup_workers") or 0))
