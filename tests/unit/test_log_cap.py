@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.helpers.supervisor_runs import make_run, start_supervisor
+from tests.helpers.supervisor_runs import make_run, read_task_state, start_supervisor
 from tests.helpers.waiting import wait_for
 from training.supervisor.log_cap import rotate
 
@@ -55,8 +56,16 @@ def test_a_task_log_stays_under_its_cap_and_ends_with_its_newest_line(tmp_path: 
         text = log.read_text() if log.exists() else ""
         return "LAST LINE" in text and "--- tfcluster: log continued" in text
 
-    wait_for(last_part_done, 60, "the task's last line and the note of the part it is in",
-             explain=lambda: log.read_text()[-500:] if log.exists() else "no log")
+    def parts() -> str:
+        """What each part holds, in order (its chunk numbers, its notes, the last line): where a line went."""
+        said = []
+        for f in (rotated, log):
+            text = f.read_text() if f.exists() else "(none)"
+            marks = re.findall(r"chunk \d\d|LAST LINE|--- tfcluster: [a-z ]+", text)
+            said.append(f"{f.name} ({len(text)} chars): {marks}")
+        return "\n".join([*said, f"task state: {read_task_state(layout, 'worker', 0)}"])
+
+    wait_for(last_part_done, 60, "the task's last line and the note of the part it is in", explain=parts)
     bound = CAP + CHUNK + 200  # one chunk past the cap, and the note that starts a part
     assert rotated.exists() and max(sizes) <= bound, (max(sizes), bound)
     text, older = log.read_text(), rotated.read_text()
