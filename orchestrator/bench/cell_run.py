@@ -10,7 +10,8 @@ the caller ends the bench.
 Timeline: the cell starts; once every task that reports progress has made its first step, `warmup_s` is
 discarded; the measured window follows (`seconds`, or until the run finishes its `steps`), with the kill
 of the `kill` variant `at_s` into it; a kill cell then waits (outside the window) until the killed task
-steps again, to say how long the cluster took to recover.
+steps again, to say how long the cluster took to recover. A `resize` cell's window is a worker joining and
+leaving (orchestrator/bench/resize_cell.py); a run its mode cannot resize is refused before its warm-up.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 from orchestrator.bench.cells import Cell, cell_config
 from orchestrator.bench.measures import Window, cell_figures, kill_figures
 from orchestrator.bench.report import CellResult
+from orchestrator.bench.resize_cell import ResizeRun, refusal
+from orchestrator.bench.resize_figures import ResizeMark, resize_figures
 from orchestrator.bench.samples import RecordingState
 from orchestrator.bench.scaling import advise, ps_ceiling
 from orchestrator.bench.spec import BenchSpec
@@ -57,6 +60,7 @@ class _Live:
     state: RecordingState | None = None
     window: Window | None = None
     killed_at: float | None = None
+    marks: list[ResizeMark] = field(default_factory=list)  # a resize cell's join and leave
 
 
 def reporting_tasks(plan: ClusterPlan) -> list[str]:
@@ -94,6 +98,9 @@ def run_cell(spec: BenchSpec, cell: Cell, plan: ClusterPlan, capacity_Bps: float
         if live.killed_at is not None and spec.kill is not None:
             result.figures = dataclasses.replace(
                 result.figures, kill=kill_figures(result.samples, live.window, spec.kill.task.name, live.killed_at))
+        if cell.variant == "resize":
+            result.figures = dataclasses.replace(
+                result.figures, resize=resize_figures(result.samples, live.window, cell.workers, live.marks))
     result.ceiling = ceiling_with_advice(spec, plan, capacity_Bps, result)
     return result, interrupted
 
@@ -118,7 +125,8 @@ def cluster_summary(plan: ClusterPlan) -> dict[str, object]:
     t = plan.training
     return {"trainers": reporting_tasks(plan), "ps": sum(1 for x in plan.tasks if x.job == "ps"),
             "batch_size": t.batch_size, "model": t.model, "model_args": dict(t.model_args),
-            "slowdown": dict(t.slowdown), "hosts": [h.name for h in plan.hosts]}
+            "slowdown": dict(t.slowdown), "hosts": [h.name for h in plan.hosts],
+            "checkpoint_every": {"steps": t.checkpoint_every_steps, "secs": t.checkpoint_every_secs}}
 
 
 def _run(spec: BenchSpec, cell: Cell, plan: ClusterPlan, live: _Live, result: CellResult, phase: PhaseFn) -> None:
@@ -137,6 +145,8 @@ def _run(spec: BenchSpec, cell: Cell, plan: ClusterPlan, live: _Live, result: Ce
     assert isinstance(state, RecordingState)
     collector.state = live.state = state  # the dashboard's reducer, keeping every sample (bench/samples.py)
     collector.start()
+    if cell.variant == "resize":
+        refusal(started.record)  # before the warm-up: a refused mode costs its start only
     trainers = reporting_tasks(plan)
     _wait_first_steps(live, trainers, deadline, phase)
     warm_end = time.monotonic() + spec.warmup_s
@@ -144,19 +154,22 @@ def _run(spec: BenchSpec, cell: Cell, plan: ClusterPlan, live: _Live, result: Ce
         phase("warm-up", spec.warmup_s - (warm_end - time.monotonic()), spec.warmup_s)
         _poll(live, trainers)
     start = time.time()
-    if spec.steps is None:
+    if cell.variant == "resize":
+        _measure_resize(spec, cell, live, trainers, start, phase)
+    elif spec.steps is None:
         _measure_seconds(spec, cell, live, trainers, start, phase)
     else:
         _measure_steps(spec, live, trainers, start, phase)
 
 
-def _poll(live: _Live, trainers: list[str], killed: str | None = None) -> None:
-    """One poll of the collector; a task that ended with an error fails the cell (not the one killed)."""
+def _poll(live: _Live, trainers: list[str], skip: Collection[str] = ()) -> None:
+    """One poll of the collector; a task that ended with an error fails the cell (not one killed or
+    restarted on purpose: `skip`)."""
     assert live.collector is not None
     time.sleep(POLL_S)
     st = live.collector.poll()
     for tv in st.tasks.values():
-        if tv.name == killed:
+        if tv.name in skip:
             continue
         if tv.failed:
             tail = _log_tail(live.collector, tv.job, tv.index)
@@ -199,7 +212,7 @@ def _measure_seconds(spec: BenchSpec, cell: Cell, live: _Live, trainers: list[st
             live.collector.signal_task(kill.task.job, kill.task.index, "KILL")
             live.killed_at = time.time()
         phase("measure", time.time() - start, spec.seconds)
-        _poll(live, trainers, killed)
+        _poll(live, trainers, () if killed is None else (killed,))
     live.window = Window(start, time.time())
     if kill is not None and live.killed_at is not None:
         _await_recovery(live, trainers, kill.task.name, phase)
@@ -218,7 +231,20 @@ def _await_recovery(live: _Live, trainers: list[str], task: str, phase: PhaseFn)
         if tv.progress_at is not None and tv.progress_at > live.killed_at and (tv.local_step or 0) < steps_before:
             return
         phase("recovery", RECOVERY_WAIT_S - (until - time.time()), RECOVERY_WAIT_S)
-        _poll(live, trainers, task)
+        _poll(live, trainers, (task,))
+
+
+def _measure_resize(spec: BenchSpec, cell: Cell, live: _Live, trainers: list[str], start: float,
+                    phase: PhaseFn) -> None:
+    """A worker joins and leaves (resize_cell.py); the window ends with it, or where it failed."""
+    assert live.record is not None
+    assert live.state is not None
+    run = ResizeRun(spec, cell, live.record, live.state, lambda skip: _poll(live, trainers, skip), phase,
+                    live.marks)
+    try:
+        run.measure(start)
+    finally:
+        live.window = Window(start, time.time())
 
 
 def _measure_steps(spec: BenchSpec, live: _Live, trainers: list[str], start: float, phase: PhaseFn) -> None:

@@ -11,7 +11,9 @@ planner (orchestrator.plan.from_file.plan_config), so every rule of a normal `st
 - training: the model, its arguments and batch size the bench was given; `steps` (a huge number when the
   cell is timed in seconds: the bench stops it); `slowdown` from the variant and `--pace`.
 Variants: `baseline` always; `straggler` (with --straggler) and `kill` (with --kill) when the cell has
-that task. Order: repeat by repeat, so a change in the machine's load hits every mode alike.
+that task; `resize` (with --resize) when hosts.toml lists one worker more than the cell has, the worker
+that joins (`grown_plan`: the first N+1). A resize cell keeps hosts.toml's checkpoint settings: the steps
+a restarting mode loses are those since its last checkpoint, as the user's run would lose them. Order: repeat by repeat, so a change in the machine's load hits every mode alike.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from orchestrator.errors import UsageError
 from orchestrator.plan.from_file import cluster_plan
 from orchestrator.plan.model import ClusterPlan
 
-Variant = Literal["baseline", "straggler", "kill"]
+Variant = Literal["baseline", "straggler", "kill", "resize"]
 ENDLESS_STEPS = 1_000_000_000  # a cell timed in seconds runs until the bench stops it
 
 
@@ -100,6 +102,8 @@ def cells(spec: BenchSpec, config: Config) -> list[Cell]:
                     out.append(Cell(mode, n, "straggler", repeat))
                 if spec.kill is not None and has_task(config, mode, n, spec.kill.task):
                     out.append(Cell(mode, n, "kill", repeat))
+                if spec.resize is not None and n < listed_workers(config):
+                    out.append(Cell(mode, n, "resize", repeat))
     return out
 
 
@@ -178,9 +182,10 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
         training["model_args"] = {**training.get("model_args", config.training.model_args), **spec.model_args}
     if spec.batch_size is not None:
         training["batch_size"] = spec.batch_size
-    # A checkpoint costs a pause the bench would measure as training speed: only by time, rarely.
-    training["checkpoint_every_steps"] = None
-    training["checkpoint_every_secs"] = 3600.0
+    if cell.variant != "resize":  # (a resize cell's restart resumes from the user's checkpoints)
+        # A checkpoint costs a pause the bench would measure as training speed: only by time, rarely.
+        training["checkpoint_every_steps"] = None
+        training["checkpoint_every_secs"] = 3600.0
     config = config.model_copy(update={"training": config.training.model_copy(update=training)})
     slowdown = slowdown_for(spec, trainer_names(config, cell.mode, spec.hosts_file), cell.variant)
     return config.model_copy(update={"training": config.training.model_copy(update={"slowdown": slowdown})})
@@ -189,3 +194,8 @@ def cell_config(spec: BenchSpec, base: Config, cell: Cell) -> Config:
 def cell_plan(spec: BenchSpec, base: Config, cell: Cell) -> ClusterPlan:
     """The cell's plan, through the real planner (ConfigError names the key it objects to)."""
     return cluster_plan(cell_config(spec, base, cell), spec.hosts_file)
+
+
+def grown_plan(spec: BenchSpec, base: Config, cell: Cell) -> ClusterPlan:
+    """A resize cell's plan with the next worker hosts.toml lists (on its own host when it has one)."""
+    return cell_plan(spec, base, Cell(cell.mode, cell.workers + 1, cell.variant, cell.repeat))

@@ -80,6 +80,7 @@ class CellFigures:
     time_to_target_loss_s: float | None
     client_cpu_pct: float | None  # the in-graph client (or the parameter-server-strategy coordinator)
     kill: dict[str, Any] | None = field(default=None)
+    resize: dict[str, Any] | None = field(default=None)  # a resize cell's (resize_figures.py)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -5,11 +5,12 @@
      "link": {"source": "--nic-gbps" | "measured", "nic_gbps": N, "capacity_Bps": bytes/s in+out,
               "measurements": [LinkMeasurement, ...]},
      "interrupted": bool,
-     "cells": [{"cell": {mode, workers, variant, repeat}, "status": "ok" | "failed" | "interrupted",
+     "cells": [{"cell": {mode, workers, variant: baseline | straggler | kill | resize, repeat},
+                "status": "ok" | "failed" | "interrupted",
                 "error": str | null, "run_id", "started", "wall_s", "window": [start, end] | null,
-                "cluster": {"trainers", "ps", "batch_size", "model", "model_args", "slowdown"},
-                "figures": CellFigures | null, "ceiling": PsCeiling | null, "stopped_clean": bool | null,
-                "samples": CellSamples}]}
+                "cluster": {"trainers", "ps", "batch_size", "model", "model_args", "slowdown", "checkpoint_every"},
+                "figures": CellFigures | null (a resize cell's has "resize": its join and leave, resize_figures.py),
+                "ceiling": PsCeiling | null, "stopped_clean": bool | null, "samples": CellSamples}]}
 
 `load(path)` raises ReportError (one line naming the file, exit 2) for anything else. A newer version
 than this code knows is refused rather than misread. Reports written before tasks had one name keyed the
@@ -151,6 +152,7 @@ def _figures(raw: dict[str, Any] | None) -> CellFigures | None:
         loss_curve=[(float(t), float(v)) for t, v in raw["loss_curve"]],
         time_to_target_loss_s=raw["time_to_target_loss_s"], client_cpu_pct=raw["client_cpu_pct"],
         kill=None if kill is None else {**kill, "task": name_of_stem(str(kill["task"]))},
+        resize=raw.get("resize"),  # (absent from reports before the resize variant)
     )
 
 

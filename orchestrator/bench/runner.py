@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from orchestrator.bench.cell_run import PhaseFn, run_cell
-from orchestrator.bench.cells import Cell, cell_plan, cells
+from orchestrator.bench.cells import Cell, cell_plan, cells, grown_plan, listed_workers
 from orchestrator.bench.nic import LinkMeasurement, Method, measure_link
 from orchestrator.bench.report import BenchReport, CellResult, machine_now
 from orchestrator.bench.scaling import nic_capacity_Bps
@@ -72,9 +72,15 @@ def plan_cells(spec: BenchSpec) -> tuple[str, list[tuple[Cell, ClusterPlan | Con
     planned: list[tuple[Cell, ClusterPlan | ConfigError]] = []
     for cell in cells(spec, config):
         try:
-            planned.append((cell, cell_plan(spec, config, cell)))
+            plan = cell_plan(spec, config, cell)
+            if cell.variant == "resize":
+                grown_plan(spec, config, cell)  # the worker that joins: its errors before anything starts
+            planned.append((cell, plan))
         except ConfigError as exc:
             planned.append((cell, exc))
+    if spec.resize is not None and not any(c.variant == "resize" for c, _ in planned):
+        raise UsageError(f"--resize: every cell already runs all {listed_workers(config)} worker(s) {spec.hosts_file} "
+                         "lists: leave one to join (e.g. --workers 1)")
     errors = [p for _, p in planned if isinstance(p, ConfigError)]
     if planned and len(errors) == len(planned):
         raise UsageError(f"no cell of this bench can be planned: {errors[0].one_line()}")

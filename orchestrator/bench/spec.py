@@ -1,7 +1,7 @@
 """What a bench runs: `BenchSpec`, and the parsers of its command-line values (one line, exit 2, on bad input).
 
-`tfcluster bench HOSTS --modes ... --workers 1,2,4 --straggler worker:1=4 --kill worker:1@30s --repeat N`
-becomes one BenchSpec. Every value is checked here, before any cluster starts: a typo must not cost the
+`tfcluster bench HOSTS --modes ... --workers 1,2,4 --straggler worker:1=4 --kill worker:1@30s --resize
+--repeat N` becomes one BenchSpec. Every value is checked here, before any cluster starts: a typo must not cost the
 user the first cells of a long bench.
 """
 
@@ -48,6 +48,14 @@ class Kill:
 
 
 @dataclass(frozen=True)
+class ResizeAt:
+    """The resize variant's pace: a worker joins `at_s` into the measured window, leaves `at_s` after it
+    stepped, and the window ends `at_s` after the run stepped again (orchestrator/bench/resize_cell.py)."""
+
+    at_s: float
+
+
+@dataclass(frozen=True)
 class BenchSpec:
     hosts_file: str
     modes: tuple[Mode, ...] = ALL_MODES
@@ -61,6 +69,7 @@ class BenchSpec:
     straggler: Straggler | None = None
     pace: float = 1.0  # every trainer at this slowdown (idle share of each step), the straggler at pace x factor
     kill: Kill | None = None
+    resize: ResizeAt | None = None
     repeat: int = 1
     nic_gbps: float = DEFAULT_NIC_GBPS  # per direction; replaced by a measurement with measure_nic
     measure_nic: bool = False
@@ -129,6 +138,22 @@ def parse_kill(text: str) -> Kill:
     return Kill(parse_task(task, "--kill"), seconds)
 
 
+def parse_duration(text: str, option: str) -> float:
+    """`20s`, `2m` or `20`: seconds, above 0."""
+    m = _DURATION.match(text.strip())
+    seconds = float(m.group("value")) * (60.0 if m.group("unit") == "m" else 1.0) if m else 0.0
+    if m is None or seconds <= 0:
+        raise UsageError(f"{option} {text!r}: give a time above 0, like 10s or 2m")
+    return seconds
+
+
+def parse_resize(enabled: bool, at: str | None, seconds: float) -> ResizeAt | None:
+    """`--resize` (the join a third of `--seconds` into the window) or `--resize-at TIME` (implies it)."""
+    if at is not None:
+        return ResizeAt(parse_duration(at, "--resize-at"))
+    return ResizeAt(seconds / 3) if enabled else None
+
+
 def parse_model_args(pairs: list[str]) -> dict[str, int | float | str]:
     """`--model-arg params=20000000` (repeatable): numbers as numbers, the rest as text (`hidden=256,256`)."""
     out: dict[str, int | float | str] = {}
@@ -161,3 +186,9 @@ def check_spec(spec: BenchSpec) -> None:
                          f"measurement (--seconds {spec.seconds:g}): kill earlier or measure longer")
     if spec.pace < 1.0:
         raise UsageError("--pace must be at least 1 (1 = no pacing)")
+    if spec.resize is not None and spec.steps is not None:
+        raise UsageError("--resize measures seconds around each change: give --seconds (or --resize-at), not --steps")
+    if spec.resize is not None and spec.pace > 1.0:
+        # The paced trainers are named in [training] slowdown, which a resize may not change.
+        raise UsageError("--resize with --pace: a resize keeps [training] as it is, and the pace names every "
+                         "trainer in it: run the resize variant unpaced")

@@ -49,6 +49,7 @@ class Row:
     predicted_steps_per_s: float | None = None  # the PS ceiling, per worker
     measured_steps_per_s: float | None = None  # the mean worker rate (median over repeats)
     kill: dict[str, Any] | None = None
+    resize: list[dict[str, Any]] = field(default_factory=list)  # each finished repeat's resize figures
 
     @property
     def key(self) -> Key:
@@ -100,6 +101,7 @@ def make_row(key: Key, results: list[CellResult]) -> Row:
     row.measured_steps_per_s = median(mean_worker_rate(c) for c in ok)
     kills = [f.kill for f in figs if f.kill]
     row.kill = kills[0] if len(kills) == 1 else ({"repeats": kills} if kills else None)
+    row.resize = [f.resize for f in figs if f.resize]
     return row
 
 
@@ -108,7 +110,7 @@ def _task_order(name: str) -> tuple[str, int]:
     return (job, int(index) if index.isdigit() else 0)
 
 
-VARIANT_ORDER: dict[str, int] = {"baseline": 0, "straggler": 1, "kill": 2}
+VARIANT_ORDER: dict[str, int] = {"baseline": 0, "straggler": 1, "kill": 2, "resize": 3}
 
 
 def rows(report: BenchReport) -> list[Row]:
@@ -150,4 +152,46 @@ def straggler_effects(report: BenchReport, straggler: str) -> list[StragglerEffe
         if paired:
             ratios = {n: statistics.median(v) for n, v in sorted(paired.items(), key=lambda kv: _task_order(kv[0]))}
             out.append(StragglerEffect(mode, workers, straggler, ratios, paired))
+    return out
+
+
+@dataclass(frozen=True)
+class ResizeEvent:
+    """One join or leave of a resize cell, with the cluster's examples/s before and after it."""
+
+    mode: str
+    workers: int  # before the event
+    repeat: int
+    event: str  # join | leave
+    tasks: list[str]
+    hosts: list[str]
+    restarted: list[str]
+    took_s: float | None  # the resize itself
+    stepping_after_s: float | None  # from the resize asked until every trainer stepped again
+    stall_s: float | None  # the longest time without a global step around it
+    resumed: bool
+    steps_lost: int | None
+    examples_before: float | None
+    examples_after: float | None
+    step_before: int | None = None  # the last global step reported before a restart
+    resumed_from: int | None = None  # the step the restarted process resumed from
+
+
+def resize_events(report: BenchReport) -> list[ResizeEvent]:
+    """Every finished resize cell's events, in report order."""
+    out = []
+    for c in report.cells:
+        fig = c.figures.resize if c.figures is not None else None
+        if not fig:
+            continue
+        ex = fig.get("examples_per_s", {})
+        phases = {"join": (ex.get("before_join"), ex.get("between")), "leave": (ex.get("between"), ex.get("after_leave"))}
+        for e in fig.get("events", []):
+            n = int(fig.get("workers", c.cell.workers))
+            before, after = phases.get(str(e["event"]), (None, None))
+            out.append(ResizeEvent(
+                c.cell.mode, n if e["event"] == "join" else n + 1, c.cell.repeat, str(e["event"]), list(e["tasks"]),
+                list(e.get("hosts", [])), list(e.get("restarted", [])), e.get("took_s"), e.get("stepping_after_s"),
+                e.get("stall_s"), bool(e.get("resumed")), e.get("steps_lost"), before, after,
+                e.get("global_step_before"), e.get("resumed_from_step")))
     return out

@@ -10,7 +10,8 @@ orchestrator.bench.answers' and summary's, the figure only draws it:
 - ps (when a PS carried traffic): one panel per mode, per worker count and PS task the bytes/s measured
   by the kernel beside those the workers accounted, against the link's limit;
 - loss (when loss was recorded): loss against seconds since the first step, per mode at its largest
-  worker count, the target loss drawn (mlp).
+  worker count, the target loss drawn (mlp);
+- resize (with --resize): the global step through a worker's join and leave, per mode (resize_plot.py).
 Figures are `matplotlib.figure.Figure` objects (no pyplot state), so a test can inspect them before they
 are saved; `describe(fig)` is what figures.json holds: the title and where it ran, and per axes its
 labels, limits, tick labels in view and every labelled line and bar series with its data.
@@ -45,6 +46,7 @@ from tfcluster.bench_report.figure_style import (
     mode_color,
     subtitle,
 )
+from tfcluster.bench_report.resize_plot import resize_cells, resize_figure
 
 MB = 1e6
 PS_COLORS = ("tab:purple", "tab:brown", "tab:cyan", "tab:olive", "tab:pink", "tab:gray")
@@ -182,6 +184,8 @@ def build_figures(report: BenchReport) -> dict[str, Figure]:
         mlp = any(c.cluster.get("model") == "mlp" for c in report.cells)  # the target is mlp's
         figures["loss"] = loss_figure(report, float(target) if mlp and isinstance(target, int | float) else None,
                                       where)
+    if resize_cells(report):
+        figures["resize"] = resize_figure(report, where)
     return figures
 
 

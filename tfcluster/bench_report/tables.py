@@ -1,4 +1,5 @@
-"""The bench report in the terminal: the results table, the straggler effect, the PS model, a comparison.
+"""The bench report in the terminal: the results table, the resize table (resize_table.py), the straggler
+effect, the PS model, a comparison.
 
 Rich tables of orchestrator.bench.summary's rows; every figure is a median over the repeats that
 finished (min..max shown where repeats differ). Failed cells are listed with their error.
@@ -113,7 +114,11 @@ def scaling_lines(report: BenchReport) -> list[str]:
 
 
 def print_report(console: Console, report: BenchReport) -> None:
+    from tfcluster.bench_report.resize_table import resize_table  # (it draws with this module's `num`)
+
     console.print(results_table(report))
+    if (resized := resize_table(report)) is not None:
+        console.print(resized)
     for line in [link_line(report), *scaling_lines(report), *straggler_lines(report), *kill_lines(report)]:
         console.print(escape(line), soft_wrap=True)
     for line in failures(report):

@@ -4,7 +4,8 @@ Thin: the bench is orchestrator.bench (cells, runner, scaling model, report sche
 tfcluster.bench_report (Rich progress, tables and bar charts, matplotlib PNGs).
 
     tfcluster bench hosts.toml [--modes all] [--workers 1,2,4] [--seconds 30 | --steps N]
-                    [--straggler worker:1=4 [--pace 5]] [--kill worker:1@30s] [--repeat 3]
+                    [--straggler worker:1=4 [--pace 5]] [--kill worker:1@30s] [--resize | --resize-at 10s]
+                    [--repeat 3]
                     [--nic-gbps 10 | --measure-nic] [--out DIR]
     tfcluster bench --report DIR/bench.json [--out DIR]   # redraw a report
     tfcluster bench --compare a.json b.json               # side by side, with ratios
@@ -53,6 +54,14 @@ def bench(
                                         "factor): idle time in each step, as on a device-bound machine.")] = 1.0,
     kill: Annotated[str | None, typer.Option(help="TASK@TIME, e.g. worker:1@30s: also run every cell with that "
                                              "task SIGKILLed that far into its measurement.")] = None,
+    resize: Annotated[bool, typer.Option("--resize", help="Also run every cell that leaves a listed worker out "
+                                         "with that worker joining, then leaving, through `tfcluster resize`'s "
+                                         "machinery: the seconds without a global step and the steps lost.")]
+    = False,
+    resize_at: Annotated[str | None, typer.Option(help="TIME, e.g. 10s (implies --resize): the join this far into "
+                                                  "the measurement, the leave this long after the joined worker "
+                                                  "stepped, the end this long after the leave (default: a third "
+                                                  "of --seconds).")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Runs of every cell, interleaved.")] = 1,
     nic_gbps: Annotated[float, typer.Option(min=0.001, help="The PS hosts' NIC, Gb/s each way, for the "
                                             "PS-bandwidth ceiling.")] = DEFAULT_NIC_GBPS,
@@ -75,6 +84,7 @@ def bench(
         parse_kill,
         parse_model_args,
         parse_modes,
+        parse_resize,
         parse_straggler,
         parse_workers,
     )
@@ -95,8 +105,8 @@ def bench(
         hosts_file=str(hosts_file), modes=parse_modes(modes), workers=parse_workers(workers) if workers else None,
         model=model, model_args=parse_model_args(model_arg or []), batch_size=batch_size, steps=steps,
         seconds=seconds, warmup_s=warmup, straggler=parse_straggler(straggler) if straggler else None, pace=pace,
-        kill=parse_kill(kill) if kill else None, repeat=repeat, nic_gbps=nic_gbps, measure_nic=measure_nic,
-        target_loss=target_loss, cell_timeout=cell_timeout,
+        kill=parse_kill(kill) if kill else None, resize=parse_resize(resize, resize_at, seconds), repeat=repeat,
+        nic_gbps=nic_gbps, measure_nic=measure_nic, target_loss=target_loss, cell_timeout=cell_timeout,
     )
     err = console(stderr=True)
     with RichBenchListener(err, spec) as listener:
