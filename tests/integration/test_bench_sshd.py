@@ -42,21 +42,24 @@ def cells_by_key(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {f"{c['cell']['mode']}/w{c['cell']['workers']}/{c['cell']['variant']}": c for c in report["cells"]}
 
 
-def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machines], tmp_path: Path,
-                                          state_dir: Path) -> None:
+@pytest.mark.parametrize("mode", ["between-graph", "in-graph"])
+def test_bench_a_mode_with_a_straggler(mode: str, sshd_machines: Callable[[int], Machines], tmp_path: Path,
+                                       state_dir: Path) -> None:
+    """One mode per test, its baseline and straggler cells (two cluster starts): the two modes run side by side
+    on the suite's workers. The figures of several modes in one report are tests/unit/test_bench_figures.py's."""
     machines = sshd_machines(3)
     hosts = machines.hosts_toml(tmp_path / "hosts.toml", roles=[["ps"], ["worker"], ["worker"]], training=TRAINING)
     out = tmp_path / "report"
-    result = cli(state_dir, "bench", str(hosts), "--modes", "between-graph,in-graph", "--workers", "2",
-                 "--seconds", "4", "--warmup", "1", "--straggler", "worker:1=4", "--out", str(out), timeout=240)
+    result = cli(state_dir, "bench", str(hosts), "--modes", mode, "--workers", "2", "--seconds", "4", "--warmup", "1",
+                 "--straggler", "worker:1=4", "--out", str(out), timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     no_process_left(state_dir)
     report = json.loads((out / "bench.json").read_text())
     assert report["schema"] == "tfcluster-bench" and report["version"] == 1
     cells = cells_by_key(report)
-    assert set(cells) == {"between-graph/w2/baseline", "between-graph/w2/straggler", "in-graph/w2/baseline",
-                          "in-graph/w2/straggler"}
-    assert len({c["run_id"] for c in cells.values()}) == 4
+    baseline, straggler = f"{mode}/w2/baseline", f"{mode}/w2/straggler"
+    assert set(cells) == {baseline, straggler}
+    assert len({c["run_id"] for c in cells.values()}) == 2
     for key, c in cells.items():
         assert c["status"] == "ok" and c["stopped_clean"] is True, key
         f = c["figures"]
@@ -67,32 +70,33 @@ def test_bench_two_modes_with_a_straggler(sshd_machines: Callable[[int], Machine
         ps = f["ps"]["ps:0"]
         assert 0.7 <= ps["measured_over_accounted"] <= 1.5, (key, ps)  # mlp: small tensors, some gRPC overhead
         assert c["samples"]["progress"] and c["samples"]["hosts"], key  # the raw samples are kept
-        assert c["ceiling"]["transfers_per_step"] == (4 if key.startswith("between") else 3)
-    for key in ("in-graph/w2/baseline", "in-graph/w2/straggler"):
-        assert 1 <= cells[key]["figures"]["client_cpu_pct"] <= 200, key  # the client's own CPU
+        assert c["ceiling"]["transfers_per_step"] == (4 if mode == "between-graph" else 3)
+        if mode == "in-graph":
+            assert 1 <= f["client_cpu_pct"] <= 200, key  # the client's own CPU
     rate = {k: c["figures"]["per_worker_steps_per_s"] for k, c in cells.items()}
-    # in-graph is synchronous: one slow tower (4x) slows every tower (expected ~1/4)
-    assert rate["in-graph/w2/straggler"]["worker:0"] <= 0.6 * rate["in-graph/w2/baseline"]["worker:0"]
-    # between-graph: the fast worker keeps (roughly) its pace, far ahead of the straggler
-    fast, slow = rate["between-graph/w2/straggler"]["worker:0"], rate["between-graph/w2/straggler"]["worker:1"]
-    assert fast >= 0.6 * rate["between-graph/w2/baseline"]["worker:0"]
-    assert fast >= 2.0 * slow
+    if mode == "in-graph":
+        # synchronous: one slow tower (4x) slows every tower (expected ~1/4)
+        assert rate[straggler]["worker:0"] <= 0.6 * rate[baseline]["worker:0"]
+    else:
+        # the fast worker keeps (roughly) its pace, far ahead of the straggler
+        fast, slow = rate[straggler]["worker:0"], rate[straggler]["worker:1"]
+        assert fast >= 0.6 * rate[baseline]["worker:0"]
+        assert fast >= 2.0 * slow
     # the terminal: the table, a line per straggler effect, the scaling and straggler bar charts
-    assert "tfcluster bench" in result.stdout and "in-graph" in result.stdout
-    assert "straggler worker:1 ×4, in-graph (2 workers)" in result.stdout
+    assert "tfcluster bench" in result.stdout and mode in result.stdout
+    assert f"straggler worker:1 ×4, {mode} (2 workers)" in result.stdout
     assert "Does adding workers pay?" in result.stdout and "Does a slow worker hold the others back?" in result.stdout
     # the figures: PNG files, and their series in figures.json
     for name in ("scaling", "straggler", "ps", "loss"):
         assert (out / f"{name}.png").read_bytes()[:4] == b"\x89PNG", name
     figures = json.loads((out / "figures.json").read_text())
-    assert {line["label"] for line in figures["scaling"]["axes"][1]["lines"]} >= {"between-graph", "in-graph"}
-    straggler = figures["straggler"]["axes"][0]
+    assert mode in {line["label"] for line in figures["scaling"]["axes"][1]["lines"]}
+    bars = figures["straggler"]["axes"][0]
     assert "straggler worker:1 ×4" in figures["straggler"]["title"]
-    assert [t.split("\n")[0] for t in straggler["yticklabels"]] == ["between-graph", "in-graph"]
-    assert len(straggler["bars"][0]["values"]) == 2  # one bar per mode
-    assert {ax["title"] for ax in figures["ps"]["axes"]} == {"between-graph", "in-graph"}
-    assert {line["label"] for line in figures["loss"]["axes"][0]["lines"]} >= {"between-graph (2 workers)",
-                                                                               "in-graph (2 workers)"}
+    assert [t.split("\n")[0] for t in bars["yticklabels"]] == [mode]
+    assert len(bars["bars"][0]["values"]) == 1  # one bar per mode
+    assert {ax["title"] for ax in figures["ps"]["axes"]} == {mode}
+    assert f"{mode} (2 workers)" in {line["label"] for line in figures["loss"]["axes"][0]["lines"]}
 
 
 def test_a_failed_cell_is_recorded_and_ctrl_c_keeps_the_finished_cells(
