@@ -131,20 +131,24 @@ def parse_straggler(text: str) -> Straggler:
 def parse_kill(text: str) -> Kill:
     """`worker:1@30s` (or @2m, or @30): SIGKILL that task 30 s into the measured window."""
     task, sep, when = text.partition("@")
-    m = _DURATION.match(when.strip()) if sep else None
-    if m is None:
+    seconds = _seconds(when) if sep else None
+    if seconds is None:
         raise UsageError(f"--kill {text!r}: write it as TASK@TIME, like worker:1@30s")
-    seconds = float(m.group("value")) * (60.0 if m.group("unit") == "m" else 1.0)
     return Kill(parse_task(task, "--kill"), seconds)
 
 
 def parse_duration(text: str, option: str) -> float:
     """`20s`, `2m` or `20`: seconds, above 0."""
-    m = _DURATION.match(text.strip())
-    seconds = float(m.group("value")) * (60.0 if m.group("unit") == "m" else 1.0) if m else 0.0
-    if m is None or seconds <= 0:
+    seconds = _seconds(text)
+    if seconds is None or seconds <= 0:
         raise UsageError(f"{option} {text!r}: give a time above 0, like 10s or 2m")
     return seconds
+
+
+def _seconds(text: str) -> float | None:
+    """`20s`, `2m` or `20` in seconds; None when it is not a time."""
+    m = _DURATION.match(text.strip())
+    return float(m.group("value")) * (60.0 if m.group("unit") == "m" else 1.0) if m else None
 
 
 def parse_resize(enabled: bool, at: str | None, seconds: float) -> ResizeAt | None:
