@@ -23,7 +23,7 @@ from orchestrator.config.load import read_config
 from orchestrator.config.modes import Mode
 from orchestrator.errors import UsageError
 from tfcluster.bench_report.plots import build_figures, describe
-from tfcluster.bench_report.resize_table import resize_table
+from tfcluster.bench_report.tables import resize_table
 
 T0 = 1_000.0
 BATCH = 32

@@ -1,4 +1,4 @@
-"""The bench report in the terminal: the results table, the resize table (resize_table.py), the straggler
+"""The bench report in the terminal: the results table, the resize table, the straggler
 effect, the PS model, a comparison.
 
 Rich tables of orchestrator.bench.summary's rows; every figure is a median over the repeats that
@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.bench.report import BenchReport
-from orchestrator.bench.summary import rows, straggler_effects
+from orchestrator.bench.summary import ResizeEvent, resize_events, rows, straggler_effects
 from orchestrator.plan.names import task_name
 
 MB = 1e6
@@ -113,9 +113,40 @@ def scaling_lines(report: BenchReport) -> list[str]:
     return out
 
 
-def print_report(console: Console, report: BenchReport) -> None:
-    from tfcluster.bench_report.resize_table import resize_table  # (it draws with this module's `num`)
+RESIZE_COLUMNS = ("mode", "workers", "event", "resize took", "stepping again after", "longest without a step",
+                  "steps lost", "restarted", "examples/s before", "examples/s after")
 
+
+def _seconds(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f} s"
+
+
+def _resize_row(e: ResizeEvent) -> list[str]:
+    after = e.workers + (1 if e.event == "join" else -1)
+    what = f"{e.event} {', '.join(e.tasks)}" + (f" ({', '.join(e.hosts)})" if e.hosts else "")
+    stall = _seconds(e.stall_s) + ("" if e.resumed else " (not again)")
+    return [e.mode + (f" #{e.repeat + 1}" if e.repeat else ""), f"{e.workers} → {after}", what, _seconds(e.took_s),
+            _seconds(e.stepping_after_s), stall, "-" if e.steps_lost is None else str(e.steps_lost),
+            ", ".join(e.restarted) or "-", num(e.examples_before), num(e.examples_after)]
+
+
+def resize_table(report: BenchReport) -> Table | None:
+    """One row per join and leave of every finished resize cell (summary.resize_events): what changed, how
+    long the resize took, until every trainer stepped again, the longest time the global step did not
+    advance around it, the steps lost, examples/s before and after. None when there is no such cell; a mode
+    the resize refused is in the failed-cells lines."""
+    events = resize_events(report)
+    if not events:
+        return None
+    table = Table(header_style="bold", title=f"resize: a worker joins, then leaves ({escape(report.cluster)})")
+    for col in RESIZE_COLUMNS:
+        table.add_column(col, justify="left" if col in ("mode", "event", "restarted") else "right")
+    for e in events:
+        table.add_row(*(escape(c) for c in _resize_row(e)))
+    return table
+
+
+def print_report(console: Console, report: BenchReport) -> None:
     console.print(results_table(report))
     if (resized := resize_table(report)) is not None:
         console.print(resized)
